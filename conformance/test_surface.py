@@ -1,0 +1,96 @@
+"""Surface checks: every member of the contract's protocols is there, with a compatible signature."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from typing_extensions import get_protocol_members
+
+from lightning_optimizer.spec import Cell, OptimizerWrapper, TrainingContext
+
+
+def _parameters(function: Callable[..., Any]) -> list[inspect.Parameter]:
+    parameters = list(inspect.signature(function).parameters.values())
+    return [p for p in parameters if p.name != "self"]
+
+
+def signature_problems(protocol_member: Callable[..., Any], implemented: Callable[..., Any]) -> list[str]:
+    """How ``implemented`` fails to accept every call that ``protocol_member`` allows (empty when it does)."""
+    try:
+        actual = _parameters(implemented)
+    except (TypeError, ValueError):
+        return []  # builtins without a signature: nothing to compare
+    by_name = {p.name: p for p in actual}
+    has_varargs = any(p.kind is p.VAR_POSITIONAL for p in actual)
+    has_varkw = any(p.kind is p.VAR_KEYWORD for p in actual)
+    problems = []
+    expected = _parameters(protocol_member)
+    for position, want in enumerate(expected):
+        if want.kind is want.VAR_POSITIONAL:
+            if not has_varargs:
+                problems.append("does not accept extra positional arguments (*args)")
+            continue
+        if want.kind is want.VAR_KEYWORD:
+            if not has_varkw:
+                problems.append("does not accept extra keyword arguments (**kwargs)")
+            continue
+        got = by_name.get(want.name)
+        if got is None:
+            if not has_varkw:
+                problems.append(f"has no parameter {want.name!r}")
+            continue
+        misplaced = got.kind is not got.POSITIONAL_OR_KEYWORD or actual.index(got) != position
+        if want.kind is want.POSITIONAL_OR_KEYWORD and misplaced:
+            problems.append(f"parameter {want.name!r} must be positional-or-keyword at position {position}")
+        if want.default is not want.empty and got.default is got.empty:
+            problems.append(f"parameter {want.name!r} must be optional")
+        if want.default is not want.empty and got.default is not got.empty and want.default != got.default:
+            problems.append(f"parameter {want.name!r} defaults to {got.default!r}, the contract says {want.default!r}")
+    known = {p.name for p in expected}
+    for extra in actual:
+        if extra.name not in known and extra.kind in (extra.POSITIONAL_OR_KEYWORD, extra.KEYWORD_ONLY):
+            if extra.default is extra.empty:
+                problems.append(f"extra parameter {extra.name!r} must have a default")
+    return problems
+
+
+def check_surface(protocol: type, obj: object) -> list[str]:
+    """Every protocol member that ``obj`` lacks or implements with an incompatible signature."""
+    problems = []
+    for name in sorted(get_protocol_members(protocol)):
+        declared = inspect.getattr_static(protocol, name)
+        if not hasattr(obj, name):
+            problems.append(f"{name}: missing")
+            continue
+        if isinstance(declared, property):
+            continue
+        implemented = getattr(obj, name)
+        if not callable(implemented):
+            problems.append(f"{name}: not callable")
+            continue
+        problems += [f"{name}: {problem}" for problem in signature_problems(declared, implemented)]
+    return problems
+
+
+@pytest.mark.requirement("SURFACE-001")
+def test_wrapper_surface(make_context: Callable[..., TrainingContext], cell: Cell) -> None:
+    """The wrapper that ``context.wrap`` returns has every member of ``OptimizerWrapper``."""
+    context = make_context()
+    model = context.prepare_module(torch.nn.Linear(3, 2))
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+    problems = check_surface(OptimizerWrapper, wrapper)
+    assert not problems, f"{type(wrapper).__name__} does not match OptimizerWrapper: " + "; ".join(problems)
+
+
+@pytest.mark.requirement("SURFACE-002")
+def test_context_surface(make_context: Callable[..., TrainingContext], cell: Cell) -> None:
+    """The training context that the factory returns has every member of ``TrainingContext``."""
+    context = make_context()
+    problems = check_surface(TrainingContext, context)
+    assert not problems, f"{type(context).__name__} does not match TrainingContext: " + "; ".join(problems)
+    assert context.precision == cell.precision, f"the context runs {context.precision!r}, the cell {cell.precision!r}"
+    assert context.accumulate_grad_batches == 1

@@ -1,0 +1,16 @@
+"""The reference implementation of the optimizer-wrapper contract.
+
+Build a :class:`TrainingContext`, prepare the model with it, wrap each optimizer with it::
+
+    from lightning_optimizer.reference import TrainingContext
+
+    ctx = TrainingContext(precision="32-true", device="cpu", accumulate_grad_batches=2)
+    model = ctx.prepare_module(model)
+    opt = ctx.wrap(torch.optim.Adam(model.parameters()))
+"""
+
+from lightning_optimizer.reference.conformance import conformance_info
+from lightning_optimizer.reference.context import CLOSURE_EVALUATING_OPTIMIZERS, TrainingContext
+from lightning_optimizer.reference.wrapper import WrappedOptimizer
+
+__all__ = ["CLOSURE_EVALUATING_OPTIMIZERS", "TrainingContext", "WrappedOptimizer", "conformance_info"]

@@ -1,0 +1,303 @@
+"""The reference training context: one place that decides what each wrapper's ``step`` does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from lightning_optimizer.reference.accumulation import (
+    LoopPosition,
+    check_accumulate_grad_batches,
+    closes_window,
+    normalise_window,
+)
+from lightning_optimizer.reference.devices import resolve_device
+from lightning_optimizer.reference.precision import PrecisionPlugin, resolve_precision
+from lightning_optimizer.reference.toggling import only_these_require_grad
+from lightning_optimizer.reference.wrapper import WrappedOptimizer, wrapper_class
+from lightning_optimizer.spec.types import DeviceKind, Precision, StepOutcome
+
+__all__ = ["CLOSURE_EVALUATING_OPTIMIZERS", "TrainingContext"]
+
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+T = TypeVar("T")
+
+CLOSURE_EVALUATING_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (torch.optim.LBFGS,)
+"""Optimizers whose ``step`` evaluates the closure itself, possibly several times."""
+
+_STATE_FORMAT = 1
+
+
+@dataclass
+class _Slot:
+    """What the context keeps for one wrapped optimizer."""
+
+    optimizer: torch.optim.Optimizer
+    pending: int = 0
+    """Micro-steps accumulated since the last real step (the open window's length)."""
+    steps: int = 0
+    """Real steps taken."""
+    last_outcome: StepOutcome | None = None
+
+    def params(self) -> list[torch.Tensor]:
+        return [param for group in self.optimizer.param_groups for param in group["params"]]
+
+    @property
+    def evaluates_closure(self) -> bool:
+        return isinstance(self.optimizer, CLOSURE_EVALUATING_OPTIMIZERS)
+
+
+class TrainingContext:
+    """The reference :class:`~lightning_optimizer.spec.TrainingContext`.
+
+    Typical use in a plain loop::
+
+        ctx = TrainingContext(precision="32-true", device="cpu", accumulate_grad_batches=2)
+        model = ctx.prepare_module(model)
+        opt = ctx.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+        for batch_idx, (x, y) in enumerate(loader):
+            with ctx.batch(batch_idx, is_last=batch_idx == len(loader) - 1):
+                def closure() -> torch.Tensor:
+                    with ctx.autocast():
+                        loss = loss_fn(model(x), y)
+                    opt.backward(loss)
+                    return loss
+                opt.step(closure)
+    """
+
+    def __init__(
+        self, precision: Precision = "32-true", device: DeviceKind = "cpu", accumulate_grad_batches: int = 1
+    ) -> None:
+        self._plugin: PrecisionPlugin = resolve_precision(precision)
+        self._device = resolve_device(device)
+        self._accumulate_grad_batches = check_accumulate_grad_batches(accumulate_grad_batches)
+        self._slots: list[_Slot] = []
+        self._modules: list[torch.nn.Module] = []
+        self._position: LoopPosition | None = None
+
+    # -- configuration ---------------------------------------------------------------------------------
+
+    @property
+    def precision(self) -> Precision:
+        """The precision this context applies."""
+        return self._plugin.name
+
+    @property
+    def device(self) -> torch.device:
+        """The device the model and optimizer state live on."""
+        return self._device
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        """Micro-steps per window when ``make_optimizer_step`` is ``None``."""
+        return self._accumulate_grad_batches
+
+    def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Move ``module`` to the device and cast it to the precision, in place; return it."""
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"prepare_module expects a torch.nn.Module, got {type(module).__name__}")
+        module = self._plugin.convert_module(module.to(self._device))
+        self._modules.append(module)
+        return module
+
+    def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
+        """Wrap an optimizer built on the prepared module's parameters."""
+        if isinstance(optimizer, WrappedOptimizer):
+            raise TypeError(
+                f"{type(optimizer).__name__} is already a wrapper; pass its inner optimizer (wrapper.optimizer)"
+            )
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"wrap expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if any(slot.optimizer is optimizer for slot in self._slots):
+            raise ValueError(f"this {type(optimizer).__name__} is already wrapped by this context")
+        slot = _Slot(optimizer)
+        if slot.evaluates_closure and self._accumulate_grad_batches > 1:
+            raise ValueError(
+                f"{type(optimizer).__name__} evaluates its closure several times per step and cannot accumulate "
+                f"gradients; use accumulate_grad_batches=1 (got {self._accumulate_grad_batches})"
+            )
+        for param in slot.params():
+            self._plugin.check_parameter(param)
+            if param.device != self._device:
+                raise ValueError(
+                    f"the optimizer holds a parameter on {param.device}, but this context runs on {self._device}: "
+                    "call context.prepare_module(model) before building the optimizer on its parameters"
+                )
+        self._slots.append(slot)
+        return self._new_wrapper(len(self._slots) - 1)
+
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_class(type(self._slots[index].optimizer))(self, index)
+
+    def _slot(self, index: int) -> _Slot:
+        return self._slots[index]
+
+    # -- the loop --------------------------------------------------------------------------------------
+
+    def autocast(self) -> AbstractContextManager[None]:
+        """The autocast region for forward passes in this context's precision."""
+        return self._plugin.autocast()
+
+    @contextmanager
+    def batch(self, batch_idx: int, *, is_last: bool = False) -> Iterator[None]:
+        """Mark one training iteration: batch ``batch_idx`` of the epoch, the last one when ``is_last``."""
+        _check_count("batch_idx", batch_idx)
+        if self._position is not None:
+            raise RuntimeError("context.batch() blocks do not nest: leave the current batch first")
+        self._position = LoopPosition(batch_idx, bool(is_last))
+        try:
+            yield
+        finally:
+            self._position = None
+
+    # -- what the wrappers call ------------------------------------------------------------------------
+
+    def _step(
+        self,
+        index: int,
+        closure: Callable[[], T] | None,
+        make_optimizer_step: bool | None,
+        kwargs: dict[str, Any],
+    ) -> T | None:
+        if closure is not None and not callable(closure):
+            raise TypeError(f"closure must be callable or None, got {type(closure).__name__}")
+        if make_optimizer_step is not None and not isinstance(make_optimizer_step, bool):
+            raise TypeError(
+                f"make_optimizer_step must be True, False or None, got {make_optimizer_step!r} "
+                f"({type(make_optimizer_step).__name__}); pass bool(...) if you mean a truth value"
+            )
+        slot = self._slots[index]
+        real = closes_window(
+            make_optimizer_step,
+            pending=slot.pending,
+            accumulate_grad_batches=self._accumulate_grad_batches,
+            position=self._position,
+        )
+        if slot.evaluates_closure:
+            name = type(slot.optimizer).__name__
+            if not real:
+                raise ValueError(f"{name} evaluates its closure several times per step and cannot accumulate")
+            if closure is None:
+                raise TypeError(f"{name} needs a closure: call step(closure)")
+            return self._closure_evaluating_step(index, closure, kwargs)
+        result = None if closure is None else self._run_closure(index, closure)
+        if not real:
+            slot.pending += 1
+            slot.last_outcome = StepOutcome.ACCUMULATED
+            return result
+        normalise_window(slot.params(), slot.pending + 1)
+        slot.optimizer.step(**kwargs)
+        self._finish_real_step(slot)
+        return result
+
+    def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
+        slot = self._slots[index]
+
+        def evaluate() -> T:
+            return self._run_closure(index, closure)
+
+        step: Callable[..., Any] = slot.optimizer.step
+        result: T = step(evaluate, **kwargs)
+        self._finish_real_step(slot)
+        return result
+
+    def _finish_real_step(self, slot: _Slot) -> None:
+        slot.optimizer.zero_grad(set_to_none=True)
+        slot.pending = 0
+        slot.steps += 1
+        slot.last_outcome = StepOutcome.STEPPED
+
+    def _run_closure(self, index: int, closure: Callable[[], T]) -> T:
+        with self._toggle(index, sync_grad=True):
+            return closure()
+
+    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")
+        self._plugin.backward(loss, *args, **kwargs)
+
+    def _zero_grad(self, index: int, set_to_none: bool) -> None:
+        slot = self._slots[index]
+        if slot.pending == 0:
+            slot.optimizer.zero_grad(set_to_none=set_to_none)
+
+    @contextmanager
+    def _toggle(self, index: int, *, sync_grad: bool) -> Iterator[None]:
+        own = self._slots[index].params()
+        others = [param for i, slot in enumerate(self._slots) if i != index for param in slot.params()]
+        with ExitStack() as stack:
+            stack.enter_context(only_these_require_grad(own, others))
+            if not sync_grad:
+                for module in self._modules:
+                    if isinstance(module, DistributedDataParallel):
+                        stack.enter_context(module.no_sync())
+            yield
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Window positions, step counts and the accumulated gradients of open windows."""
+        return {
+            "format": _STATE_FORMAT,
+            "precision": self.precision,
+            "optimizers": [
+                {
+                    "pending": slot.pending,
+                    "steps": slot.steps,
+                    "grads": [
+                        None if slot.pending == 0 or param.grad is None else param.grad.detach().clone()
+                        for param in slot.params()
+                    ],
+                }
+                for slot in self._slots
+            ],
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` saved; validate the whole layout before changing anything."""
+        entries = self._validated_entries(state_dict)
+        for slot, entry in zip(self._slots, entries, strict=True):
+            slot.pending = entry["pending"]
+            slot.steps = entry["steps"]
+            slot.last_outcome = None
+            with torch.no_grad():
+                for param, grad in zip(slot.params(), entry["grads"], strict=True):
+                    param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype).clone()
+
+    def _validated_entries(self, state_dict: object) -> list[dict[str, Any]]:
+        if not isinstance(state_dict, dict) or state_dict.get("format") != _STATE_FORMAT:
+            raise ValueError(f"not a training-context state of format {_STATE_FORMAT}: {type(state_dict).__name__}")
+        if state_dict.get("precision") != self.precision:
+            raise ValueError(
+                f"the state was saved under precision {state_dict.get('precision')!r}, this context runs "
+                f"{self.precision!r}"
+            )
+        entries = state_dict.get("optimizers")
+        if not isinstance(entries, list) or len(entries) != len(self._slots):
+            count = len(entries) if isinstance(entries, list) else "no"
+            raise ValueError(
+                f"the state holds {count} optimizers, this context wraps {len(self._slots)}: wrap the same "
+                "optimizers, in the same order, before loading"
+            )
+        for i, (slot, entry) in enumerate(zip(self._slots, entries, strict=True)):
+            params = slot.params()
+            grads = entry.get("grads")
+            if not isinstance(grads, list) or len(grads) != len(params):
+                raise ValueError(f"optimizer {i}: the state's gradients do not match its {len(params)} parameters")
+            for j, (param, grad) in enumerate(zip(params, grads, strict=True)):
+                if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
+                    shape = getattr(grad, "shape", type(grad).__name__)
+                    raise ValueError(f"optimizer {i}, parameter {j}: saved gradient {shape} for a {param.shape} param")
+            for key in ("pending", "steps"):
+                _check_count(f"optimizer {i}: {key!r}", entry.get(key))
+        return entries
+
+
+def _check_count(what: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a non-negative int, got {value!r}")

@@ -1,0 +1,128 @@
+"""The training context: what several wrappers over one model share.
+
+A training context owns the precision, the device, the accumulation schedule, the loss scaler and the loop
+position. A framework (or a plain loop) creates one, prepares the model with it, wraps each optimizer with it,
+runs forward passes under its autocast, and tells it where the loop is.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
+
+import torch
+
+from lightning_optimizer.spec.types import Precision
+from lightning_optimizer.spec.wrapper import OptimizerWrapper
+
+__all__ = ["TrainingContext"]
+
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+
+
+class TrainingContext(Protocol):
+    """Precision, device, accumulation and loop position for the wrappers of one model.
+
+    Surface
+        [SURFACE-002] A context has every member declared here, each accepting every call that this protocol
+        allows, and its ``wrap`` returns an :class:`OptimizerWrapper` of the optimizer's own type.
+
+    Construction
+        [CTX-001] ``accumulate_grad_batches`` is a positive ``int``; anything else (``0``, ``-1``, ``2.0``,
+        ``True``) raises ``ValueError`` or ``TypeError`` at construction.
+
+        [ERR-003] An unknown precision or device name raises ``ValueError`` naming the valid ones.
+
+        [ERR-006] Device ``"xla"`` where torch_xla cannot be imported raises an error that names torch_xla.
+
+    Precision
+        [PREC-001] 64-true and 32-true: no autocast; ``prepare_module`` leaves floating-point parameters in
+        float64 and float32.
+
+        [PREC-002] bf16-true: the module's floating-point parameters, and so the optimizer state, live in
+        bfloat16.
+
+        [PREC-003] bf16-mixed: forward passes run under bfloat16 autocast; no loss scaler, never a skipped
+        step.
+
+        [AMP-001] 16-mixed: forward passes run under float16 autocast and ``torch.amp.GradScaler`` scales the
+        loss, on every device including CPU; every scaler call receives the inner optimizer.
+
+        [AMP-002] 16-mixed: gradients are unscaled exactly once per real step, after window normalisation and
+        before clipping and the inner step; a manual ``unscale`` before ``step()`` is not repeated.
+
+        [AMP-003] 16-mixed: the scaler is updated once per training iteration, after every optimizer that
+        stepped in it, so one optimizer's overflow cannot change another's gradient scale within the
+        iteration.
+
+        [AMP-004] 16-mixed: a step whose gradients are not finite (as the scaler's found-inf says, fused
+        optimizers included) leaves parameters and optimizer state untouched, is reported as
+        ``SKIPPED_NON_FINITE``, and does not count as a step.
+
+        [AMP-005] 16-mixed with an optimizer that evaluates closures itself (LBFGS) raises ``TypeError`` before
+        the closure runs.
+
+    Devices and distribution
+        [XLA-001] XLA: on a real step the window's gradients are reduced across replicas once, after the
+        window's last backward, then the inner optimizer steps, then the graph is cut once.
+
+        [DDP-001] DDP: micro-steps that do not close a window run their closure under ``no_sync()``, so a
+        window costs one gradient all-reduce.
+
+        [DDP-002] DDP: after a real step the parameters are identical on every rank and equal to the
+        single-process result on the global batch.
+
+    Checkpoints
+        [CKPT-002] ``state_dict()`` holds the context's own state (window positions, accumulated gradients
+        of open windows, step counts, loss-scaler state); loading it into a fresh context with the same
+        model and optimizers, at any micro-step, continues the identical trajectory.
+
+        [CKPT-003] ``load_state_dict`` rejects a state for another layout (other optimizers, other parameter
+        shapes) with ``ValueError`` before changing anything.
+
+    Wrapping
+        [ERR-004] Wrapping an object that is already a wrapper raises ``TypeError``.
+    """
+
+    @property
+    def precision(self) -> Precision:
+        """The precision this context applies."""
+        ...
+
+    @property
+    def device(self) -> torch.device:
+        """The device the model and the optimizer state live on."""
+        ...
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        """Micro-steps per window when ``make_optimizer_step`` is ``None``. [STEP-003]"""
+        ...
+
+    def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Move and cast ``module`` for this context (and wrap it for DDP); build optimizers on the result."""
+        ...
+
+    def wrap(self, optimizer: OptimizerT) -> OptimizerWrapper[OptimizerT]:
+        """Wrap an optimizer built on the prepared module's parameters; the wrappers of one context share it."""
+        ...
+
+    def autocast(self) -> AbstractContextManager[None]:
+        """The autocast region for forward passes in this context's precision (a no-op for true precisions)."""
+        ...
+
+    def batch(self, batch_idx: int, *, is_last: bool = False) -> AbstractContextManager[None]:
+        """Mark one iteration of the loop: batch ``batch_idx`` of the epoch, and whether it is the last one.
+
+        The schedule of ``make_optimizer_step=None`` reads the position [STEP-003]; leaving the block ends the
+        training iteration (where 16-mixed updates its scaler [AMP-003]).
+        """
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The context's own state, separate from the optimizers' state dicts. [CKPT-002]"""
+        ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the state saved by ``state_dict``. [CKPT-002] [CKPT-003]"""
+        ...

@@ -1,0 +1,33 @@
+"""Names and records that the contract, the reference and the conformance suite share."""
+
+from __future__ import annotations
+
+import enum
+from typing import Final, Literal, get_args
+
+CONTRACT_VERSION: Final = "2026.11"
+"""Version of the contract stated by this package; implementations declare the one they follow."""
+
+Precision = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "bf16-true"]
+"""Precision names, spelled as Lightning spells them."""
+
+DeviceKind = Literal["cpu", "cuda", "xla"]
+"""Kinds of device an implementation can run on."""
+
+Feature = Literal["closure_evaluating_optimizers", "checkpointing", "pickling", "lr_schedulers"]
+"""Optional capabilities an implementation may claim; checks that need one are ``n/a`` without it."""
+
+PRECISIONS: Final[tuple[Precision, ...]] = get_args(Precision)
+DEVICE_KINDS: Final[tuple[DeviceKind, ...]] = get_args(DeviceKind)
+FEATURES: Final[tuple[Feature, ...]] = get_args(Feature)
+
+
+class StepOutcome(enum.Enum):
+    """What one ``step()`` call did. [STEP-004]"""
+
+    STEPPED = "stepped"
+    """The inner optimizer stepped and the window closed."""
+    ACCUMULATED = "accumulated"
+    """The closure ran and gradients accumulated; nothing else changed."""
+    SKIPPED_NON_FINITE = "skipped-non-finite"
+    """The window closed, but the gradients were not finite: parameters and optimizer state are untouched."""

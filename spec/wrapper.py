@@ -1,0 +1,192 @@
+"""The optimizer-wrapper contract: what ``opt`` is inside a user's ``training_step``.
+
+A wrapper stands for one ``torch.optim.Optimizer`` (the *inner* optimizer) inside one training context (see
+:mod:`lightning_optimizer.spec.context`). Every rule below carries a stable requirement id in brackets; the
+conformance suite names the ids each check verifies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar, overload
+
+import torch
+
+from lightning_optimizer.spec.types import StepOutcome
+
+__all__ = ["OptimizerWrapper"]
+
+OptimizerT_co = TypeVar("OptimizerT_co", bound=torch.optim.Optimizer, covariant=True)
+T = TypeVar("T")
+
+
+class OptimizerWrapper(Protocol[OptimizerT_co]):
+    """An optimizer that does the right thing for its training context when the user steps it by hand.
+
+    Surface
+        [SURFACE-001] A wrapper has every member declared here, each accepting every call that this protocol
+        allows (checked at run time by signature and statically by mypy).
+
+    Proxying
+        [PROXY-001] ``isinstance(w, type(w.optimizer))`` and ``isinstance(w, torch.optim.Optimizer)`` hold.
+
+        [PROXY-002] ``w.optimizer`` is the inner optimizer; ``param_groups``, ``state`` and ``defaults`` are
+        the inner optimizer's own objects (identity, not copies).
+
+        [PROXY-003] ``load_state_dict``, ``add_param_group`` and attribute assignment on the wrapper reach the
+        inner optimizer; nothing is stored on the wrapper instead.
+
+        [PROXY-004] Step hooks registered through the wrapper (``register_step_pre_hook``,
+        ``register_step_post_hook``) fire on every real step, and only then.
+
+        [PROXY-005] ``repr(w)`` names the inner optimizer's class.
+
+    Schedulers, copies and checkpoints
+        [SCHED-001] An LR scheduler can be built on the wrapper or on the inner optimizer; stepping the wrapper
+        then the scheduler raises no warning.
+
+        [SCHED-002] A step skipped for non-finite gradients does not make a scheduler warn that
+        ``lr_scheduler.step()`` ran before ``optimizer.step()``.
+
+        [PICKLE-001] ``pickle`` and ``copy.deepcopy`` of a wrapper give a working wrapper, independent of the
+        original, that continues the same trajectory.
+
+        [CKPT-001] ``w.state_dict()`` is the inner optimizer's state dict, in the inner's own format.
+
+    Several optimizers over one model
+        [TOGGLE-001] While a wrapper's closure runs, and inside ``toggle_model()``, every parameter that
+        belongs only to the context's other optimizers has ``requires_grad=False``.
+
+        [TOGGLE-002] Every ``requires_grad`` flag is restored exactly afterwards, also when the closure or the
+        block raises; a parameter the user froze stays frozen.
+    """
+
+    @property
+    def optimizer(self) -> OptimizerT_co:
+        """The inner optimizer. [PROXY-002]"""
+        ...
+
+    @property
+    def last_outcome(self) -> StepOutcome | None:
+        """What the last ``step()`` call did; ``None`` before the first call. [STEP-004]"""
+        ...
+
+    @overload
+    def step(self, closure: None = None, make_optimizer_step: bool | None = None, **kwargs: Any) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], T], make_optimizer_step: bool | None = None, **kwargs: Any) -> T: ...
+
+    def step(
+        self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
+    ) -> T | None:
+        """Run one micro-step: the closure, then a real optimizer step or gradient accumulation.
+
+        [STEP-001] ``make_optimizer_step=True``: the inner optimizer steps now, once, on the gradients of the
+        window that this call closes.
+
+        [STEP-002] ``make_optimizer_step=False``: the closure runs and gradients accumulate; parameters,
+        optimizer state, loss-scaler state and step counts do not change.
+
+        [STEP-003] ``make_optimizer_step=None``: the context's schedule decides. Inside a batch of the loop
+        the call steps when ``(batch_idx + 1) % accumulate_grad_batches == 0`` or when the batch is the last
+        of its epoch; outside any batch it steps when the window reaches ``accumulate_grad_batches``
+        micro-steps.
+
+        [STEP-004] After each call, ``last_outcome`` says whether it stepped, accumulated, or skipped the step
+        because the gradients were not finite.
+
+        [STEP-005] ``kwargs`` reach the inner optimizer's ``step`` on a real step.
+
+        [STEP-006] The call returns the closure's result (``None`` without a closure); on a real step of an
+        optimizer that evaluates the closure itself, it returns what the inner ``step`` returned.
+
+        [ACC-001] A real step applies the mean of the micro-batch gradients of the window it closes, whatever
+        the window's length (a full window, one cut short by ``make_optimizer_step=True``, or the last partial
+        window of an epoch). ``k`` equal micro-batches thus equal one step on their concatenation with a mean
+        loss.
+
+        [ACC-002] The mean is the same whether the closure called ``w.backward(loss)`` or ``loss.backward()``
+        (outside 16-mixed, where ``w.backward`` must scale).
+
+        [ACC-003] The last partial window of an epoch is flushed by its last batch, never dropped and never
+        carried into the next epoch.
+
+        [ZERO-001] After a real step (taken or skipped), the gradients of the wrapper's parameters are
+        ``None``.
+
+        [CLOS-001] The closure runs exactly once per call, inside the autocast region of the context, except
+        that an optimizer which evaluates closures itself (LBFGS) may call it as often as it needs on a real
+        step.
+
+        [CLOS-002] Closure-evaluating optimizers (LBFGS) work in 64-true and 32-true; asking one to accumulate
+        (``accumulate_grad_batches > 1`` or ``make_optimizer_step=False``) is refused with a ``ValueError``.
+
+        [CLOS-003] A closure that raises propagates its exception; nothing is stepped, every ``requires_grad``
+        flag is restored, and the window is as it was before the call.
+
+        [ERR-001] A closure that is not callable raises ``TypeError`` before anything runs.
+
+        [ERR-002] A ``make_optimizer_step`` that is not ``bool`` or ``None`` raises ``TypeError`` before
+        anything runs.
+        """
+        ...
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backpropagate ``loss`` for this wrapper's training context.
+
+        [BWD-001] Equivalent to ``loss.backward(*args, **kwargs)`` (``gradient``, ``retain_graph``,
+        ``create_graph`` and ``inputs`` are forwarded) except that under 16-mixed the loss is scaled by the
+        context's loss scaler first.
+        """
+        ...
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients of this wrapper's parameters, unless a window is open.
+
+        [ZERO-002] While a window is open (micro-steps accumulated since the last real step) the call does
+        nothing, so the ``zero_grad(); backward(); step()`` loop stays correct under accumulation; otherwise it
+        is the inner optimizer's ``zero_grad(set_to_none)``.
+        """
+        ...
+
+    def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
+        """Context manager: only this wrapper's parameters require grad inside the block.
+
+        [TOGGLE-003] ``sync_grad=False`` runs the block under the gradient-sync suppression of every
+        distributed module of the context (``DistributedDataParallel.no_sync``); this is what the
+        backward-then-step form needs on the micro-steps that do not close a window.
+        """
+        ...
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The inner optimizer's ``param_groups`` list. [PROXY-002]"""
+        ...
+
+    @property
+    def state(self) -> Any:
+        """The inner optimizer's ``state`` mapping. [PROXY-002]"""
+        ...
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The inner optimizer's ``defaults``. [PROXY-002]"""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The inner optimizer's state dict, unchanged in format. [CKPT-001]"""
+        ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load into the inner optimizer.
+
+        [ERR-005] A state dict for another parameter layout raises ``ValueError`` and leaves the inner
+        optimizer's state unchanged.
+        """
+        ...
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a parameter group to the inner optimizer. [PROXY-003]"""
+        ...
