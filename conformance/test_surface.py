@@ -52,9 +52,9 @@ def signature_problems(protocol_member: Callable[..., Any], implemented: Callabl
             problems.append(f"parameter {want.name!r} defaults to {got.default!r}, the contract says {want.default!r}")
     known = {p.name for p in expected}
     for extra in actual:
-        if extra.name not in known and extra.kind in (extra.POSITIONAL_OR_KEYWORD, extra.KEYWORD_ONLY):
-            if extra.default is extra.empty:
-                problems.append(f"extra parameter {extra.name!r} must have a default")
+        named = extra.kind in (extra.POSITIONAL_OR_KEYWORD, extra.KEYWORD_ONLY)
+        if extra.name not in known and named and extra.default is extra.empty:
+            problems.append(f"extra parameter {extra.name!r} must have a default")
     return problems
 
 

@@ -40,7 +40,9 @@ class ContextFactory(Protocol[ContextT_co]):
     ``cell.world_size > 1``), with the accumulation schedule that the check needs.
     """
 
-    def __call__(self, cell: Cell, *, accumulate_grad_batches: int = 1) -> ContextT_co: ...
+    def __call__(self, cell: Cell, *, accumulate_grad_batches: int = 1) -> ContextT_co:
+        """A new training context for ``cell`` with this accumulation schedule."""
+        ...
 
 
 @dataclass(frozen=True)
