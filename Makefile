@@ -1,0 +1,51 @@
+# The project's commands. `make test` and `make conformance` set everything up themselves.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_VERSION ?= 2.9.0
+WITH_XLA ?= 1
+IMPL ?= lightning_optimizer.reference
+REPORTS ?= reports
+
+BIN := $(VENV)/bin
+SOURCES := pyproject.toml $(shell git ls-files -co --exclude-standard spec reference conformance 2>/dev/null)
+PACKAGES := -p lightning_optimizer.spec -p lightning_optimizer.reference -p lightning_optimizer.conformance
+XLA_PIN := $(if $(filter 1,$(WITH_XLA)),torch_xla==$(TORCH_VERSION))
+
+.PHONY: env conformance test unit typecheck lint format clean
+
+env: $(VENV)/.project
+
+# Dependencies: reinstalled only when the pins change.
+$(VENV)/.deps: requirements/dev.txt Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION) $(XLA_PIN) -r requirements/dev.txt
+	touch $@
+
+# The project itself, editable in strict mode so that mypy resolves the mapped packages.
+$(VENV)/.project: $(VENV)/.deps $(SOURCES)
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=strict
+	touch $@
+
+conformance: env
+	$(BIN)/pytest conformance --impl=$(IMPL) -rfE \
+		--report-json=$(REPORTS)/conformance.json --report-md=$(REPORTS)/conformance.md
+
+unit: env
+	$(BIN)/pytest tests || [ $$? -eq 5 ]
+
+typecheck: env
+	$(BIN)/mypy $(PACKAGES)
+
+lint: env
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: unit typecheck lint
+
+format: env
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) build *.egg-info $(REPORTS) .mypy_cache .pytest_cache .ruff_cache

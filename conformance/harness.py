@@ -1,0 +1,141 @@
+"""What the checks share: seeded models and data, the loop that drives an implementation, the tolerance table.
+
+The suite owns every input; an implementation only builds training contexts. Expected values come from the
+plain PyTorch oracles in :mod:`lightning_optimizer.conformance.oracles`, never from an implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lightning_optimizer.spec import Cell, OptimizerWrapper, Precision, TrainingContext
+
+__all__ = [
+    "TOLERANCES",
+    "Batch",
+    "Tolerance",
+    "assert_params_close",
+    "cell_device",
+    "cell_dtype",
+    "make_batches",
+    "make_model",
+    "mse",
+    "run_steps",
+]
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Relative and absolute tolerance for comparing parameters with an oracle."""
+
+    rtol: float
+    atol: float
+
+
+TOLERANCES: dict[Precision, Tolerance] = {
+    # The oracle runs the same operations in the same order: true precisions agree to rounding.
+    "64-true": Tolerance(rtol=1e-12, atol=1e-14),
+    "32-true": Tolerance(rtol=1e-6, atol=1e-7),
+    "bf16-true": Tolerance(rtol=2e-2, atol=1e-2),
+    "bf16-mixed": Tolerance(rtol=1e-2, atol=1e-3),
+    "16-mixed": Tolerance(rtol=1e-3, atol=1e-4),
+}
+"""One table for every check: how close an implementation's parameters must be to the oracle's."""
+
+
+def cell_device(cell: Cell) -> torch.device:
+    """The ``torch.device`` of a cell (XLA needs torch_xla, imported only here)."""
+    if cell.device == "xla":
+        import torch_xla
+
+        return torch.device(torch_xla.device())
+    return torch.device(cell.device)
+
+
+def cell_dtype(cell: Cell) -> torch.dtype:
+    """The dtype the model's parameters have in a cell's precision."""
+    return {"64-true": torch.float64, "bf16-true": torch.bfloat16}.get(cell.precision, torch.float32)
+
+
+def make_model(seed: int = 0, sizes: Sequence[int] = (4, 8, 2)) -> torch.nn.Sequential:
+    """A small seeded MLP on the CPU, in float32."""
+    generator = torch.Generator().manual_seed(seed)
+    layers: list[torch.nn.Module] = []
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        linear = torch.nn.Linear(fan_in, fan_out)
+        with torch.no_grad():
+            linear.weight.copy_(torch.randn(fan_out, fan_in, generator=generator) / fan_in**0.5)
+            linear.bias.copy_(torch.randn(fan_out, generator=generator) * 0.1)
+        layers.append(linear)
+        if i < len(sizes) - 2:
+            layers.append(torch.nn.Tanh())
+    return torch.nn.Sequential(*layers)
+
+
+def make_batches(count: int, seed: int = 1, batch_size: int = 4, features: int = 4, targets: int = 2) -> list[Batch]:
+    """``count`` seeded ``(x, y)`` batches on the CPU, in float32."""
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        (torch.randn(batch_size, features, generator=generator), torch.randn(batch_size, targets, generator=generator))
+        for _ in range(count)
+    ]
+
+
+def mse(model: torch.nn.Module, batch: Batch, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """Mean squared error of ``model`` on ``batch``, with the batch moved to the model's device and dtype."""
+    x, y = (t.to(device=device, dtype=dtype) for t in batch)
+    return torch.nn.functional.mse_loss(model(x).to(dtype), y)
+
+
+def run_steps(
+    context: TrainingContext,
+    model: torch.nn.Module,
+    wrapper: OptimizerWrapper[Any],
+    batches: Sequence[Batch],
+    cell: Cell,
+    make_optimizer_step: Callable[[int], bool | None] = lambda batch_idx: None,
+    *,
+    plain_backward: bool = False,
+) -> list[Any]:
+    """Drive one epoch in the closure form: each batch a ``context.batch`` block and one ``step(closure)``.
+
+    Returns each call's ``last_outcome``.
+    """
+    outcomes = []
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    for batch_idx, batch in enumerate(batches):
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+
+            def closure(batch: Batch = batch) -> torch.Tensor:
+                with context.autocast():
+                    loss = mse(model, batch, device, dtype)
+                if plain_backward:
+                    loss.backward()
+                else:
+                    wrapper.backward(loss)
+                return loss
+
+            wrapper.step(closure, make_optimizer_step=make_optimizer_step(batch_idx))
+            outcomes.append(wrapper.last_outcome)
+    return outcomes
+
+
+def assert_params_close(
+    actual: torch.nn.Module, expected: torch.nn.Module, cell: Cell, what: str, tolerance: Tolerance | None = None
+) -> None:
+    """Compare every parameter with the oracle's, in the cell's tolerance; name the first one that differs."""
+    tol = tolerance or TOLERANCES[cell.precision]
+    for (name, got), (_, want) in zip(actual.named_parameters(), expected.named_parameters(), strict=True):
+        got_cpu, want_cpu = got.detach().double().cpu(), want.detach().double().cpu()
+        if not torch.allclose(got_cpu, want_cpu, rtol=tol.rtol, atol=tol.atol):
+            diff = (got_cpu - want_cpu).abs().max().item()
+            raise AssertionError(
+                f"{what}: parameter {name!r} differs from the plain-PyTorch oracle on {cell.id} "
+                f"(max abs diff {diff:.3g}, rtol {tol.rtol}, atol {tol.atol})"
+            )
