@@ -36,7 +36,9 @@ def train_windows(
     for window in windows:
         optimizer.zero_grad(set_to_none=True)
         for batch_idx in window:
-            loss = mse(model, batches[batch_idx], device, dtype) if loss_fn is None else loss_fn(model, batches[batch_idx])
+            loss = (
+                mse(model, batches[batch_idx], device, dtype) if loss_fn is None else loss_fn(model, batches[batch_idx])
+            )
             loss.backward()
         with torch.no_grad():
             for param in model.parameters():

@@ -130,6 +130,14 @@ def _verdict(item: pytest.Item, info: ImplementationInfo[Any], cell: Cell | None
     return None if reason is None else UNAVAILABLE + reason
 
 
+def check_name(item: pytest.Item) -> str:
+    """The row of a check in the matrix: its function name plus any parameters other than the cell."""
+    name = getattr(item, "originalname", item.name)
+    callspec = getattr(item, "callspec", None)
+    others = [str(value) for key, value in (callspec.params.items() if callspec else ()) if key != "cell"]
+    return f"{name}[{'-'.join(others)}]" if others else name
+
+
 def _cell_of(item: pytest.Item) -> Cell | None:
     callspec = getattr(item, "callspec", None)
     cell = callspec.params.get("cell") if callspec is not None else None
@@ -147,8 +155,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
             continue
-        check = getattr(item, "originalname", item.name)
-        for key in (item.name, check):
+        for key in (item.name, check_name(item)):
             if key in info.expected_failures:
                 item.add_marker(pytest.mark.xfail(reason=f"deviation: {info.expected_failures[key]}", strict=True))
                 break
@@ -163,7 +170,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     result = results.get(item.nodeid)
     if result is None:
         result = results[item.nodeid] = report.Result(
-            check=getattr(item, "originalname", item.name),
+            check=check_name(item),
             requirements=[rid for marker in item.iter_markers("requirement") for rid in marker.args],
             device=None if cell is None else cell.device,
             precision=None if cell is None else cell.precision,

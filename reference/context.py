@@ -238,6 +238,25 @@ class TrainingContext:
                         stack.enter_context(module.no_sync())
             yield
 
+    # -- copies --------------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Gradients are not part of a pickled tensor: carry those of open windows explicitly.
+        state = self.__dict__.copy()
+        state["_open_window_grads"] = [
+            [None if slot.pending == 0 or p.grad is None else p.grad.detach() for p in slot.params()]
+            for slot in self._slots
+        ]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        grads = state.pop("_open_window_grads")
+        self.__dict__.update(state)
+        for slot, slot_grads in zip(self._slots, grads, strict=True):
+            for param, grad in zip(slot.params(), slot_grads, strict=True):
+                if grad is not None:
+                    param.grad = grad.clone()
+
     # -- checkpoints -----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:

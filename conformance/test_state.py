@@ -1,0 +1,110 @@
+"""Checks of copies and checkpoints: pickle, deepcopy, the optimizer's state dict, the context's own state."""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from lightning_optimizer.conformance.checkpointing import build, checkpoints, params, resume, step_once, uninterrupted
+from lightning_optimizer.conformance.harness import make_batches, make_model, run_steps
+from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
+
+MakeContext = Callable[..., TrainingContext]
+
+
+def _assert_identical(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert torch.equal(a, b), f"{what}: parameter {i} differs by {(a.double() - b.double()).abs().max().item():.3g}"
+
+
+@pytest.mark.requirement("CKPT-001")
+@pytest.mark.features("checkpointing")
+def test_state_dict_is_the_inner_format(make_context: MakeContext, cell: Cell) -> None:
+    """``state_dict()`` equals the inner optimizer's, with its keys and per-parameter state."""
+    context, model, wrapper = build(make_context)
+    run_steps(context, model, wrapper, make_batches(3), cell)
+    got, want = wrapper.state_dict(), wrapper.optimizer.state_dict()
+    assert set(got) == {"state", "param_groups"}, f"state_dict keys are {sorted(got)}"
+    assert got["param_groups"] == want["param_groups"]
+    assert set(got["state"]) == set(want["state"]) == set(range(len(list(model.parameters()))))
+    for index, entry in want["state"].items():
+        torch.testing.assert_close(got["state"][index]["momentum_buffer"], entry["momentum_buffer"])
+
+
+@pytest.mark.requirement("CKPT-002")
+@pytest.mark.features("checkpointing")
+def test_resume_at_every_micro_step_is_bit_identical(make_context: MakeContext, cell: Cell) -> None:
+    """Save after any micro-step, resume in fresh objects: the same parameters, bit for bit."""
+    want = uninterrupted(make_context, cell)
+    for done, checkpoint in enumerate(checkpoints(make_context, cell)):
+        got = resume(make_context, cell, checkpoint, start=done + 1)
+        _assert_identical(got, want, f"resumed after batch {done}")
+
+
+@pytest.mark.requirement("CKPT-002")
+@pytest.mark.features("checkpointing")
+def test_resume_in_a_fresh_process(make_context: MakeContext, cell: Cell, tmp_path: Path, pytestconfig: Any) -> None:
+    """A checkpoint saved mid-window and resumed by a new Python process gives identical parameters."""
+    want = uninterrupted(make_context, cell)
+    mid_window = 3  # batches 0..3 done: the window {3, 4} is open
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(checkpoints(make_context, cell)[mid_window])
+    result = tmp_path / "params.pt"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    command = [sys.executable, "-m", "lightning_optimizer.conformance.resume_worker", pytestconfig.getoption("impl")]
+    command += [cell.device, cell.precision, str(path), str(mid_window + 1), str(result)]
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert completed.returncode == 0, f"the resuming process failed:\n{completed.stderr[-3000:]}"
+    _assert_identical(torch.load(result, weights_only=True), want, "resumed in a fresh process")
+
+
+@pytest.mark.requirement("CKPT-003")
+@pytest.mark.features("checkpointing")
+def test_context_state_for_another_layout_is_refused(make_context: MakeContext, cell: Cell) -> None:
+    """Loading a context state saved with two optimizers into one with one raises and changes nothing."""
+    context = make_context(accumulate_grad_batches=2)
+    model = context.prepare_module(make_model())
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+    other = make_context(accumulate_grad_batches=2)
+    other_model = other.prepare_module(make_model())
+    other.wrap(torch.optim.SGD(list(other_model.parameters())[:2], lr=0.1))
+    other.wrap(torch.optim.SGD(list(other_model.parameters())[2:], lr=0.1))
+    run_steps(context, model, wrapper, make_batches(1), cell, lambda i: False)
+    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    with pytest.raises(ValueError):
+        context.load_state_dict(other.state_dict())
+    assert all(
+        g is not None and p.grad is not None and torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads)
+    )
+    wrapper.step(make_optimizer_step=None)
+    assert wrapper.last_outcome is StepOutcome.STEPPED, "the open window was lost by the refused load"
+
+
+@pytest.mark.requirement("PICKLE-001")
+@pytest.mark.features("pickling")
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_copies_continue_independently(make_context: MakeContext, cell: Cell, how: str) -> None:
+    """A copy taken with a window open continues the same trajectory; the original is unaffected."""
+    context, model, wrapper = build(make_context)
+    for batch_idx in range(4):  # window {0, 1, 2} steps, then {3, 4} is open
+        step_once(context, model, wrapper, batch_idx, cell)
+    clone = pickle.loads(pickle.dumps(wrapper)) if how == "pickle" else copy.deepcopy(wrapper)
+    assert isinstance(clone, type(wrapper.optimizer)), f"the {how} copy is a {type(clone).__name__}"
+    assert clone.optimizer is not wrapper.optimizer, f"the {how} copy shares the inner optimizer"
+    before = params(model)
+    clone.step(make_optimizer_step=True)
+    assert clone.last_outcome is StepOutcome.STEPPED
+    _assert_identical(params(model), before, f"stepping the {how} copy changed the original's parameters")
+    wrapper.step(make_optimizer_step=True)
+    copied = [p.detach().cpu() for group in clone.param_groups for p in group["params"]]
+    _assert_identical(copied, params(model), f"the {how} copy and the original closed the same window differently")
+    assert not all(torch.equal(a, b) for a, b in zip(copied, before, strict=True)), "nothing stepped"

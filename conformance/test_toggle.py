@@ -1,0 +1,172 @@
+"""Checks of ``requires_grad`` toggling between the optimizers of one model, and the seed's GAN cadences."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from lightning_optimizer.conformance.harness import assert_params_close, cell_device, cell_dtype, make_batches, mse
+from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.spec import Cell, TrainingContext
+
+MakeContext = Callable[..., TrainingContext]
+
+
+class _Pair(torch.nn.Module):
+    """Two halves, each with its own optimizer; ``shared`` belongs to both."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(3)
+        self.a = torch.nn.Parameter(torch.randn(4, generator=generator))
+        self.b = torch.nn.Parameter(torch.randn(4, generator=generator))
+        self.shared = torch.nn.Parameter(torch.randn(4, generator=generator))
+        self.frozen_a = torch.nn.Parameter(torch.randn(4, generator=generator), requires_grad=False)
+        self.frozen_b = torch.nn.Parameter(torch.randn(4, generator=generator), requires_grad=False)
+
+
+def _two_wrappers(make_context: MakeContext) -> tuple[TrainingContext, _Pair, Any, Any]:
+    context = make_context()
+    model = context.prepare_module(_Pair())
+    assert isinstance(model, _Pair)
+    opt_a = context.wrap(torch.optim.SGD([model.a, model.shared, model.frozen_a], lr=0.1))
+    opt_b = context.wrap(torch.optim.SGD([model.b, model.shared, model.frozen_b], lr=0.1))
+    return context, model, opt_a, opt_b
+
+
+def _flags(model: torch.nn.Module) -> dict[str, bool]:
+    return {name: param.requires_grad for name, param in model.named_parameters()}
+
+
+@pytest.mark.requirement("TOGGLE-001", "TOGGLE-002")
+def test_closure_sees_only_its_parameters(make_context: MakeContext, cell: Cell) -> None:
+    """In A's closure B-only parameters do not require grad; shared and A's stay; all flags come back."""
+    _, model, opt_a, _ = _two_wrappers(make_context)
+    before = _flags(model)
+    seen: dict[str, bool] = {}
+
+    def closure() -> None:
+        seen.update(_flags(model))
+
+    opt_a.step(closure, make_optimizer_step=False)
+    expected = {"a": True, "b": False, "shared": True, "frozen_a": False, "frozen_b": False}
+    assert seen == expected, f"flags inside opt_a's closure: {seen}, expected {expected}"
+    assert _flags(model) == before, f"flags after the closure: {_flags(model)}, before: {before}"
+
+
+@pytest.mark.requirement("TOGGLE-001", "TOGGLE-002")
+def test_toggle_model_block(make_context: MakeContext, cell: Cell) -> None:
+    """``toggle_model()`` toggles for its block and restores exactly, also when the block raises."""
+    _, model, _, opt_b = _two_wrappers(make_context)
+    before = _flags(model)
+    with opt_b.toggle_model():
+        inside = _flags(model)
+    assert inside == {"a": False, "b": True, "shared": True, "frozen_a": False, "frozen_b": False}, inside
+    assert _flags(model) == before
+    with pytest.raises(KeyError), opt_b.toggle_model():
+        raise KeyError("inside the block")
+    assert _flags(model) == before, f"flags after a raising block: {_flags(model)}, before: {before}"
+
+
+@pytest.mark.requirement("TOGGLE-002", "CLOS-003")
+def test_raising_closure_restores_flags(make_context: MakeContext, cell: Cell) -> None:
+    """A closure that raises leaves every flag as it was; user-frozen parameters stay frozen."""
+    _, model, opt_a, _ = _two_wrappers(make_context)
+    before = _flags(model)
+
+    def closure() -> None:
+        raise ValueError("closure failed")
+
+    with pytest.raises(ValueError, match="closure failed"):
+        opt_a.step(closure, make_optimizer_step=True)
+    assert _flags(model) == before, f"flags after a raising closure: {_flags(model)}, before: {before}"
+
+
+class _Gan(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(7)
+        self.generator = torch.nn.Linear(3, 4)
+        self.discriminator = torch.nn.Linear(4, 1)
+        with torch.no_grad():
+            for param in self.parameters():
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+
+
+def _gan_losses(model: _Gan, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    noise, real = batch
+    fake = model.generator(noise)
+    loss_gen = -model.discriminator(fake).mean()
+    loss_dis = model.discriminator(fake.detach()).mean() - model.discriminator(real).mean()
+    return loss_gen, loss_dis
+
+
+@pytest.mark.requirement("STEP-001", "STEP-002", "ACC-001", "TOGGLE-001")
+def test_gan_cadences(make_context: MakeContext, cell: Cell) -> None:
+    """The seed's GAN: generator accumulating over 2 batches, discriminator every 4, for 8 batches."""
+    context = make_context()
+    base = _Gan()
+    oracle = oracle_copy(base, cell)
+    assert isinstance(oracle, _Gan)
+    model = context.prepare_module(base)
+    assert isinstance(model, _Gan)
+    opt_gen = context.wrap(torch.optim.Adam(model.generator.parameters(), lr=0.01))
+    opt_dis = context.wrap(torch.optim.SGD(model.discriminator.parameters(), lr=0.05))
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    generator = torch.Generator().manual_seed(11)
+    batches = [(torch.randn(5, 3, generator=generator), torch.randn(5, 4, generator=generator)) for _ in range(8)]
+
+    for batch_idx, batch in enumerate(batches):
+        moved = (batch[0].to(device, dtype), batch[1].to(device, dtype))
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+
+            def gen_closure(moved: Any = moved) -> None:
+                with context.autocast():
+                    loss_gen, _ = _gan_losses(model, moved)
+                opt_gen.backward(loss_gen)
+
+            def dis_closure(moved: Any = moved) -> None:
+                with context.autocast():
+                    _, loss_dis = _gan_losses(model, moved)
+                opt_dis.backward(loss_dis)
+
+            opt_gen.step(closure=gen_closure, make_optimizer_step=batch_idx % 2 == 0)
+            if batch_idx % 4 == 0:
+                opt_dis.step(closure=dis_closure, make_optimizer_step=True)
+
+    # The oracle by hand: generator windows close at batches 0, 2, 4, 6 ({0}, {1, 2}, {3, 4}, {5, 6}; 7 stays
+    # open); the discriminator steps at 0 and 4. Generator gradients never reach the discriminator's .grad
+    # and vice versa, as the toggling requires.
+    oracle_gen = torch.optim.Adam(oracle.generator.parameters(), lr=0.01)
+    oracle_dis = torch.optim.SGD(oracle.discriminator.parameters(), lr=0.05)
+    gen_window: list[int] = []
+    for batch_idx, batch in enumerate(batches):
+        moved = (batch[0].to(device, dtype), batch[1].to(device, dtype))
+        for param in oracle.discriminator.parameters():
+            param.requires_grad_(False)
+        loss_gen, _ = _gan_losses(oracle, moved)
+        loss_gen.backward()
+        for param in oracle.discriminator.parameters():
+            param.requires_grad_(True)
+        gen_window.append(batch_idx)
+        if batch_idx % 2 == 0:
+            with torch.no_grad():
+                for param in oracle.generator.parameters():
+                    assert param.grad is not None
+                    param.grad /= len(gen_window)
+            oracle_gen.step()
+            oracle_gen.zero_grad(set_to_none=True)
+            gen_window = []
+        if batch_idx % 4 == 0:
+            for param in oracle.generator.parameters():
+                param.requires_grad_(False)
+            _, loss_dis = _gan_losses(oracle, moved)
+            loss_dis.backward()
+            for param in oracle.generator.parameters():
+                param.requires_grad_(True)
+            oracle_dis.step()
+            oracle_dis.zero_grad(set_to_none=True)
+    assert_params_close(model, oracle, cell, "the seed's GAN example over 8 batches")

@@ -1,0 +1,50 @@
+"""An implementation whose wrapper lacks ``backward``.
+
+``conformance_info`` declares nothing; ``declared_info`` declares the wrapper-surface check as a deviation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_optimizer.reference import TrainingContext
+from lightning_optimizer.spec import CONTRACT_VERSION, Cell, ImplementationInfo
+
+MISSING = "backward"
+
+
+class NoBackwardWrapper:
+    """Delegates every member to the reference wrapper, except ``backward``."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == MISSING:
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+class BrokenContext(TrainingContext):
+    def wrap(self, optimizer: torch.optim.Optimizer) -> Any:  # type: ignore[override]
+        return NoBackwardWrapper(super().wrap(optimizer))
+
+
+def _factory(cell: Cell, *, accumulate_grad_batches: int = 1) -> BrokenContext:
+    return BrokenContext(cell.precision, cell.device, accumulate_grad_batches=accumulate_grad_batches)
+
+
+def conformance_info() -> ImplementationInfo[BrokenContext]:
+    return ImplementationInfo(name="no backward", version="0", contract_version=CONTRACT_VERSION, factory=_factory)
+
+
+def declared_info() -> ImplementationInfo[BrokenContext]:
+    return ImplementationInfo(
+        name="no backward, declared",
+        version="0",
+        contract_version=CONTRACT_VERSION,
+        factory=_factory,
+        expected_failures={"test_wrapper_surface": "the wrapper has no backward; call loss.backward() instead"},
+    )

@@ -1,0 +1,3 @@
+"""An implementation module that exists but imports a module that does not."""
+
+import plugin_impls_absent_dependency  # noqa: F401
