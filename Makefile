@@ -41,7 +41,7 @@ lint: env
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: unit typecheck lint
+test: unit conformance typecheck lint
 
 format: env
 	$(BIN)/ruff format .

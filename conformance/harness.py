@@ -15,6 +15,7 @@ import torch
 from lightning_optimizer.spec import Cell, OptimizerWrapper, Precision, TrainingContext
 
 __all__ = [
+    "REORDERED_TOLERANCES",
     "TOLERANCES",
     "Batch",
     "Tolerance",
@@ -40,13 +41,22 @@ class Tolerance:
 
 TOLERANCES: dict[Precision, Tolerance] = {
     # The oracle runs the same operations in the same order: true precisions agree to rounding.
-    "64-true": Tolerance(rtol=1e-12, atol=1e-14),
+    "64-true": Tolerance(rtol=0.0, atol=0.0),  # exact
     "32-true": Tolerance(rtol=1e-6, atol=1e-7),
     "bf16-true": Tolerance(rtol=2e-2, atol=1e-2),
     "bf16-mixed": Tolerance(rtol=1e-2, atol=1e-3),
     "16-mixed": Tolerance(rtol=1e-3, atol=1e-4),
 }
 """One table for every check: how close an implementation's parameters must be to the oracle's."""
+
+REORDERED_TOLERANCES: dict[Precision, Tolerance] = {
+    "64-true": Tolerance(rtol=1e-12, atol=1e-14),
+    "32-true": Tolerance(rtol=1e-5, atol=1e-6),
+    "bf16-true": Tolerance(rtol=5e-2, atol=2e-2),
+    "bf16-mixed": Tolerance(rtol=2e-2, atol=2e-3),
+    "16-mixed": Tolerance(rtol=2e-3, atol=2e-4),
+}
+"""For oracles that reach the same value by other arithmetic (e.g. one batch instead of a window's mean)."""
 
 
 def cell_device(cell: Cell) -> torch.device:
