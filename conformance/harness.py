@@ -6,6 +6,7 @@ plain PyTorch oracles in :mod:`lightning_optimizer.conformance.oracles`, never f
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,7 +78,7 @@ def make_model(seed: int = 0, sizes: Sequence[int] = (4, 8, 2)) -> torch.nn.Sequ
     """A small seeded MLP on the CPU, in float32."""
     generator = torch.Generator().manual_seed(seed)
     layers: list[torch.nn.Module] = []
-    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
         linear = torch.nn.Linear(fan_in, fan_out)
         with torch.no_grad():
             linear.weight.copy_(torch.randn(fan_out, fan_in, generator=generator) / fan_in**0.5)

@@ -152,7 +152,7 @@ def test_kwargs_reach_the_inner_step(make_context: MakeContext, cell: Cell) -> N
     class RecordingSGD(torch.optim.SGD):
         calls: list[dict[str, Any]]
 
-        def step(self, closure: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+        def step(self, closure: Any = None, **kwargs: Any) -> Any:
             self.calls.append(kwargs)
             return super().step(closure)
 
@@ -301,10 +301,11 @@ def test_lbfgs_evaluates_the_closure_itself(make_context: MakeContext, cell: Cel
         torch.testing.assert_close(got, want, msg="step must return what LBFGS's own step returns")
     assert len(evaluations) > 2, "LBFGS was not allowed to evaluate the closure several times"
     assert_params_close(model, oracle, cell, "two LBFGS steps")
-    with pytest.raises(ValueError, match="(?i)accumulat"):
-        lbfgs_context = make_context(accumulate_grad_batches=2)
-        lbfgs_model = lbfgs_context.prepare_module(make_model())
-        lbfgs_context.wrap(torch.optim.LBFGS(lbfgs_model.parameters())).step(closure)
+    lbfgs_context = make_context(accumulate_grad_batches=2)
+    lbfgs_model = lbfgs_context.prepare_module(make_model())
+    lbfgs = torch.optim.LBFGS(lbfgs_model.parameters())
+    with pytest.raises(ValueError, match=r"(?i)accumulat"):
+        lbfgs_context.wrap(lbfgs).step(closure)
 
 
 @pytest.mark.requirement("BWD-001")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_optimizer.conformance.harness import assert_params_close, cell_device, cell_dtype, make_batches, mse
+from lightning_optimizer.conformance.harness import assert_params_close, cell_device, cell_dtype
 from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.spec import Cell, TrainingContext
 
