@@ -59,7 +59,7 @@ def test_wrap_refuses_the_same_optimizer_twice_and_non_optimizers() -> None:
     ctx.wrap(opt)
     with pytest.raises(ValueError, match="already wrapped"):
         ctx.wrap(opt)
-    with pytest.raises(TypeError, match="torch.optim.Optimizer"):
+    with pytest.raises(TypeError, match=r"torch\.optim\.Optimizer"):
         ctx.wrap(object())  # type: ignore[type-var]
 
 
@@ -103,7 +103,7 @@ def test_context_state_validation_names_the_problem() -> None:
         ctx.load_state_dict({"format": 99})
     with pytest.raises(ValueError, match="precision"):
         ctx.load_state_dict(state | {"precision": "64-true"})
-    wrong_shape = [torch.zeros(5)] + state["optimizers"][0]["grads"][1:]
+    wrong_shape = [torch.zeros(5), *state["optimizers"][0]["grads"][1:]]
     broken = state | {"optimizers": [state["optimizers"][0] | {"grads": wrong_shape}]}
     with pytest.raises(ValueError, match="parameter 0"):
         ctx.load_state_dict(broken)
