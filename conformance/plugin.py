@@ -70,8 +70,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--report-md", default=None, metavar="PATH", help="write the result matrix as Markdown")
 
 
+MARKERS = (
+    "requirement(*ids): the contract requirement ids that a conformance check verifies",
+    "cells(devices=None, precisions=None, world_sizes=None): the cells where a conformance check applies",
+    "features(*names): optional capabilities a conformance check needs",
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Load and validate the implementation and the filters; bad input is a one-line usage error."""
+    """Register the markers; load and validate the implementation and the filters (bad input: usage error)."""
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
     try:
         config.stash[FILTER_KEY] = CellFilter(
             devices=parse_list("--devices", config.getoption("devices"), DEVICE_KINDS),
@@ -207,13 +216,13 @@ def _classify(rep: pytest.TestReport) -> tuple[str | None, str]:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Print the matrix and write the reports that were asked for."""
-    results = list(config.stash[RESULTS_KEY].values())
-    if not results:
+    results = list(config.stash.get(RESULTS_KEY, {}).values())
+    if IMPL_KEY not in config.stash:
         return
     loaded = config.stash[IMPL_KEY]
     document = report.build(loaded.info, loaded.module, results)
     terminalreporter.section("conformance matrix")
-    for line in report.render_terminal(document):
+    for line in report.render_terminal(document) if results else ["no check ran"]:
         terminalreporter.write_line(line)
     for option, render in (("report_json", report.to_json), ("report_md", report.to_markdown)):
         path = config.getoption(option)

@@ -66,7 +66,7 @@ def load_implementation(spec: str) -> LoadedImplementation:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
+        if exc.name is not None and (exc.name == module_name or module_name.startswith(exc.name + ".")):
             raise SelectionError(f"--impl={spec}: no module named {module_name!r} can be imported") from exc
         raise SelectionError(f"--impl={spec}: importing {module_name!r} failed: {exc}") from exc
     except Exception as exc:
@@ -116,6 +116,8 @@ def parse_list(option: str, value: str | None, known: Sequence[NameT]) -> tuple[
     if value is None or value.strip() == "all":
         return tuple(known)
     names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise SelectionError(f"{option} is empty; name at least one of: {', '.join(map(str, known))}")
     by_text = {str(name): name for name in known}
     for name in names:
         if name not in by_text:

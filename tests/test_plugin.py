@@ -1,7 +1,12 @@
 """Self-tests of the conformance suite's pytest plugin: the real suite, run in subprocesses.
 
-The fake implementations live in ``tests/plugin_impls`` (importable as ``plugin_impls.<name>``). Most runs
-select only the cheap surface checks on cpu; the static mypy check runs once, in the reference's report run.
+The fake implementations live in ``tests/plugin_impls`` (importable as ``plugin_impls.<name>``). Runs select
+the cheap surface checks; the static mypy check runs once, in the reference's run over the whole matrix.
+
+To keep the file fast on few cores, two subprocesses start in the background with the module's first test:
+the reference's run, and ``plugin_impls.run_many``, which runs every case of ``BATCH`` as a fresh
+``pytest.main`` session in one interpreter (torch imported once). The tests that need a subprocess of their
+own (the exact stderr of a usage error, the installed console script) run in the foreground meanwhile.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,8 @@ USAGE_ERROR = 4
 RESULT_KEYS = {"check", "requirements", "device", "precision", "world_size", "outcome", "reason", "duration_s"}
 _LEAKY_ENV = ("LIGHTNING_OPTIMIZER_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 
+Run = subprocess.CompletedProcess[str]
+
 
 def _env(**extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key not in _LEAKY_ENV}
@@ -35,27 +43,52 @@ def _env(**extra: str) -> dict[str, str]:
     return env | extra
 
 
-def run_suite(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m pytest conformance ARGS`` from the repository root, without touching its pytest cache."""
-    command = [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider", *args]
-    return subprocess.run(command, cwd=cwd, env=env or _env(), capture_output=True, text=True, timeout=600)
-
-
-def _explain(run: subprocess.CompletedProcess[str]) -> str:
+def _explain(run: Run) -> str:
     return f"exit {run.returncode}\n--- stdout\n{run.stdout[-6000:]}\n--- stderr\n{run.stderr[-3000:]}"
 
 
-def run_with_report(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[Any, dict[str, Any]]:
-    """Run the suite with ``--report-json``; the completed process and the report document."""
-    target = tmp_path / "report.json"
-    run = run_suite(f"--report-json={target}", *args, env=env)
-    assert target.is_file(), _explain(run)
-    return run, json.loads(target.read_text(encoding="utf-8"))
+def _run(command: list[str], cwd: Path, env: dict[str, str]) -> Run:
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+class Background:
+    """A subprocess started now, whose output goes to files in ``folder``; ``wait()`` gives its result."""
+
+    def __init__(self, command: list[str], folder: Path, env: dict[str, str]) -> None:
+        self.folder = folder
+        with (folder / "stdout").open("w") as out, (folder / "stderr").open("w") as err:
+            self.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err, text=True)
+
+    def wait(self) -> Run:
+        code = self.process.wait(timeout=600)
+        out, err = ((self.folder / name).read_text(encoding="utf-8") for name in ("stdout", "stderr"))
+        return Run(self.process.args, code, out, err)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@dataclass
+class Reported:
+    """One run of the suite with its JSON and Markdown reports."""
+
+    run: Run
+    document: dict[str, Any]
+    markdown: str
+
+
+def _reported(run: Run, json_path: Path, md_path: Path) -> Reported:
+    assert json_path.is_file(), _explain(run)
+    assert md_path.is_file(), _explain(run)
+    document = json.loads(json_path.read_text(encoding="utf-8"))
+    return Reported(run, document, md_path.read_text(encoding="utf-8"))
 
 
 def result(document: dict[str, Any], check: str, cell: str | None) -> dict[str, Any]:
     """The one result row of ``check`` in ``cell`` (``device/precision/wsN``; ``None`` for cell-less checks)."""
-    rows = [
+    rows: list[dict[str, Any]] = [
         row
         for row in document["results"]
         if row["check"] == check
@@ -65,13 +98,10 @@ def result(document: dict[str, Any], check: str, cell: str | None) -> dict[str, 
     return rows[0]
 
 
-def _error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.strip()]
-
-
-def _assert_usage_error(run: subprocess.CompletedProcess[str], needles: Iterable[str]) -> str:
+def _assert_usage_error(run: Run, needles: Iterable[str]) -> str:
+    """Exit code 4 and exactly one non-blank stderr line, ``ERROR: ...`` with every needle in it."""
     assert run.returncode == USAGE_ERROR, _explain(run)
-    lines = _error_lines(run.stderr)
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, _explain(run)
     assert lines[0].startswith("ERROR: "), _explain(run)
     for needle in needles:
@@ -80,238 +110,117 @@ def _assert_usage_error(run: subprocess.CompletedProcess[str], needles: Iterable
     return lines[0]
 
 
+# -- the runs ------------------------------------------------------------------------------------------
+
+USAGE_CASES: dict[str, tuple[str, list[str]]] = {
+    "no-info": ("--impl=plugin_impls.no_info", ["plugin_impls.no_info", "conformance_info"]),
+    "no-such-attr": ("--impl=plugin_impls.only_fp64:nothing_here", ["nothing_here"]),
+    "not-info": ("--impl=plugin_impls.not_info", ["dict", "not a", "ImplementationInfo"]),
+    "bad-precision-claim": ("--impl=plugin_impls.unknown_precision", ["unknown precisions", "fp8-true"]),
+    "bad-contract": ("--impl=plugin_impls.unknown_contract", ["1999.01", CONTRACT_VERSION]),
+    "missing-dependency": (
+        "--impl=plugin_impls.missing_dependency",
+        ["plugin_impls.missing_dependency", "plugin_impls_absent_dependency"],
+    ),
+    "prefix-dependency": ("--impl=plugin_impls.prefix_dependency", ["'plugin_imp'"]),
+    "empty-impl": ("--impl=", ["--impl is empty"]),
+    "bad-precision-filter": ("--precisions=fp17", ["fp17", "--precisions", *PRECISIONS]),
+    "bad-precision-in-list": ("--precisions=32-true,fp17", ["fp17", "--precisions"]),
+    "bad-device-filter": ("--devices=tpu", ["tpu", "--devices", *DEVICE_KINDS]),
+    "bad-world-size-filter": ("--world-sizes=3", ["'3'", "--world-sizes", "1, 2"]),
+    "empty-device-filter": ("--devices=", ["--devices is empty", *DEVICE_KINDS]),
+}
+"""Case id: the bad option, and what the one-line error must name."""
+
+_CPU_WRAPPER = ["-k", "wrapper_surface", "--devices=cpu"]
+REPORTED_CASES: dict[str, dict[str, Any]] = {
+    "declared-but-passes": {"args": ["--impl=plugin_impls.declared_deviation", *_CPU_WRAPPER]},
+    "declared-and-fails": {"args": ["--impl=plugin_impls.broken_wrapper:declared_info", *_CPU_WRAPPER]},
+    "undeclared-and-fails": {"args": ["--impl=plugin_impls.broken_wrapper", *_CPU_WRAPPER]},
+    "only-fp64-from-env": {
+        "args": [*_CPU_WRAPPER, "--world-sizes=1"],
+        "env": {"LIGHTNING_OPTIMIZER_IMPL": "plugin_impls.only_fp64"},
+    },
+    "filters": {
+        "args": [
+            "--impl=plugin_impls.reference_alias:info",
+            "-k",
+            "surface",
+            "--devices=cpu",
+            "--precisions=32-true",
+            "--world-sizes=1",
+        ]
+    },
+}
+"""Case id: a run that gets to the matrix, and writes ``<case>.json`` and ``<case>.md``."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _background(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Background]]:
+    """Start the reference's run and the batch of cases with the module's first test."""
+    reference = tmp_path_factory.mktemp("reference")
+    command = [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider"]
+    command += ["--impl=lightning_optimizer.reference", "-k", "surface"]
+    command += [f"--report-json={reference / 'report.json'}", f"--report-md={reference / 'report.md'}"]
+    started = {"reference": Background(command, reference, _env())}
+
+    batch = tmp_path_factory.mktemp("batch")
+    cases: dict[str, dict[str, Any]] = {
+        case: {"args": [option, "-k", "wrapper_surface"]} for case, (option, _) in USAGE_CASES.items()
+    }
+    for case, spec in REPORTED_CASES.items():
+        reports = [f"--report-json={batch / f'{case}.json'}", f"--report-md={batch / f'{case}.md'}"]
+        cases[case] = {"args": [*spec["args"], *reports], "env": spec.get("env", {})}
+    (batch / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
+    command = [sys.executable, "-m", "plugin_impls.run_many", str(batch / "cases.json"), str(batch / "results.json")]
+    started["batch"] = Background(command, batch, _env())
+    yield started
+    for process in started.values():
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def batch(_background: dict[str, Background]) -> dict[str, Run]:
+    """The result of every case of ``USAGE_CASES`` and ``REPORTED_CASES``."""
+    driver = _background["batch"]
+    run = driver.wait()
+    results = driver.folder / "results.json"
+    assert results.is_file(), _explain(run)
+    return {
+        case: Run(["pytest", "conformance", case], got["exit"], got["stdout"], got["stderr"])
+        for case, got in json.loads(results.read_text(encoding="utf-8")).items()
+    }
+
+
+@pytest.fixture(scope="module")
+def reported(batch: dict[str, Run], _background: dict[str, Background]) -> dict[str, Reported]:
+    """The cases of ``REPORTED_CASES`` with their reports."""
+    folder = _background["batch"].folder
+    return {case: _reported(batch[case], folder / f"{case}.json", folder / f"{case}.md") for case in REPORTED_CASES}
+
+
+@pytest.fixture(scope="module")
+def reference(_background: dict[str, Background]) -> Reported:
+    """The reference on the whole matrix, surface checks (the static mypy check included), both reports."""
+    process = _background["reference"]
+    return _reported(process.wait(), process.folder / "report.json", process.folder / "report.md")
+
+
 # -- usage errors --------------------------------------------------------------------------------------
 
 
 def test_impl_module_that_does_not_exist_is_a_one_line_usage_error() -> None:
-    run = run_suite("--impl=plugin_impls.no_such_module", "-k", "wrapper_surface")
+    """A subprocess of its own: nothing else may reach the real stderr, not even by file descriptor."""
+    command = [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider"]
+    run = _run([*command, "--impl=plugin_impls.no_such_module", "-k", "wrapper_surface"], REPO, _env())
     line = _assert_usage_error(run, ["plugin_impls.no_such_module"])
-    assert "Traceback" not in run.stderr + run.stdout
     assert "no module named" in line
+    assert "Traceback" not in run.stderr + run.stdout
 
 
-@pytest.mark.parametrize(
-    ("option", "needles"),
-    [
-        pytest.param("--impl=plugin_impls.no_info", ["plugin_impls.no_info", "conformance_info"], id="no-info"),
-        pytest.param("--impl=plugin_impls.only_fp64:nothing_here", ["nothing_here"], id="no-such-attr"),
-        pytest.param("--impl=plugin_impls.not_info", ["dict", "not a", "ImplementationInfo"], id="not-info"),
-        pytest.param("--impl=plugin_impls.unknown_precision", ["unknown precisions", "fp8-true"], id="bad-precision"),
-        pytest.param("--impl=plugin_impls.unknown_contract", ["1999.01", CONTRACT_VERSION], id="bad-contract"),
-        pytest.param(
-            "--impl=plugin_impls.missing_dependency",
-            ["plugin_impls.missing_dependency", "plugin_impls_absent_dependency"],
-            id="missing-dependency",
-        ),
-        pytest.param("--impl=", ["--impl is empty"], id="empty-impl"),
-        pytest.param("--precisions=fp17", ["fp17", "--precisions", *PRECISIONS], id="bad-precision-filter"),
-        pytest.param("--precisions=32-true,fp17", ["fp17", "--precisions"], id="bad-precision-in-list"),
-        pytest.param("--devices=tpu", ["tpu", "--devices", *DEVICE_KINDS], id="bad-device-filter"),
-        pytest.param("--world-sizes=3", ["'3'", "--world-sizes", "1, 2"], id="bad-world-size-filter"),
-    ],
-)
-def test_bad_input_is_a_one_line_usage_error(option: str, needles: list[str]) -> None:
-    _assert_usage_error(run_suite(option, "-k", "wrapper_surface"), needles)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="plugin bug: selection.load_implementation takes a missing dependency whose name is a string prefix "
-    "of the --impl module's name (here 'plugin_imp' for 'plugin_impls.prefix_dependency') for the module itself",
-)
-def test_missing_dependency_with_a_prefix_name_is_named() -> None:
-    run = run_suite("--impl=plugin_impls.prefix_dependency", "-k", "wrapper_surface")
-    _assert_usage_error(run, ["'plugin_imp'"])
-
-
-# -- the reference: the report documents ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def reference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any], str]:
-    """The reference on the whole matrix, surface checks (the static mypy check included), both reports."""
-    folder = tmp_path_factory.mktemp("reference")
-    markdown = folder / "report.md"
-    run, document = run_with_report(
-        folder, "--impl=lightning_optimizer.reference", f"--report-md={markdown}", "-k", "surface"
-    )
-    assert markdown.is_file(), _explain(run)
-    return run, document, markdown.read_text(encoding="utf-8")
-
-
-def test_reference_exits_zero(reference_run: tuple[Any, dict[str, Any], str]) -> None:
-    run, _, _ = reference_run
-    assert run.returncode == 0, _explain(run)
-
-
-def test_reference_json_document(reference_run: tuple[Any, dict[str, Any], str]) -> None:
-    _, document, _ = reference_run
-    info = reference_info()
-    assert document["contract_version"] == CONTRACT_VERSION
-    assert document["impl"] == {"name": info.name, "module": "lightning_optimizer.reference", "version": info.version}
-    env = document["env"]
-    assert {"python", "torch", "torch_xla", "lightning", "devices_found"} <= env.keys()
-    assert env["torch"] == torch.__version__
-    assert "cpu" in env["devices_found"]
-    results = document["results"]
-    assert results
-    for row in results:
-        assert RESULT_KEYS <= row.keys(), row
-        assert row["outcome"] in OUTCOMES, row
-        assert isinstance(row["requirements"], list), row
-        assert row["requirements"], row
-        assert isinstance(row["duration_s"], float), row
-        assert row["duration_s"] >= 0, row
-    summary = document["summary"]
-    assert set(summary) == set(OUTCOMES)
-    assert sum(summary.values()) == len(results)
-    for outcome in OUTCOMES:
-        assert summary[outcome] == sum(row["outcome"] == outcome for row in results)
-    # every cell of the matrix has a result per cell check, and the static check has one cell-less result
-    cells = len(DEVICE_KINDS) * len(PRECISIONS) * 2
-    assert len(results) == 2 * cells + 1
-
-
-def test_reference_outcomes_per_cell(reference_run: tuple[Any, dict[str, Any], str]) -> None:
-    _, document, _ = reference_run
-    info = reference_info()
-    for check in ("test_wrapper_surface", "test_context_surface"):
-        row = result(document, check, "cpu/32-true/ws1")
-        assert (row["outcome"], row["reason"]) == ("passed", "")
-        assert row["requirements"] == (["SURFACE-001"] if check == "test_wrapper_surface" else ["SURFACE-002"])
-        assert row["duration_s"] > 0
-        unclaimed = next(p for p in ("16-mixed", *PRECISIONS) if p not in info.precisions)
-        row = result(document, check, f"cpu/{unclaimed}/ws1")
-        assert row["outcome"] == "n/a"
-        assert "not claimed" in row["reason"]
-        assert unclaimed in row["reason"]
-        row = result(document, check, "cpu/32-true/ws2")
-        assert row["outcome"] == "n/a"
-        assert "world size 2" in row["reason"]
-        row = result(document, check, "cuda/32-true/ws1")
-        if "cuda" not in info.devices:
-            assert row["outcome"] == "n/a"
-        elif torch.cuda.is_available():
-            assert row["outcome"] == "passed", row
-        else:
-            assert row["outcome"] == "unavailable"
-            assert "CUDA" in row["reason"]
-    static = result(document, "test_static_surface", None)
-    assert static["outcome"] == "passed", static
-    assert static["device"] is static["precision"] is static["world_size"] is None
-    assert static["requirements"] == ["SURFACE-001", "SURFACE-002"]
-
-
-def test_reference_markdown(reference_run: tuple[Any, dict[str, Any], str]) -> None:
-    _, document, markdown = reference_run
-    assert markdown.startswith(f"# Conformance: {document['impl']['name']}")
-    header = next(line for line in markdown.splitlines() if line.startswith("| check | requirements |"))
-    assert "cpu/32-true/ws1" in header
-    assert "any" in header
-    for check in ("test_wrapper_surface", "test_context_surface", "test_static_surface"):
-        assert f"`{check}`" in markdown
-    assert CONTRACT_VERSION in markdown
-
-
-def test_reference_terminal_matrix(reference_run: tuple[Any, dict[str, Any], str]) -> None:
-    run, document, _ = reference_run
-    out = run.stdout
-    assert "conformance matrix" in out
-    matrix = out[out.index("conformance matrix") :]
-    assert "test_wrapper_surface" in matrix
-    assert "cpu/32-true/ws1" in matrix
-    assert "summary: " + ", ".join(f"{document['summary'][o]} {o}" for o in OUTCOMES) in matrix
-    assert "conformance report written to" in matrix
-    assert f"conformance: {document['impl']['name']}" in out  # the report header
-
-
-# -- declared deviations -------------------------------------------------------------------------------
-
-
-def test_declared_deviation_that_passes_fails(tmp_path: Path) -> None:
-    run, document = run_with_report(
-        tmp_path, "--impl=plugin_impls.declared_deviation", "-k", "wrapper_surface", "--devices=cpu"
-    )
-    assert run.returncode == 1, _explain(run)
-    row = result(document, "test_wrapper_surface", "cpu/32-true/ws1")
-    assert row["outcome"] == "failed", row
-    assert "unexpected pass" in row["reason"]
-    assert document["summary"]["failed"] == 1
-    assert document["summary"]["passed"] == 0
-    assert "XPASS(strict)" in run.stdout
-
-
-def test_real_deviation_when_declared(tmp_path: Path) -> None:
-    markdown = tmp_path / "report.md"
-    run, document = run_with_report(
-        tmp_path,
-        "--impl=plugin_impls.broken_wrapper:declared_info",
-        f"--report-md={markdown}",
-        "-k",
-        "wrapper_surface",
-        "--devices=cpu",
-    )
-    assert run.returncode == 0, _explain(run)
-    row = result(document, "test_wrapper_surface", "cpu/32-true/ws1")
-    assert row["outcome"] == "deviation", row
-    assert row["reason"] == "the wrapper has no backward; call loss.backward() instead"
-    assert document["impl"]["module"] == "plugin_impls.broken_wrapper"
-    assert document["summary"]["deviation"] == 1
-    assert document["summary"]["failed"] == document["summary"]["error"] == 0
-    text = markdown.read_text(encoding="utf-8")
-    assert "## Failures, errors and deviations" in text
-    assert "**deviation**: the wrapper has no backward" in text
-
-
-def test_missing_member_fails_when_undeclared(tmp_path: Path) -> None:
-    run, document = run_with_report(
-        tmp_path, "--impl=plugin_impls.broken_wrapper", "-k", "wrapper_surface", "--devices=cpu"
-    )
-    assert run.returncode == 1, _explain(run)
-    row = result(document, "test_wrapper_surface", "cpu/32-true/ws1")
-    assert row["outcome"] == "failed", row
-    assert "backward" in row["reason"]
-    assert "missing" in row["reason"]
-    assert document["summary"]["failed"] == 1
-    assert document["summary"]["deviation"] == 0
-
-
-# -- claims and filters --------------------------------------------------------------------------------
-
-
-def test_unclaimed_precision_is_na_impl_from_environment(tmp_path: Path) -> None:
-    """Claims ``64-true`` only; the implementation is named by ``LIGHTNING_OPTIMIZER_IMPL`` instead of ``--impl``."""
-    env = _env(LIGHTNING_OPTIMIZER_IMPL="plugin_impls.only_fp64")
-    run, document = run_with_report(tmp_path, "-k", "wrapper_surface", "--devices=cpu", "--world-sizes=1", env=env)
-    assert run.returncode == 0, _explain(run)
-    assert document["impl"]["name"] == "fp64 only"
-    assert document["claims"]["precisions"] == ["64-true"]
-    row = result(document, "test_wrapper_surface", "cpu/32-true/ws1")
-    assert row["outcome"] == "n/a"
-    assert row["reason"] == "not claimed (precision 32-true)"
-    assert result(document, "test_wrapper_surface", "cpu/64-true/ws1")["outcome"] == "passed"
-    assert document["summary"]["passed"] == 1
-    assert document["summary"]["n/a"] == len(PRECISIONS) - 1
-
-
-def test_filters_limit_the_cells(tmp_path: Path) -> None:
-    run, document = run_with_report(
-        tmp_path,
-        "--impl=plugin_impls.reference_alias:info",
-        "-k",
-        "surface",
-        "--devices=cpu",
-        "--precisions=32-true",
-        "--world-sizes=1",
-    )
-    assert run.returncode == 0, _explain(run)
-    cells = {(row["device"], row["precision"], row["world_size"]) for row in document["results"]}
-    assert cells == {(None, None, None), ("cpu", "32-true", 1)}
-    outcomes = {row["check"]: row["outcome"] for row in document["results"]}
-    assert outcomes == {"test_wrapper_surface": "passed", "test_context_surface": "passed", "test_static_surface": "n/a"}
-    assert "conformance_info" in result(document, "test_static_surface", None)["reason"]
-    assert "cpu/32-true/ws1" in run.stdout
-    assert "cpu/64-true/ws1" not in run.stdout
+@pytest.mark.parametrize("case", list(USAGE_CASES))
+def test_bad_input_is_a_one_line_usage_error(batch: dict[str, Run], case: str) -> None:
+    _assert_usage_error(batch[case], USAGE_CASES[case][1])
 
 
 # -- the installed package -----------------------------------------------------------------------------
@@ -322,30 +231,201 @@ def test_console_script_is_declared() -> None:
     assert [script.value for script in scripts] == ["lightning_optimizer.conformance.cli:main"]
 
 
-def _run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run_cli(cwd: Path, *args: str) -> Run:
+    """``python -m lightning_optimizer.conformance.cli ARGS`` in ``cwd``, with nothing of the checkout on the path."""
     command = [sys.executable, "-m", "lightning_optimizer.conformance.cli", "-p", "no:cacheprovider", *args]
     env = {key: value for key, value in os.environ.items() if key not in (*_LEAKY_ENV, "PYTHONPATH")}
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return _run(command, cwd, env)
 
 
 def test_cli_runs_the_installed_suite_outside_the_repository(tmp_path: Path) -> None:
     run = _run_cli(tmp_path, "--impl=lightning_optimizer.reference", "-k", "wrapper_surface", "--devices=cpu")
     assert run.returncode == 0, _explain(run)
-    assert "conformance matrix" in run.stdout
+    assert f"rootdir: {tmp_path}" in run.stdout
+    assert "conformance matrix" in run.stdout, _explain(run)
     matrix = run.stdout[run.stdout.index("conformance matrix") :]
     assert "test_wrapper_surface" in matrix
     assert "cpu/32-true/ws1" in matrix
     assert "passed" in run.stdout
-    assert f"rootdir: {tmp_path}" in run.stdout
     assert not list(tmp_path.iterdir()), "the run left files in the working directory"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plugin bug: the markers requirement/cells/features are registered only in the repository's "
-    "pyproject.toml, not by the plugin, so the installed suite warns about unknown marks",
-)
 def test_cli_knows_the_suite_markers(tmp_path: Path) -> None:
     run = _run_cli(tmp_path, "--impl=lightning_optimizer.reference", "--collect-only", "-q", "--strict-markers")
     assert run.returncode == 0, _explain(run)
     assert "PytestUnknownMarkWarning" not in run.stdout + run.stderr
+
+
+# -- declared deviations -------------------------------------------------------------------------------
+
+
+def test_declared_deviation_that_passes_fails(reported: dict[str, Reported]) -> None:
+    got = reported["declared-but-passes"]
+    assert got.run.returncode == 1, _explain(got.run)
+    row = result(got.document, "test_wrapper_surface", "cpu/32-true/ws1")
+    assert row["outcome"] == "failed", row
+    assert "unexpected pass" in row["reason"]
+    assert got.document["summary"]["failed"] == 1
+    assert got.document["summary"]["passed"] == got.document["summary"]["deviation"] == 0
+    assert "XPASS(strict)" in got.run.stdout
+
+
+def test_real_deviation_when_declared(reported: dict[str, Reported]) -> None:
+    got = reported["declared-and-fails"]
+    assert got.run.returncode == 0, _explain(got.run)
+    row = result(got.document, "test_wrapper_surface", "cpu/32-true/ws1")
+    assert row["outcome"] == "deviation", row
+    assert row["reason"] == "the wrapper has no backward; call loss.backward() instead"
+    assert got.document["impl"]["module"] == "plugin_impls.broken_wrapper"
+    assert got.document["impl"]["name"] == "no backward, declared"
+    assert got.document["summary"]["deviation"] == 1
+    assert got.document["summary"]["failed"] == got.document["summary"]["error"] == 0
+    assert "## Failures, errors and deviations" in got.markdown
+    assert "**deviation**: the wrapper has no backward" in got.markdown
+
+
+def test_missing_member_fails_when_undeclared(reported: dict[str, Reported]) -> None:
+    got = reported["undeclared-and-fails"]
+    assert got.run.returncode == 1, _explain(got.run)
+    row = result(got.document, "test_wrapper_surface", "cpu/32-true/ws1")
+    assert row["outcome"] == "failed", row
+    assert "backward: missing" in row["reason"]
+    assert got.document["summary"]["failed"] == 1
+    assert got.document["summary"]["deviation"] == 0
+    assert "**failed**" in got.markdown
+
+
+# -- claims and filters --------------------------------------------------------------------------------
+
+
+def test_unclaimed_precision_is_na_impl_from_environment(reported: dict[str, Reported]) -> None:
+    """Claims ``64-true`` only; the implementation is named by ``LIGHTNING_OPTIMIZER_IMPL`` instead of ``--impl``."""
+    got = reported["only-fp64-from-env"]
+    assert got.run.returncode == 0, _explain(got.run)
+    assert got.document["impl"]["name"] == "fp64 only"
+    assert got.document["claims"]["precisions"] == ["64-true"]
+    row = result(got.document, "test_wrapper_surface", "cpu/32-true/ws1")
+    assert row["outcome"] == "n/a"
+    assert row["reason"] == "not claimed (precision 32-true)"
+    assert result(got.document, "test_wrapper_surface", "cpu/64-true/ws1")["outcome"] == "passed"
+    assert got.document["summary"]["passed"] == 1
+    assert got.document["summary"]["n/a"] == len(PRECISIONS) - 1
+
+
+def test_filters_limit_the_cells(reported: dict[str, Reported]) -> None:
+    got = reported["filters"]
+    assert got.run.returncode == 0, _explain(got.run)
+    cells = {(row["device"], row["precision"], row["world_size"]) for row in got.document["results"]}
+    assert cells == {(None, None, None), ("cpu", "32-true", 1)}
+    outcomes = {row["check"]: row["outcome"] for row in got.document["results"]}
+    assert outcomes == {
+        "test_wrapper_surface": "passed",
+        "test_context_surface": "passed",
+        "test_static_surface": "n/a",
+    }
+    # the static check needs the record behind conformance_info; the alias makes it n/a, and cheap
+    assert "conformance_info" in result(got.document, "test_static_surface", None)["reason"]
+    assert "cpu/32-true/ws1" in got.run.stdout
+    assert "cpu/64-true/ws1" not in got.run.stdout
+
+
+# -- the reference: the report documents ---------------------------------------------------------------
+
+
+def test_reference_exits_zero(reference: Reported) -> None:
+    assert reference.run.returncode == 0, _explain(reference.run)
+
+
+def test_reference_json_document(reference: Reported) -> None:
+    document = reference.document
+    info = reference_info()
+    assert document["contract_version"] == CONTRACT_VERSION
+    assert document["impl"] == {"name": info.name, "module": "lightning_optimizer.reference", "version": info.version}
+    env = document["env"]
+    assert env.keys() >= {"python", "torch", "torch_xla", "lightning", "devices_found"}
+    assert env["torch"] == torch.__version__
+    assert "cpu" in env["devices_found"]
+    results = document["results"]
+    for row in results:
+        assert row.keys() >= RESULT_KEYS, row
+        assert row["outcome"] in OUTCOMES, row
+        assert isinstance(row["requirements"], list), row
+        assert row["requirements"], row
+        assert isinstance(row["duration_s"], float), row
+        assert row["duration_s"] >= 0, row
+    summary = document["summary"]
+    assert set(summary) == set(OUTCOMES)
+    assert sum(summary.values()) == len(results)
+    for outcome in OUTCOMES:
+        assert summary[outcome] == sum(row["outcome"] == outcome for row in results)
+    # a cell check has one result in every cell of the matrix; the static check has one, without a cell
+    matrix = {
+        (device, precision, world_size) for device in DEVICE_KINDS for precision in PRECISIONS for world_size in (1, 2)
+    }
+    for check in ("test_wrapper_surface", "test_context_surface"):
+        rows = [row for row in results if row["check"] == check]
+        assert len(rows) == len(matrix)
+        assert {(row["device"], row["precision"], row["world_size"]) for row in rows} == matrix
+    assert [row["device"] for row in results if row["check"] == "test_static_surface"] == [None]
+
+
+def test_reference_outcomes_per_cell(reference: Reported) -> None:
+    document = reference.document
+    info = reference_info()
+    unclaimed = next(p for p in ("16-mixed", *PRECISIONS) if p not in info.precisions)
+    for check, requirement in (("test_wrapper_surface", "SURFACE-001"), ("test_context_surface", "SURFACE-002")):
+        row = result(document, check, "cpu/32-true/ws1")
+        assert (row["outcome"], row["reason"]) == ("passed", "")
+        assert row["requirements"] == [requirement]
+        assert row["duration_s"] > 0
+        row = result(document, check, f"cpu/{unclaimed}/ws1")
+        assert row["outcome"] == "n/a"
+        assert row["reason"] == f"not claimed (precision {unclaimed})"
+        row = result(document, check, "cpu/32-true/ws2")
+        assert row["outcome"] == "n/a"
+        assert "world size 2" in row["reason"]
+        row = result(document, check, "cuda/32-true/ws1")
+        if "cuda" not in info.devices:
+            assert row["outcome"] == "n/a"
+        elif torch.cuda.is_available():
+            assert row["outcome"] == "passed", row
+        else:
+            assert row["outcome"] == "unavailable", row
+            assert "CUDA" in row["reason"]
+    static = result(document, "test_static_surface", None)
+    assert static["outcome"] == "passed", static
+    assert static["device"] is static["precision"] is static["world_size"] is None
+    assert static["requirements"] == ["SURFACE-001", "SURFACE-002"]
+
+
+def test_reference_markdown(reference: Reported) -> None:
+    markdown = reference.markdown
+    assert markdown.startswith(f"# Conformance: {reference.document['impl']['name']}")
+    header = next(line for line in markdown.splitlines() if line.startswith("| check | requirements |"))
+    assert "any" in header
+    assert "cpu/32-true/ws1" in header
+    for check in ("test_wrapper_surface", "test_context_surface", "test_static_surface"):
+        assert f"`{check}`" in markdown
+    assert CONTRACT_VERSION in markdown
+
+
+def test_reference_terminal_matrix(reference: Reported) -> None:
+    out, summary = reference.run.stdout, reference.document["summary"]
+    assert f"conformance: {reference.document['impl']['name']}" in out  # the report header
+    assert "conformance matrix" in out
+    matrix = out[out.index("conformance matrix") :]
+    assert "test_wrapper_surface" in matrix
+    assert "cpu/32-true/ws1" in matrix
+    assert "summary: " + ", ".join(f"{summary[o]} {o}" for o in OUTCOMES) in matrix
+    assert "conformance report written to" in matrix
+
+
+def test_reports_are_written_when_no_check_runs(tmp_path: Path) -> None:
+    report = tmp_path / "empty.json"
+    command = [sys.executable, "-m", "pytest", "conformance", "-k", "no_check_has_this_name", "-p", "no:cacheprovider"]
+    run = _run([*command, f"--report-json={report}"], REPO, _env())
+    assert run.returncode == 5, _explain(run)
+    document = json.loads(report.read_text())
+    assert document["results"] == []
+    assert sum(document["summary"].values()) == 0
+    assert "no check ran" in run.stdout

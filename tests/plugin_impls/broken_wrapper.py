@@ -28,7 +28,7 @@ class NoBackwardWrapper:
 
 
 class BrokenContext(TrainingContext):
-    def wrap(self, optimizer: torch.optim.Optimizer) -> Any:  # type: ignore[override]
+    def wrap(self, optimizer: torch.optim.Optimizer) -> Any:
         return NoBackwardWrapper(super().wrap(optimizer))
 
 
