@@ -142,9 +142,19 @@ def _verdict(item: pytest.Item, info: ImplementationInfo[Any], cell: Cell | None
 def check_name(item: pytest.Item) -> str:
     """The row of a check in the matrix: its function name plus any parameters other than the cell."""
     name = getattr(item, "originalname", item.name)
+    cell = _cell_of(item)
     callspec = getattr(item, "callspec", None)
-    others = [str(value) for key, value in (callspec.params.items() if callspec else ()) if key != "cell"]
-    return f"{name}[{'-'.join(others)}]" if others else name
+    if callspec is None:
+        return name
+    # pytest's own parameter id, without the cell's part: stable across runs, unlike repr() of a value.
+    parts = [part for part in callspec.id.split("-") if part]
+    if cell is not None:
+        cell_parts = cell.id.split("-")
+        for i in range(len(parts) - len(cell_parts) + 1):
+            if parts[i : i + len(cell_parts)] == cell_parts:
+                parts = parts[:i] + parts[i + len(cell_parts) :]
+                break
+    return f"{name}[{'-'.join(parts)}]" if parts else name
 
 
 def _cell_of(item: pytest.Item) -> Cell | None:
@@ -204,11 +214,12 @@ def _classify(rep: pytest.TestReport) -> tuple[str | None, str]:
             return "unavailable", text.removeprefix(UNAVAILABLE)
         return "error", f"skipped without saying why it does not apply: {text}"
     if rep.failed:
-        message = rep.longreprtext.strip().splitlines()
-        summary = next((line for line in reversed(message) if line.startswith("E ")), message[-1] if message else "")
         if "[XPASS(strict)]" in rep.longreprtext:
             return "failed", "unexpected pass of a declared deviation: remove it from expected_failures"
-        return ("failed" if rep.when == "call" else "error"), summary.removeprefix("E ").strip()
+        crash = getattr(rep.longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else rep.longreprtext.strip().splitlines()[-1:]
+        summary = message if isinstance(message, str) else "".join(message)
+        return ("failed" if rep.when == "call" else "error"), summary.strip()
     if rep.when == "call":
         return "passed", ""
     return None, ""

@@ -40,7 +40,7 @@ def _assert_unchanged(model: torch.nn.Module, wrapper: Any, grads: list[torch.Te
 def test_non_callable_closure(make_context: MakeContext, cell: Cell, closure: object) -> None:
     """A closure that is not callable raises ``TypeError`` and changes nothing."""
     model, wrapper, grads = _open_window(make_context, cell)
-    with pytest.raises(TypeError, match=r"(?i)callable"):
+    with pytest.raises(TypeError, match=r"(?i)closure"):
         wrapper.step(closure)
     _assert_unchanged(model, wrapper, grads, f"step(closure={closure!r})")
 

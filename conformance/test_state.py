@@ -70,24 +70,30 @@ def test_resume_in_a_fresh_process(make_context: MakeContext, cell: Cell, tmp_pa
 @pytest.mark.requirement("CKPT-003")
 @pytest.mark.features("checkpointing")
 def test_context_state_for_another_layout_is_refused(make_context: MakeContext, cell: Cell) -> None:
-    """Loading a context state saved with two optimizers into one with one raises and changes nothing."""
+    """States saved with two optimizers, or with other parameter shapes, are refused and change nothing."""
     context = make_context(accumulate_grad_batches=2)
     model = context.prepare_module(make_model())
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
-    other = make_context(accumulate_grad_batches=2)
-    other_model = other.prepare_module(make_model())
-    other.wrap(torch.optim.SGD(list(other_model.parameters())[:2], lr=0.1))
-    other.wrap(torch.optim.SGD(list(other_model.parameters())[2:], lr=0.1))
     run_steps(context, model, wrapper, make_batches(1), cell, lambda i: False)
     grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
-    with pytest.raises(ValueError):
-        context.load_state_dict(other.state_dict())
-    assert all(
-        g is not None and p.grad is not None and torch.equal(p.grad, g)
-        for p, g in zip(model.parameters(), grads, strict=False)
-    )
+
+    two_optimizers = make_context(accumulate_grad_batches=2)
+    two_model = two_optimizers.prepare_module(make_model())
+    two_optimizers.wrap(torch.optim.SGD(list(two_model.parameters())[:2], lr=0.1))
+    two_optimizers.wrap(torch.optim.SGD(list(two_model.parameters())[2:], lr=0.1))
+    other_shapes = make_context(accumulate_grad_batches=2)
+    wide_model = other_shapes.prepare_module(make_model(sizes=(4, 6, 2)))
+    wide = other_shapes.wrap(torch.optim.SGD(wide_model.parameters(), lr=0.1))
+    run_steps(other_shapes, wide_model, wide, make_batches(1), cell, lambda i: False)
+
+    for what, other in (("two optimizers", two_optimizers), ("other parameter shapes", other_shapes)):
+        with pytest.raises(ValueError):
+            context.load_state_dict(other.state_dict())
+        for param, grad in zip(model.parameters(), grads, strict=True):
+            assert grad is not None and param.grad is not None, f"a refused load ({what}) cleared a gradient"
+            assert torch.equal(param.grad, grad), f"a refused load ({what}) changed a gradient"
     wrapper.step(make_optimizer_step=None)
-    assert wrapper.last_outcome is StepOutcome.STEPPED, "the open window was lost by the refused load"
+    assert wrapper.last_outcome is StepOutcome.STEPPED, "the open window was lost by a refused load"
 
 
 @pytest.mark.requirement("PICKLE-001")

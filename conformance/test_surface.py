@@ -40,7 +40,8 @@ def signature_problems(protocol_member: Callable[..., Any], implemented: Callabl
             continue
         got = by_name.get(want.name)
         if got is None:
-            if not has_varkw:
+            # **kwargs absorbs a keyword-only parameter, not one the contract lets callers pass by position.
+            if not has_varkw or want.kind is want.POSITIONAL_OR_KEYWORD:
                 problems.append(f"has no parameter {want.name!r}")
             continue
         misplaced = got.kind is not got.POSITIONAL_OR_KEYWORD or actual.index(got) != position

@@ -1,0 +1,22 @@
+"""BWD-001 broken: ``w.backward(loss, ...)`` calls ``loss.backward()`` and drops every other argument.
+
+``retain_graph``, ``inputs``, ``gradient`` and ``create_graph`` are silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        super()._backward(loss)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

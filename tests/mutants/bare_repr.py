@@ -1,0 +1,23 @@
+"""PROXY-005 broken: ``repr`` shows the wrapper's settings but not which optimizer it wraps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def __repr__(self) -> str:
+        return f"OptimizerWrapper(precision={self._context.precision!r})"
+
+
+class Context(MutantContext):
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

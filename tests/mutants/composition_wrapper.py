@@ -1,0 +1,21 @@
+"""PROXY-001 broken: the wrapper is a plain proxy object, not an instance of the inner optimizer's class.
+
+It is a ``torch.optim.Optimizer`` and forwards everything, but ``isinstance(w, torch.optim.Adam)`` is false.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return WrappedOptimizer(self, index)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,23 @@
+"""CKPT-003 broken: the context's ``load_state_dict`` loads whatever lines up, without checking the layout.
+
+A state saved with two optimizers loads its first entry into a context with one, wiping the open window.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for slot, entry in zip(self._slots, state_dict["optimizers"], strict=False):
+            slot.pending, slot.steps, slot.last_outcome = entry["pending"], entry["steps"], None
+            for param, grad in zip(slot.params(), entry["grads"], strict=False):
+                param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype).clone()
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

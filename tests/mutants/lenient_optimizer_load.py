@@ -1,0 +1,30 @@
+"""ERR-005 broken: the wrapper's ``load_state_dict`` turns a layout mismatch into a warning (``strict=False``).
+
+Resuming from the wrong checkpoint then trains on with fresh optimizer state and no error.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        try:
+            self.optimizer.load_state_dict(state_dict)
+        except ValueError as exc:
+            warnings.warn(f"optimizer state not loaded: {exc}", stacklevel=2)
+
+
+class Context(MutantContext):
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,29 @@
+"""CKPT-001 broken: the wrapper's ``state_dict`` nests the inner optimizer's in an envelope of its own.
+
+It loads back into the same wrapper, but is not the format that ``torch.optim`` tooling expects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "wrapper": {"precision": self._context.precision}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state_dict["optimizer"])
+
+
+class Context(MutantContext):
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

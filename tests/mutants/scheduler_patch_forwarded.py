@@ -1,0 +1,30 @@
+"""SCHED-001 broken: the LR scheduler's patch of ``wrapper.step`` is forwarded to the inner optimizer.
+
+A proxy whose ``__setattr__`` forwards every name: the scheduler's counting ``step`` lands on the inner optimizer
+and calls back into the wrapper, so a scheduler built on the wrapper breaks the step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "step":
+            setattr(self.optimizer, name, value)
+        else:
+            super().__setattr__(name, value)
+
+
+class Context(MutantContext):
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

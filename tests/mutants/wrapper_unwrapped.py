@@ -1,0 +1,26 @@
+"""ERR-004 broken: wrapping a wrapper unwraps it and wraps its inner optimizer instead of raising ``TypeError``.
+
+A second context then silently shares the inner optimizer with the first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def wrap(self, optimizer: Any) -> WrappedOptimizer[Any]:
+        if isinstance(optimizer, WrappedOptimizer):
+            inner: torch.optim.Optimizer = optimizer.optimizer
+            return super().wrap(inner)
+        return super().wrap(optimizer)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,26 @@
+"""PROXY-003 broken: attribute assignment on the wrapper is stored on the wrapper, not on the inner optimizer.
+
+Reads fall through to the inner optimizer, writes do not: a flag set through the wrapper never reaches it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+
+class Context(MutantContext):
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
