@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.spec import Cell, OptimizerWrapper, Precision, TrainingContext
 
@@ -26,7 +28,10 @@ __all__ = [
     "make_batches",
     "make_model",
     "mse",
+    "oracle_autocast",
+    "oracle_scaler",
     "run_steps",
+    "tolerance_for",
 ]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -60,6 +65,11 @@ REORDERED_TOLERANCES: dict[Precision, Tolerance] = {
 """For oracles that reach the same value by other arithmetic (e.g. one batch instead of a window's mean)."""
 
 
+def tolerance_for(cell: Cell) -> Tolerance:
+    """The cell's tolerance: ``TOLERANCES``, except on XLA, which fuses (and so rounds) differently."""
+    return REORDERED_TOLERANCES[cell.precision] if cell.device == "xla" else TOLERANCES[cell.precision]
+
+
 def cell_device(cell: Cell) -> torch.device:
     """The ``torch.device`` of a cell (XLA needs torch_xla, imported only here)."""
     if cell.device == "xla":
@@ -72,6 +82,19 @@ def cell_device(cell: Cell) -> torch.device:
 def cell_dtype(cell: Cell) -> torch.dtype:
     """The dtype the model's parameters have in a cell's precision."""
     return {"64-true": torch.float64, "bf16-true": torch.bfloat16}.get(cell.precision, torch.float32)
+
+
+def oracle_autocast(cell: Cell) -> AbstractContextManager[None]:
+    """The plain ``torch.autocast`` an oracle runs its forward pass under, per the cell's precision."""
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(cell.precision)
+    if dtype is None:
+        return nullcontext()
+    return torch.autocast(device_type=cell_device(cell).type, dtype=dtype)
+
+
+def oracle_scaler(cell: Cell) -> GradScaler | None:
+    """A fresh plain ``torch.amp.GradScaler`` for a 16-mixed oracle (default settings), ``None`` otherwise."""
+    return GradScaler(cell_device(cell).type) if cell.precision == "16-mixed" else None
 
 
 def make_model(seed: int = 0, sizes: Sequence[int] = (4, 8, 2)) -> torch.nn.Sequential:
@@ -141,7 +164,7 @@ def assert_params_close(
     actual: torch.nn.Module, expected: torch.nn.Module, cell: Cell, what: str, tolerance: Tolerance | None = None
 ) -> None:
     """Compare every parameter with the oracle's, in the cell's tolerance; name the first one that differs."""
-    tol = tolerance or TOLERANCES[cell.precision]
+    tol = tolerance or tolerance_for(cell)
     for (name, got), (_, want) in zip(actual.named_parameters(), expected.named_parameters(), strict=True):
         got_cpu, want_cpu = got.detach().double().cpu(), want.detach().double().cpu()
         if not torch.allclose(got_cpu, want_cpu, rtol=tol.rtol, atol=tol.atol):

@@ -1,6 +1,7 @@
 """Plain PyTorch oracles: what the contract says should happen, computed without any wrapper.
 
-Each oracle is a loop a user could write by hand with a bare ``torch.optim`` optimizer. Windows are given
+Each oracle is a loop a user could write by hand with a bare ``torch.optim`` optimizer, plain ``torch.autocast``
+and, under 16-mixed, a plain ``torch.amp.GradScaler`` used as PyTorch documents it. Windows are given
 explicitly by the checks (worked out by hand from the rule), so an oracle never reuses an implementation's
 notion of the schedule.
 """
@@ -8,14 +9,21 @@ notion of the schedule.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
-from lightning_optimizer.conformance.harness import Batch, cell_device, cell_dtype, mse
-from lightning_optimizer.spec import Cell
+from lightning_optimizer.conformance.harness import (
+    Batch,
+    cell_device,
+    cell_dtype,
+    mse,
+    oracle_autocast,
+    oracle_scaler,
+)
+from lightning_optimizer.spec import Cell, StepOutcome
 
-__all__ = ["oracle_copy", "train_windows"]
+__all__ = ["WindowOracle", "expected_outcomes", "oracle_copy"]
 
 
 def oracle_copy(model: torch.nn.Module, cell: Cell) -> torch.nn.Module:
@@ -23,26 +31,47 @@ def oracle_copy(model: torch.nn.Module, cell: Cell) -> torch.nn.Module:
     return copy.deepcopy(model).to(device=cell_device(cell), dtype=cell_dtype(cell))
 
 
-def train_windows(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batches: Sequence[Batch],
-    windows: Sequence[Sequence[int]],
-    cell: Cell,
-    loss_fn: Callable[[torch.nn.Module, Batch], torch.Tensor] | None = None,
-) -> None:
-    """One optimizer step per window, on the mean of the window's micro-batch gradients."""
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    for window in windows:
-        optimizer.zero_grad(set_to_none=True)
-        for batch_idx in window:
-            loss = (
-                mse(model, batches[batch_idx], device, dtype) if loss_fn is None else loss_fn(model, batches[batch_idx])
-            )
-            loss.backward()
-        with torch.no_grad():
-            for param in model.parameters():
-                if param.grad is not None:
-                    param.grad /= len(window)
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+class WindowOracle:
+    """A model and a bare optimizer, trained one window of micro-batches at a time."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cell: Cell) -> None:
+        self.model, self.optimizer, self.cell = model, optimizer, cell
+        self.scaler = oracle_scaler(cell)
+        self.stepped: list[bool] = []
+        """For each window so far: whether it stepped (``False``: 16-mixed skipped it, the scale backed off)."""
+
+    def train_windows(self, batches: Sequence[Batch], windows: Sequence[Sequence[int]]) -> None:
+        """One optimizer step per window, on the mean of the window's micro-batch gradients.
+
+        Under 16-mixed each loss is scaled; the mean is unscaled once, stepped, and the scaler updated once.
+        """
+        device, dtype = cell_device(self.cell), cell_dtype(self.cell)
+        for window in windows:
+            self.optimizer.zero_grad(set_to_none=True)
+            for batch_idx in window:
+                with oracle_autocast(self.cell):
+                    loss = mse(self.model, batches[batch_idx], device, dtype)
+                (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+            with torch.no_grad():
+                for param in self.model.parameters():
+                    if param.grad is not None:
+                        param.grad /= len(window)
+            if self.scaler is None:
+                self.optimizer.step()
+                self.stepped.append(True)
+            else:
+                scale = self.scaler.get_scale()
+                self.scaler.unscale_(self.optimizer)
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.stepped.append(self.scaler.get_scale() >= scale)
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def expected_outcomes(pattern: Sequence[StepOutcome], stepped: Sequence[bool]) -> list[StepOutcome]:
+    """``pattern`` with its ``STEPPED`` entries, in order, made ``SKIPPED_NON_FINITE`` where a window skipped."""
+    windows = iter(stepped)
+    return [
+        outcome if outcome is not StepOutcome.STEPPED or next(windows) else StepOutcome.SKIPPED_NON_FINITE
+        for outcome in pattern
+    ]

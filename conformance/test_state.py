@@ -15,13 +15,20 @@ import pytest
 import torch
 
 from lightning_optimizer.conformance.checkpointing import build, checkpoints, params, resume, step_once, uninterrupted
-from lightning_optimizer.conformance.harness import make_batches, make_model, run_steps
+from lightning_optimizer.conformance.harness import make_batches, make_model, run_steps, tolerance_for
 from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
+REAL_STEP = (StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE)
 
 
-def _assert_identical(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
+def _assert_identical(got: list[torch.Tensor], want: list[torch.Tensor], what: str, cell: Cell | None = None) -> None:
+    """Bit for bit; on XLA, which compiles a resumed run into other graphs, to the cell's tolerance."""
+    if cell is not None and cell.device == "xla":
+        tol = tolerance_for(cell)
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            assert torch.allclose(a.double(), b.double(), rtol=tol.rtol, atol=tol.atol), f"{what}: parameter {i}"
+        return
     for i, (a, b) in enumerate(zip(got, want, strict=True)):
         assert torch.equal(a, b), f"{what}: parameter {i} differs by {(a.double() - b.double()).abs().max().item():.3g}"
 
@@ -31,7 +38,8 @@ def _assert_identical(got: list[torch.Tensor], want: list[torch.Tensor], what: s
 def test_state_dict_is_the_inner_format(make_context: MakeContext, cell: Cell) -> None:
     """``state_dict()`` equals the inner optimizer's, with its keys and per-parameter state."""
     context, model, wrapper = build(make_context)
-    run_steps(context, model, wrapper, make_batches(3), cell)
+    outcomes = run_steps(context, model, wrapper, make_batches(9), cell)
+    assert StepOutcome.STEPPED in outcomes, f"no window stepped: {outcomes}"
     got, want = wrapper.state_dict(), wrapper.optimizer.state_dict()
     assert set(got) == {"state", "param_groups"}, f"state_dict keys are {sorted(got)}"
     assert got["param_groups"] == want["param_groups"]
@@ -47,7 +55,7 @@ def test_resume_at_every_micro_step_is_bit_identical(make_context: MakeContext, 
     want = uninterrupted(make_context, cell)
     for done, checkpoint in enumerate(checkpoints(make_context, cell)):
         got = resume(make_context, cell, checkpoint, start=done + 1)
-        _assert_identical(got, want, f"resumed after batch {done}")
+        _assert_identical(got, want, f"resumed after batch {done}", cell)
 
 
 @pytest.mark.requirement("CKPT-002")
@@ -64,7 +72,7 @@ def test_resume_in_a_fresh_process(make_context: MakeContext, cell: Cell, tmp_pa
     command += [cell.device, cell.precision, str(path), str(mid_window + 1), str(result)]
     completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert completed.returncode == 0, f"the resuming process failed:\n{completed.stderr[-3000:]}"
-    _assert_identical(torch.load(result, weights_only=True), want, "resumed in a fresh process")
+    _assert_identical(torch.load(result, weights_only=True), want, "resumed in a fresh process", cell)
 
 
 @pytest.mark.requirement("CKPT-003")
@@ -93,7 +101,7 @@ def test_context_state_for_another_layout_is_refused(make_context: MakeContext, 
             assert grad is not None and param.grad is not None, f"a refused load ({what}) cleared a gradient"
             assert torch.equal(param.grad, grad), f"a refused load ({what}) changed a gradient"
     wrapper.step(make_optimizer_step=None)
-    assert wrapper.last_outcome is StepOutcome.STEPPED, "the open window was lost by a refused load"
+    assert wrapper.last_outcome in REAL_STEP, "the open window was lost by a refused load"
 
 
 @pytest.mark.requirement("PICKLE-001")
@@ -109,9 +117,13 @@ def test_copies_continue_independently(make_context: MakeContext, cell: Cell, ho
     assert clone.optimizer is not wrapper.optimizer, f"the {how} copy shares the inner optimizer"
     before = params(model)
     clone.step(make_optimizer_step=True)
-    assert clone.last_outcome is StepOutcome.STEPPED
+    assert clone.last_outcome in REAL_STEP
     _assert_identical(params(model), before, f"stepping the {how} copy changed the original's parameters")
     wrapper.step(make_optimizer_step=True)
     copied = [p.detach().cpu() for group in clone.param_groups for p in group["params"]]
-    _assert_identical(copied, params(model), f"the {how} copy and the original closed the same window differently")
-    assert not all(torch.equal(a, b) for a, b in zip(copied, before, strict=True)), "nothing stepped"
+    _assert_identical(
+        copied, params(model), f"the {how} copy and the original closed the same window differently", cell
+    )
+    assert wrapper.last_outcome is clone.last_outcome, "the copy and the original took different outcomes"
+    if clone.last_outcome is StepOutcome.STEPPED:
+        assert not all(torch.equal(a, b) for a, b in zip(copied, before, strict=True)), "nothing stepped"

@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_optimizer.conformance.harness import assert_params_close, cell_device, cell_dtype
+from lightning_optimizer.conformance.harness import (
+    assert_params_close,
+    cell_device,
+    cell_dtype,
+    oracle_autocast,
+    oracle_scaler,
+)
 from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.spec import Cell, TrainingContext
 
@@ -139,16 +145,30 @@ def test_gan_cadences(make_context: MakeContext, cell: Cell) -> None:
 
     # The oracle by hand: generator windows close at batches 0, 2, 4, 6 ({0}, {1, 2}, {3, 4}, {5, 6}; 7 stays
     # open); the discriminator steps at 0 and 4. Generator gradients never reach the discriminator's .grad
-    # and vice versa, as the toggling requires.
+    # and vice versa, as the toggling requires. Under 16-mixed one plain GradScaler serves both optimizers
+    # and is updated once at the end of each batch in which one of them stepped.
     oracle_gen = torch.optim.Adam(oracle.generator.parameters(), lr=0.01)
     oracle_dis = torch.optim.SGD(oracle.discriminator.parameters(), lr=0.05)
+    scaler = oracle_scaler(cell)
+
+    def backward(loss: torch.Tensor) -> None:
+        (loss if scaler is None else scaler.scale(loss)).backward()
+
+    def step(optimizer: torch.optim.Optimizer) -> None:
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+
     gen_window: list[int] = []
     for batch_idx, batch in enumerate(batches):
         moved = (batch[0].to(device, dtype), batch[1].to(device, dtype))
         for param in oracle.discriminator.parameters():
             param.requires_grad_(False)
-        loss_gen, _ = _gan_losses(oracle, moved)
-        loss_gen.backward()
+        with oracle_autocast(cell):
+            loss_gen, _ = _gan_losses(oracle, moved)
+        backward(loss_gen)
         for param in oracle.discriminator.parameters():
             param.requires_grad_(True)
         gen_window.append(batch_idx)
@@ -157,16 +177,19 @@ def test_gan_cadences(make_context: MakeContext, cell: Cell) -> None:
                 for param in oracle.generator.parameters():
                     assert param.grad is not None
                     param.grad /= len(gen_window)
-            oracle_gen.step()
+            step(oracle_gen)
             oracle_gen.zero_grad(set_to_none=True)
             gen_window = []
         if batch_idx % 4 == 0:
             for param in oracle.generator.parameters():
                 param.requires_grad_(False)
-            _, loss_dis = _gan_losses(oracle, moved)
-            loss_dis.backward()
+            with oracle_autocast(cell):
+                _, loss_dis = _gan_losses(oracle, moved)
+            backward(loss_dis)
             for param in oracle.generator.parameters():
                 param.requires_grad_(True)
-            oracle_dis.step()
+            step(oracle_dis)
             oracle_dis.zero_grad(set_to_none=True)
+        if scaler is not None and batch_idx % 2 == 0:
+            scaler.update()
     assert_params_close(model, oracle, cell, "the seed's GAN example over 8 batches")

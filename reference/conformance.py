@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+from lightning_optimizer.reference.clipping import ClipAlgorithm
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.devices import SUPPORTED_DEVICES
 from lightning_optimizer.reference.precision import SUPPORTED_PRECISIONS
-from lightning_optimizer.spec import CONTRACT_VERSION, FEATURES, Cell, DeviceKind, ImplementationInfo
+from lightning_optimizer.spec import CONTRACT_VERSION, DEVICE_KINDS, FEATURES, Cell, DeviceKind, ImplementationInfo
 
 __all__ = ["conformance_info"]
 
 VERSION = "0.1.0"
 
 
-def _context_for(cell: Cell, *, accumulate_grad_batches: int = 1) -> TrainingContext:
-    return TrainingContext(cell.precision, cell.device, accumulate_grad_batches=accumulate_grad_batches)
+def _context_for(
+    cell: Cell,
+    *,
+    accumulate_grad_batches: int = 1,
+    gradient_clip_val: float | None = None,
+    gradient_clip_algorithm: ClipAlgorithm = "norm",
+) -> TrainingContext:
+    return TrainingContext(
+        cell.precision,
+        cell.device,
+        accumulate_grad_batches,
+        gradient_clip_val=gradient_clip_val,
+        gradient_clip_algorithm=gradient_clip_algorithm,
+    )
 
 
 def conformance_info() -> ImplementationInfo[TrainingContext]:
     """What the reference implements, and how the suite builds its training contexts."""
-    devices: frozenset[DeviceKind] = frozenset(d for d in ("cpu", "cuda", "xla") if d in SUPPORTED_DEVICES)
+    devices: frozenset[DeviceKind] = frozenset(d for d in DEVICE_KINDS if d in SUPPORTED_DEVICES)
     return ImplementationInfo(
         name="lightning-optimizer reference",
         version=VERSION,
@@ -26,6 +39,6 @@ def conformance_info() -> ImplementationInfo[TrainingContext]:
         factory=_context_for,
         devices=devices,
         precisions=SUPPORTED_PRECISIONS,
-        world_sizes=frozenset({1}),
+        world_sizes=frozenset({1, 2}),
         features=frozenset(FEATURES),
     )

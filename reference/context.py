@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.reference.accumulation import (
     LoopPosition,
@@ -16,7 +16,10 @@ from lightning_optimizer.reference.accumulation import (
     closes_window,
     normalise_window,
 )
-from lightning_optimizer.reference.devices import resolve_device
+from lightning_optimizer.reference.amp import LossScaler
+from lightning_optimizer.reference.clipping import ClipAlgorithm, check_clipping, clip_gradients
+from lightning_optimizer.reference.devices import Device, resolve_device
+from lightning_optimizer.reference.distributed import no_sync, wrap_for_ddp
 from lightning_optimizer.reference.precision import PrecisionPlugin, resolve_precision
 from lightning_optimizer.reference.toggling import only_these_require_grad
 from lightning_optimizer.reference.wrapper import WrappedOptimizer, wrapper_class
@@ -33,6 +36,10 @@ CLOSURE_EVALUATING_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (torch.
 _STATE_FORMAT = 1
 
 
+def _has_gradients(slot: _Slot) -> bool:
+    return any(param.grad is not None for param in slot.params())
+
+
 @dataclass
 class _Slot:
     """What the context keeps for one wrapped optimizer."""
@@ -43,6 +50,10 @@ class _Slot:
     steps: int = 0
     """Real steps taken."""
     last_outcome: StepOutcome | None = None
+    prepared: bool = False
+    """The open window's gradients are already normalised, reduced, unscaled and clipped."""
+    skipped: bool = False
+    """The real step in progress was skipped for non-finite gradients."""
 
     def params(self) -> list[torch.Tensor]:
         return [param for group in self.optimizer.param_groups for param in group["params"]]
@@ -57,7 +68,7 @@ class TrainingContext:
 
     Typical use in a plain loop::
 
-        ctx = TrainingContext(precision="32-true", device="cpu", accumulate_grad_batches=2)
+        ctx = TrainingContext(precision="16-mixed", device="cpu", accumulate_grad_batches=2)
         model = ctx.prepare_module(model)
         opt = ctx.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
         for batch_idx, (x, y) in enumerate(loader):
@@ -68,14 +79,35 @@ class TrainingContext:
                     opt.backward(loss)
                     return loss
                 opt.step(closure)
+
+    A real step runs these stages, each a method: the closure (toggled; under DDP's ``no_sync`` when the step
+    does not close the window), ``_prepare_gradients`` (window mean, XLA reduction, unscaling, clipping; once
+    per window), ``_inner_step`` (the inner optimizer, through the loss scaler under 16-mixed),
+    ``_finish_real_step`` (outcome, zeroing, counts). Leaving ``batch()`` ends the iteration: the loss scaler
+    updates once there; outside any ``batch()`` it updates after each real step.
     """
 
     def __init__(
-        self, precision: Precision = "32-true", device: DeviceKind = "cpu", accumulate_grad_batches: int = 1
+        self,
+        precision: Precision = "32-true",
+        device: DeviceKind = "cpu",
+        accumulate_grad_batches: int = 1,
+        *,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: ClipAlgorithm = "norm",
+        scaler: GradScaler | None = None,
     ) -> None:
         self._plugin: PrecisionPlugin = resolve_precision(precision)
-        self._device = resolve_device(device)
         self._accumulate_grad_batches = check_accumulate_grad_batches(accumulate_grad_batches)
+        self._clip_val, self._clip_algorithm = check_clipping(gradient_clip_val, gradient_clip_algorithm)
+        if scaler is not None and not self._plugin.scales_loss:
+            raise ValueError(f"precision {precision!r} does not scale losses: pass a GradScaler only with 16-mixed")
+        if scaler is not None and not isinstance(scaler, GradScaler):
+            raise TypeError(f"scaler must be a GradScaler, got {type(scaler).__name__}")
+        self._device: Device = resolve_device(device)
+        self._scaler: LossScaler | None = None
+        if self._plugin.scales_loss:
+            self._scaler = LossScaler(scaler or GradScaler(self._device.torch_device.type))
         self._slots: list[_Slot] = []
         self._modules: list[torch.nn.Module] = []
         self._position: LoopPosition | None = None
@@ -90,18 +122,24 @@ class TrainingContext:
     @property
     def device(self) -> torch.device:
         """The device the model and optimizer state live on."""
-        return self._device
+        return self._device.torch_device
 
     @property
     def accumulate_grad_batches(self) -> int:
         """Micro-steps per window when ``make_optimizer_step`` is ``None``."""
         return self._accumulate_grad_batches
 
+    @property
+    def scaler(self) -> GradScaler | None:
+        """The ``torch.amp.GradScaler`` under 16-mixed, ``None`` otherwise."""
+        return None if self._scaler is None else self._scaler.scaler
+
     def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Move ``module`` to the device and cast it to the precision, in place; return it."""
+        """Move ``module`` to the device and cast it to the precision (in place); wrap it for DDP when needed."""
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"prepare_module expects a torch.nn.Module, got {type(module).__name__}")
-        module = self._plugin.convert_module(module.to(self._device))
+        module = self._plugin.convert_module(module.to(self.device))
+        module = wrap_for_ddp(module, self.device)
         self._modules.append(module)
         return module
 
@@ -116,16 +154,22 @@ class TrainingContext:
         if any(slot.optimizer is optimizer for slot in self._slots):
             raise ValueError(f"this {type(optimizer).__name__} is already wrapped by this context")
         slot = _Slot(optimizer)
+        name = type(optimizer).__name__
+        if slot.evaluates_closure and self._scaler is not None:
+            raise TypeError(
+                f"{name} evaluates its closure itself, which loss scaling cannot follow: use 16-mixed with a "
+                "first-order optimizer, or LBFGS with 32-true or 64-true"
+            )
         if slot.evaluates_closure and self._accumulate_grad_batches > 1:
             raise ValueError(
-                f"{type(optimizer).__name__} evaluates its closure several times per step and cannot accumulate "
-                f"gradients; use accumulate_grad_batches=1 (got {self._accumulate_grad_batches})"
+                f"{name} evaluates its closure several times per step and cannot accumulate gradients; use "
+                f"accumulate_grad_batches=1 (got {self._accumulate_grad_batches})"
             )
         for param in slot.params():
             self._plugin.check_parameter(param)
-            if param.device != self._device:
+            if param.device != self.device:
                 raise ValueError(
-                    f"the optimizer holds a parameter on {param.device}, but this context runs on {self._device}: "
+                    f"the optimizer holds a parameter on {param.device}, but this context runs on {self.device}: "
                     "call context.prepare_module(model) before building the optimizer on its parameters"
                 )
         self._slots.append(slot)
@@ -141,7 +185,7 @@ class TrainingContext:
 
     def autocast(self) -> AbstractContextManager[None]:
         """The autocast region for forward passes in this context's precision."""
-        return self._plugin.autocast()
+        return self._plugin.autocast(self.device)
 
     @contextmanager
     def batch(self, batch_idx: int, *, is_last: bool = False) -> Iterator[None]:
@@ -154,6 +198,11 @@ class TrainingContext:
             yield
         finally:
             self._position = None
+            self._end_iteration()
+
+    def _end_iteration(self) -> None:
+        if self._scaler is not None:
+            self._scaler.update(param for slot in self._slots if slot.pending > 0 for param in slot.params())
 
     # -- what the wrappers call ------------------------------------------------------------------------
 
@@ -164,20 +213,14 @@ class TrainingContext:
         make_optimizer_step: bool | None,
         kwargs: dict[str, Any],
     ) -> T | None:
-        if closure is not None and not callable(closure):
-            raise TypeError(f"closure must be callable or None, got {type(closure).__name__}")
-        if make_optimizer_step is not None and not isinstance(make_optimizer_step, bool):
-            raise TypeError(
-                f"make_optimizer_step must be True, False or None, got {make_optimizer_step!r} "
-                f"({type(make_optimizer_step).__name__}); pass bool(...) if you mean a truth value"
-            )
+        self._check_step_arguments(closure, make_optimizer_step)
         slot = self._slots[index]
-        real = closes_window(
-            make_optimizer_step,
-            pending=slot.pending,
-            accumulate_grad_batches=self._accumulate_grad_batches,
-            position=self._position,
-        )
+        real = self._closes_window(slot, make_optimizer_step)
+        if slot.prepared and not real:
+            raise RuntimeError(
+                "unscale_gradients() prepared this window for its real step, but this step() does not close the "
+                "window: call step(make_optimizer_step=True), or call unscale_gradients() only before that step"
+            )
         if slot.evaluates_closure:
             name = type(slot.optimizer).__name__
             if not real:
@@ -185,41 +228,100 @@ class TrainingContext:
             if closure is None:
                 raise TypeError(f"{name} needs a closure: call step(closure)")
             return self._closure_evaluating_step(index, closure, kwargs)
-        result = None if closure is None else self._run_closure(index, closure)
+        result = None if closure is None else self._run_closure(index, closure, sync_grad=real)
         if not real:
             slot.pending += 1
             slot.last_outcome = StepOutcome.ACCUMULATED
             return result
-        normalise_window(slot.params(), slot.pending + 1)
-        slot.optimizer.step(**kwargs)
+        self._prepare_gradients(slot)
+        self._inner_step(index, closure, kwargs)
         self._finish_real_step(slot)
         return result
+
+    def _check_step_arguments(self, closure: object, make_optimizer_step: object) -> None:
+        if closure is not None and not callable(closure):
+            raise TypeError(f"closure must be callable or None, got {type(closure).__name__}")
+        if make_optimizer_step is not None and not isinstance(make_optimizer_step, bool):
+            raise TypeError(
+                f"make_optimizer_step must be True, False or None, got {make_optimizer_step!r} "
+                f"({type(make_optimizer_step).__name__}); pass bool(...) if you mean a truth value"
+            )
+
+    def _closes_window(self, slot: _Slot, make_optimizer_step: bool | None) -> bool:
+        return closes_window(
+            make_optimizer_step,
+            pending=slot.pending,
+            accumulate_grad_batches=self._accumulate_grad_batches,
+            position=self._position,
+        )
+
+    def _normalise_window(self, slot: _Slot) -> None:
+        normalise_window(slot.params(), slot.pending + 1)
+
+    def _prepare_gradients(self, slot: _Slot) -> None:
+        """Once per window, before its real step: mean, cross-replica reduction, unscaling, clipping."""
+        if slot.prepared:
+            return
+        self._normalise_window(slot)
+        self._device.reduce_gradients(slot.optimizer)
+        if self._scaler is not None and _has_gradients(slot):
+            self._scaler.unscale(slot.optimizer)
+        if self._clip_val is not None:
+            clip_gradients(slot.params(), self._clip_val, self._clip_algorithm)
+        slot.prepared = True
+
+    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
+        slot = self._slots[index]
+        if self._scaler is not None and _has_gradients(slot):
+            slot.skipped = not self._scaler.step(slot.optimizer, **kwargs)
+        else:
+            slot.optimizer.step(**kwargs)
+        self._device.after_step()
 
     def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
         slot = self._slots[index]
 
         def evaluate() -> T:
-            return self._run_closure(index, closure)
+            loss = self._run_closure(index, closure, sync_grad=True)
+            self._device.reduce_gradients(slot.optimizer)
+            return loss
 
         step: Callable[..., Any] = slot.optimizer.step
         result: T = step(evaluate, **kwargs)
+        self._device.after_step()
         self._finish_real_step(slot)
         return result
 
     def _finish_real_step(self, slot: _Slot) -> None:
+        if slot.skipped:
+            slot.last_outcome = StepOutcome.SKIPPED_NON_FINITE
+            step = slot.optimizer.step
+            if hasattr(step, "_wrapped_by_lr_sched"):
+                # A scheduler built on the inner optimizer would otherwise warn that it stepped first.
+                slot.optimizer._opt_called = True  # type: ignore[attr-defined]
+        else:
+            slot.steps += 1
+            slot.last_outcome = StepOutcome.STEPPED
         slot.optimizer.zero_grad(set_to_none=True)
         slot.pending = 0
-        slot.steps += 1
-        slot.last_outcome = StepOutcome.STEPPED
+        slot.prepared = slot.skipped = False
+        if self._position is None:
+            self._end_iteration()
 
-    def _run_closure(self, index: int, closure: Callable[[], T]) -> T:
-        with self._toggle(index, sync_grad=True):
+    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
+        with self._toggle(index, sync_grad=sync_grad):
             return closure()
 
     def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")
-        self._plugin.backward(loss, *args, **kwargs)
+        if self._scaler is not None:
+            loss = self._scaler.scale(loss)
+        backward: Callable[..., None] = loss.backward
+        backward(*args, **kwargs)
+
+    def _unscale_gradients(self, index: int) -> None:
+        self._prepare_gradients(self._slots[index])
 
     def _zero_grad(self, index: int, set_to_none: bool) -> None:
         slot = self._slots[index]
@@ -230,12 +332,7 @@ class TrainingContext:
     def _toggle(self, index: int, *, sync_grad: bool) -> Iterator[None]:
         own = self._slots[index].params()
         others = [param for i, slot in enumerate(self._slots) if i != index for param in slot.params()]
-        with ExitStack() as stack:
-            stack.enter_context(only_these_require_grad(own, others))
-            if not sync_grad:
-                for module in self._modules:
-                    if isinstance(module, DistributedDataParallel):
-                        stack.enter_context(module.no_sync())
+        with only_these_require_grad(own, others), no_sync(self._modules if not sync_grad else ()):
             yield
 
     # -- copies --------------------------------------------------------------------------------------
@@ -260,10 +357,11 @@ class TrainingContext:
     # -- checkpoints -----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Window positions, step counts and the accumulated gradients of open windows."""
+        """Window positions, step counts, the accumulated gradients of open windows, the loss scaler's state."""
         return {
             "format": _STATE_FORMAT,
             "precision": self.precision,
+            "scaler": None if self._scaler is None else self._scaler.state_dict(),
             "optimizers": [
                 {
                     "pending": slot.pending,
@@ -280,10 +378,13 @@ class TrainingContext:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict`` saved; validate the whole layout before changing anything."""
         entries = self._validated_entries(state_dict)
+        if self._scaler is not None:
+            self._scaler.load_state_dict(state_dict["scaler"])
         for slot, entry in zip(self._slots, entries, strict=True):
             slot.pending = entry["pending"]
             slot.steps = entry["steps"]
             slot.last_outcome = None
+            slot.prepared = slot.skipped = False
             with torch.no_grad():
                 for param, grad in zip(slot.params(), entry["grads"], strict=True):
                     param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype).clone()
@@ -296,6 +397,8 @@ class TrainingContext:
                 f"the state was saved under precision {state_dict.get('precision')!r}, this context runs "
                 f"{self.precision!r}"
             )
+        if (self._scaler is not None) != isinstance(state_dict.get("scaler"), dict):
+            raise ValueError("the state's loss-scaler state does not match this context's precision")
         entries = state_dict.get("optimizers")
         if not isinstance(entries, list) or len(entries) != len(self._slots):
             count = len(entries) if isinstance(entries, list) else "no"

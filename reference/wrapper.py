@@ -71,6 +71,10 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
         """Backpropagate ``loss`` in the context's precision (forwarding ``retain_graph``, ``inputs``, ...)."""
         self._context._backward(loss, *args, **kwargs)
 
+    def unscale_gradients(self) -> None:
+        """Prepare the open window for the real step now (mean, reduction, unscaling, clipping), e.g. to clip."""
+        self._context._unscale_gradients(self._index)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear this wrapper's gradients, unless an accumulation window is open."""
         self._context._zero_grad(self._index, set_to_none)

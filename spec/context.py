@@ -59,8 +59,16 @@ class TrainingContext(Protocol):
         optimizers included) leaves parameters and optimizer state untouched, is reported as
         ``SKIPPED_NON_FINITE``, and does not count as a step.
 
+        [AMP-006] 16-mixed: when the scale changes while a window of another optimizer is open, that window's
+        accumulated gradients are rescaled to the new scale, so its real step still applies their true mean.
+
         [AMP-005] 16-mixed with an optimizer that evaluates closures itself (LBFGS) raises ``TypeError`` before
         the closure runs.
+
+    Clipping
+        [CLIP-001] A context built with ``gradient_clip_val`` clips each window's unscaled, normalised gradients
+        right before the inner step: their total 2-norm (``gradient_clip_algorithm="norm"``) or each element
+        (``"value"``).
 
     Devices and distribution
         [XLA-001] XLA: on a real step the window's gradients are reduced across replicas once, after the
@@ -75,7 +83,8 @@ class TrainingContext(Protocol):
     Checkpoints
         [CKPT-002] ``state_dict()`` holds the context's own state (window positions, accumulated gradients
         of open windows, step counts, loss-scaler state); loading it into a fresh context with the same
-        model and optimizers, at any micro-step, continues the identical trajectory.
+        model and optimizers, at any micro-step, continues the identical trajectory: bit for bit on CPU and
+        CUDA, and to rounding on XLA, which compiles the resumed run into other graphs.
 
         [CKPT-003] ``load_state_dict`` rejects a state for another layout (other optimizers, other parameter
         shapes) with ``ValueError`` before changing anything.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
 from lightning_optimizer.spec.context import TrainingContext
 from lightning_optimizer.spec.types import DeviceKind, Feature, Precision
@@ -40,8 +40,15 @@ class ContextFactory(Protocol[ContextT_co]):
     ``cell.world_size > 1``), with the accumulation schedule that the check needs.
     """
 
-    def __call__(self, cell: Cell, *, accumulate_grad_batches: int = 1) -> ContextT_co:
-        """A new training context for ``cell`` with this accumulation schedule."""
+    def __call__(
+        self,
+        cell: Cell,
+        *,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+    ) -> ContextT_co:
+        """A new training context for ``cell`` with this accumulation schedule and clipping."""
         ...
 
 

@@ -142,6 +142,16 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         """
         ...
 
+    def unscale_gradients(self) -> None:
+        """Prepare the open window for its real step now, so that the user can inspect or clip its gradients.
+
+        [CLIP-002] The window's gradients become what the real step will apply: their mean, reduced across XLA
+        replicas, unscaled under 16-mixed, clipped when the context clips; the ``step()`` that closes the window
+        then repeats none of it (no double unscale). A ``step()`` that would not close the window after this
+        call raises ``RuntimeError`` and changes nothing.
+        """
+        ...
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients of this wrapper's parameters, unless a window is open.
 

@@ -1,0 +1,35 @@
+"""DDP: wrap the module when a process group of several ranks is running; suppress sync inside a window."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+__all__ = ["distributed_world_size", "no_sync", "wrap_for_ddp"]
+
+
+def distributed_world_size() -> int:
+    """The size of the default process group, 1 when there is none."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def wrap_for_ddp(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``module`` in ``DistributedDataParallel`` when several ranks run, as it is otherwise."""
+    if distributed_world_size() == 1 or isinstance(module, DistributedDataParallel):
+        return module
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=device_ids)
+
+
+@contextmanager
+def no_sync(modules: Iterable[torch.nn.Module]) -> Iterator[None]:
+    """Every DDP module's ``no_sync()`` at once: backward passes inside accumulate without an all-reduce."""
+    with ExitStack() as stack:
+        for module in modules:
+            if isinstance(module, DistributedDataParallel):
+                stack.enter_context(module.no_sync())
+        yield
