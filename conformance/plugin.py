@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from lightning_optimizer.conformance import report
+from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.conformance.selection import (
     DEFAULT_IMPL,
     WORLD_SIZES,
@@ -261,6 +262,23 @@ def make_context(implementation: ImplementationInfo[ContextT], cell: Cell) -> Ca
         return implementation.factory(cell, accumulate_grad_batches=accumulate_grad_batches)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def _rank_pools(pytestconfig: pytest.Config) -> Iterator[dict[tuple[str, int], RankPool]]:
+    pools: dict[tuple[str, int], RankPool] = {}
+    yield pools
+    for pool in pools.values():
+        pool.stop()
+
+
+@pytest.fixture
+def ranks(_rank_pools: dict[tuple[str, int], RankPool], pytestconfig: pytest.Config, cell: Cell) -> RankPool:
+    """The session's process group for this cell's device and world size (started on first use)."""
+    key = (cell.device, cell.world_size)
+    if key not in _rank_pools:
+        _rank_pools[key] = RankPool(pytestconfig.getoption("impl"), cell.device, cell.world_size)
+    return _rank_pools[key]
 
 
 @pytest.fixture(autouse=True)

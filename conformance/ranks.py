@@ -1,0 +1,146 @@
+"""Several ranks of one ``torch.distributed`` process group, started once and reused by every DDP cell.
+
+Spawning a group per cell costs seconds each; one pool per device kind serves the whole session instead. The
+parent sends each rank the name of a scenario (a function in :mod:`lightning_optimizer.conformance.scenarios`)
+and gets back what it returns. A rank that raises, dies or does not answer within the timeout fails the cell
+with a message that says which rank and why; the pool is then stopped (no process is left behind) and the next
+cell starts a new one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import socket
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.context import SpawnProcess
+from typing import Any
+
+from lightning_optimizer.spec import Cell
+
+__all__ = ["RankFailure", "RankPool"]
+
+ANSWER_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 120.0
+
+
+class RankFailure(RuntimeError):
+    """A rank raised, died or did not answer in time."""
+
+
+@dataclass(frozen=True)
+class _Request:
+    scenario: str
+    cell: Cell
+    kwargs: dict[str, Any]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _serve(
+    rank: int, world_size: int, port: int, backend: str, impl: str, requests: Any, answers: Any
+) -> None:  # pragma: no cover - runs in the child processes
+    """A rank's loop: join the group, then run scenarios until told to stop (``None``)."""
+    try:
+        import torch.distributed as dist
+
+        from lightning_optimizer.conformance import scenarios
+        from lightning_optimizer.conformance.selection import load_implementation
+
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank))
+        os.environ["WORLD_SIZE"] = str(world_size)
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
+        info = load_implementation(impl).info
+        answers.put((rank, "ready", None))
+    except BaseException:
+        answers.put((rank, "error", traceback.format_exc()))
+        return
+    try:
+        while (request := requests.get()) is not None:
+            try:
+                result = getattr(scenarios, request.scenario)(info, request.cell, **request.kwargs)
+                answers.put((rank, "ok", result))
+            except BaseException:
+                answers.put((rank, "error", traceback.format_exc()))
+    finally:
+        dist.destroy_process_group()
+
+
+class RankPool:
+    """``world_size`` processes, each one rank of a process group on 127.0.0.1, serving scenario requests."""
+
+    def __init__(self, impl: str, device: str, world_size: int = 2) -> None:
+        self.impl, self.device, self.world_size = impl, device, world_size
+        self._processes: list[SpawnProcess] = []
+        self._requests: list[Any] = []
+        self._answers: Any = None
+
+    def run(self, scenario: str, cell: Cell, **kwargs: Any) -> list[Any]:
+        """Run ``scenario`` on every rank; return the results in rank order, or raise :class:`RankFailure`."""
+        if not self._processes:
+            self._start()
+        for requests in self._requests:
+            requests.put(_Request(scenario, cell, kwargs))
+        try:
+            answers = self._collect(ANSWER_TIMEOUT_S, f"scenario {scenario!r} on {cell.id}")
+        except RankFailure:
+            self.stop()
+            raise
+        return [answers[rank] for rank in range(self.world_size)]
+
+    def stop(self) -> None:
+        """Ask the ranks to leave, then terminate any that do not; no process outlives this call."""
+        for requests in self._requests:
+            requests.put(None)
+        for process in self._processes:
+            process.join(timeout=10)
+        for process in self._processes:
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=10)
+        self._processes, self._requests, self._answers = [], [], None
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        backend = "nccl" if self.device == "cuda" else "gloo"
+        port = _free_port()
+        self._answers = context.Queue()
+        self._requests = [context.Queue() for _ in range(self.world_size)]
+        for rank in range(self.world_size):
+            args = (rank, self.world_size, port, backend, self.impl, self._requests[rank], self._answers)
+            process = context.Process(target=_serve, args=args, daemon=True, name=f"conformance-rank-{rank}")
+            process.start()
+            self._processes.append(process)
+        try:
+            self._collect(START_TIMEOUT_S, f"joining a {backend} process group of {self.world_size} ranks")
+        except RankFailure:
+            self.stop()
+            raise
+
+    def _collect(self, timeout: float, what: str) -> dict[int, Any]:
+        answers: dict[int, Any] = {}
+        deadline = timeout
+        while len(answers) < self.world_size:
+            try:
+                rank, status, payload = self._answers.get(timeout=min(deadline, 1.0))
+            except queue.Empty:
+                deadline -= 1.0
+                dead = [p.name for p in self._processes if not p.is_alive()]
+                if dead:
+                    raise RankFailure(f"{', '.join(dead)} died while {what}") from None
+                if deadline <= 0:
+                    missing = sorted(set(range(self.world_size)) - set(answers))
+                    raise RankFailure(f"rank(s) {missing} did not answer within {timeout:.0f} s while {what}") from None
+                continue
+            if status == "error":
+                raise RankFailure(f"rank {rank} raised while {what}:\n{payload}")
+            answers[rank] = payload
+        return answers
