@@ -24,8 +24,10 @@ from lightning_optimizer.conformance.selection import (
     LoadedImplementation,
     SelectionError,
     cells,
+    devices_found,
     load_implementation,
     parse_list,
+    start_xla_early,
     unavailable_reason,
 )
 from lightning_optimizer.spec import (
@@ -91,6 +93,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[IMPL_KEY] = load_implementation(config.getoption("impl"))
     except SelectionError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if (
+        "xla" in config.stash[FILTER_KEY].devices
+        and "xla" in config.stash[IMPL_KEY].info.devices
+        and "xla" in devices_found()
+    ):
+        start_xla_early()
     config.stash[RESULTS_KEY] = {}
 
 
@@ -258,8 +266,8 @@ def implementation(pytestconfig: pytest.Config) -> ImplementationInfo[Any]:
 def make_context(implementation: ImplementationInfo[ContextT], cell: Cell) -> Callable[..., ContextT]:
     """Build a training context of the implementation for this check's cell."""
 
-    def make(*, accumulate_grad_batches: int = 1) -> ContextT:
-        return implementation.factory(cell, accumulate_grad_batches=accumulate_grad_batches)
+    def make(**kwargs: Any) -> ContextT:
+        return implementation.factory(cell, **kwargs)
 
     return make
 

@@ -32,6 +32,7 @@ __all__ = [
     "devices_found",
     "load_implementation",
     "parse_list",
+    "start_xla_early",
     "unavailable_reason",
 ]
 
@@ -157,6 +158,13 @@ def devices_found() -> list[str]:
     if importlib.util.find_spec("torch_xla") is not None:
         found.append("xla")
     return found
+
+
+def start_xla_early() -> None:
+    """Bring up the XLA device now: torch_xla's device cannot join autograd after a first CPU backward pass."""
+    import torch_xla
+
+    torch_xla.device()
 
 
 def unavailable_reason(cell: Cell) -> str | None:
