@@ -30,6 +30,7 @@ __all__ = [
     "mse",
     "oracle_autocast",
     "oracle_scaler",
+    "oracle_step_done",
     "run_steps",
     "tolerance_for",
 ]
@@ -90,6 +91,14 @@ def oracle_autocast(cell: Cell) -> AbstractContextManager[None]:
     if dtype is None:
         return nullcontext()
     return torch.autocast(device_type=cell_device(cell).type, dtype=dtype)
+
+
+def oracle_step_done(cell: Cell) -> None:
+    """What a plain XLA loop does after each optimizer step: cut the lazy graph (nothing elsewhere)."""
+    if cell.device == "xla":
+        import torch_xla
+
+        torch_xla.sync()
 
 
 def oracle_scaler(cell: Cell) -> GradScaler | None:

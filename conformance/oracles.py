@@ -20,6 +20,7 @@ from lightning_optimizer.conformance.harness import (
     mse,
     oracle_autocast,
     oracle_scaler,
+    oracle_step_done,
 )
 from lightning_optimizer.spec import Cell, StepOutcome
 
@@ -65,6 +66,7 @@ class WindowOracle:
                 self.scaler.step(self.optimizer)
                 self.scaler.update()
                 self.stepped.append(self.scaler.get_scale() >= scale)
+            oracle_step_done(self.cell)
         self.optimizer.zero_grad(set_to_none=True)
 
 

@@ -19,6 +19,7 @@ from lightning_optimizer.conformance.harness import (
     mse,
     oracle_autocast,
     oracle_scaler,
+    oracle_step_done,
     run_steps,
 )
 from lightning_optimizer.conformance.oracles import WindowOracle, expected_outcomes, oracle_copy
@@ -138,6 +139,7 @@ def test_overflow_in_one_optimizer_skips_only_that_one(make_context: MakeContext
             scaler.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
         scaler.update()
+        oracle_step_done(cell)
     assert outcomes[0] == (SKIP, S), f"batch 0 outcomes (A, B): {outcomes[0]}, expected A skipped and B stepped"
     assert all(pair == (S, S) for pair in outcomes[1:]), f"outcomes after the overflow: {outcomes[1:]}"
     assert_params_close(model, oracle, cell, "two optimizers, one overflowing in the first batch")
@@ -208,6 +210,7 @@ def _clipping_oracle(cell: Cell, batches: list[Any], clip: Callable[[list[torch.
             scaler.step(optimizer)
             scaler.update()
         optimizer.zero_grad(set_to_none=True)
+        oracle_step_done(cell)
     return oracle
 
 

@@ -14,6 +14,7 @@ from lightning_optimizer.conformance.harness import (
     cell_dtype,
     oracle_autocast,
     oracle_scaler,
+    oracle_step_done,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.spec import Cell, TrainingContext
@@ -192,4 +193,5 @@ def test_gan_cadences(make_context: MakeContext, cell: Cell) -> None:
             oracle_dis.zero_grad(set_to_none=True)
         if scaler is not None and batch_idx % 2 == 0:
             scaler.update()
+        oracle_step_done(cell)
     assert_params_close(model, oracle, cell, "the seed's GAN example over 8 batches")
