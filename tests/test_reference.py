@@ -7,9 +7,10 @@ import pickle
 
 import pytest
 import torch
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
-from lightning_optimizer.spec import StepOutcome
+from lightning_optimizer.spec import Precision, StepOutcome
 
 HAS_XLA = importlib.util.find_spec("torch_xla") is not None
 
@@ -18,9 +19,22 @@ def _linear(ctx: TrainingContext) -> torch.nn.Module:
     return ctx.prepare_module(torch.nn.Linear(3, 2))
 
 
-def test_precision_not_yet_supported_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match=r"'16-mixed'.*not supported.*supported: 32-true, 64-true"):
-        TrainingContext(precision="16-mixed")
+def test_a_scaler_is_accepted_only_with_16_mixed() -> None:
+    scaler = GradScaler("cpu", init_scale=8.0)
+    assert TrainingContext(precision="16-mixed", scaler=scaler).scaler is scaler
+    assert TrainingContext(precision="16-mixed").scaler is not None
+    precisions: tuple[Precision, ...] = ("bf16-mixed", "32-true", "bf16-true")
+    for precision in precisions:
+        assert TrainingContext(precision=precision).scaler is None
+        with pytest.raises(ValueError, match="only with 16-mixed"):
+            TrainingContext(precision=precision, scaler=scaler)
+
+
+def test_clipping_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="gradient_clip_val"):
+        TrainingContext(gradient_clip_val=0.0)
+    with pytest.raises(ValueError, match="gradient_clip_algorithm"):
+        TrainingContext(gradient_clip_val=1.0, gradient_clip_algorithm="l2")  # type: ignore[arg-type]
 
 
 def test_unknown_precision_lists_the_valid_names() -> None:
@@ -35,9 +49,8 @@ def test_xla_without_torch_xla_names_torch_xla() -> None:
 
 
 @pytest.mark.skipif(not HAS_XLA, reason="unavailable here: torch_xla is not installed")
-def test_xla_with_torch_xla_is_refused_until_supported() -> None:
-    with pytest.raises(ValueError, match=r"'xla'.*not supported.*cpu, cuda"):
-        TrainingContext(device="xla")
+def test_xla_context_runs_on_the_xla_device() -> None:
+    assert TrainingContext(device="xla").device.type == "xla"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="unavailable here: a CUDA device is present")

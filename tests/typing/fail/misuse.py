@@ -59,6 +59,9 @@ class NoBackward:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._optimizer.load_state_dict(state_dict)
 
+    def unscale_gradients(self) -> None:
+        pass
+
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         self._optimizer.add_param_group(param_group)
 
