@@ -45,7 +45,12 @@ def test_one_reduction_per_window_after_its_last_backward(
     model = context.prepare_module(make_model())
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
     first = next(model.parameters())
-    first.register_hook(lambda grad: events.append("backward") or grad)
+
+    def observe_backward(grad: torch.Tensor) -> torch.Tensor:
+        events.append("backward")
+        return grad
+
+    first.register_hook(observe_backward)
     run_steps(context, model, wrapper, make_batches(6), cell)
     window = ["backward"] * 3 + ["reduce", "sync"]
     assert events == window * 2, f"XLA events over two windows of three micro-steps: {events}"

@@ -17,7 +17,10 @@ __all__ = ["LossScaler"]
 
 
 def _gradient_device(optimizer: torch.optim.Optimizer) -> torch.device:
-    return next(p.grad.device for group in optimizer.param_groups for p in group["params"] if p.grad is not None)
+    grads: list[torch.Tensor] = [
+        p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None
+    ]
+    return grads[0].device
 
 
 class LossScaler:
