@@ -38,24 +38,36 @@ class _Halves(torch.nn.Module):
         self.b = make_model(seed=22)
 
 
+LR = 10.0
+"""Large enough that a twice-too-large or badly scaled gradient moves the parameters far beyond the tolerance."""
+
+
 def _halves(make_context: MakeContext, cell: Cell, **kwargs: Any) -> tuple[TrainingContext, _Halves, Any, Any]:
     context = make_context(**kwargs)
     model = context.prepare_module(_Halves())
     assert isinstance(model, _Halves)
-    opt_a = context.wrap(torch.optim.SGD(model.a.parameters(), lr=0.1, momentum=0.9))
-    opt_b = context.wrap(torch.optim.SGD(model.b.parameters(), lr=0.1, momentum=0.9))
+    opt_a = context.wrap(torch.optim.SGD(model.a.parameters(), lr=LR, momentum=0.9))
+    opt_b = context.wrap(torch.optim.SGD(model.b.parameters(), lr=LR, momentum=0.9))
     return context, model, opt_a, opt_b
 
 
 LOSS_FACTOR = 1e-3
 """Keeps scaled fp16 gradients finite at GradScaler's initial scale, so that only injected overflows skip."""
+CLIPPED_LOSS_FACTOR = 1.0
+"""Gradients of order one, which the clipping checks' thresholds (0.05, 0.02) really clip. Under 16-mixed the
+first step may overflow at the initial scale; the oracle's plain GradScaler skips it too."""
 
 
 def _loss(
-    context: TrainingContext, model: torch.nn.Module, batch: Any, cell: Cell, blow_up: bool = False
+    context: TrainingContext,
+    model: torch.nn.Module,
+    batch: Any,
+    cell: Cell,
+    blow_up: bool = False,
+    factor: float = LOSS_FACTOR,
 ) -> torch.Tensor:
     with context.autocast():
-        loss = mse(model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
+        loss = mse(model, batch, cell_device(cell), cell_dtype(cell)) * factor
     return loss * float("inf") if blow_up else loss
 
 
@@ -66,9 +78,11 @@ def _closure(wrapper: Any, loss: Callable[[], torch.Tensor]) -> Callable[[], Non
     return closure
 
 
-def _oracle_loss(model: torch.nn.Module, batch: Any, cell: Cell, blow_up: bool = False) -> torch.Tensor:
+def _oracle_loss(
+    model: torch.nn.Module, batch: Any, cell: Cell, blow_up: bool = False, factor: float = LOSS_FACTOR
+) -> torch.Tensor:
     with oracle_autocast(cell):
-        loss = mse(model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
+        loss = mse(model, batch, cell_device(cell), cell_dtype(cell)) * factor
     return loss * float("inf") if blow_up else loss
 
 
@@ -103,14 +117,16 @@ def test_16_mixed_autocasts_and_scales_the_loss(make_context: MakeContext, cell:
 def test_overflow_in_one_optimizer_skips_only_that_one(make_context: MakeContext, cell: Cell) -> None:
     """Batch 0: A's gradients are infinite, B's finite. A skips, B steps with its true gradient; then both step.
 
+    Both backward passes run before either step, so a scale that backed off after A's skip (an update per
+    optimizer instead of per iteration) would unscale B's gradient with half its scale: twice the gradient.
     The oracle is PyTorch's documented rule: one scaler, ``unscale_`` and ``step`` per optimizer, one
     ``update`` per iteration after both.
     """
     context, model, opt_a, opt_b = _halves(make_context, cell)
     oracle = oracle_copy(_Halves(), cell)
     assert isinstance(oracle, _Halves)
-    oracle_a = torch.optim.SGD(oracle.a.parameters(), lr=0.1, momentum=0.9)
-    oracle_b = torch.optim.SGD(oracle.b.parameters(), lr=0.1, momentum=0.9)
+    oracle_a = torch.optim.SGD(oracle.a.parameters(), lr=LR, momentum=0.9)
+    oracle_b = torch.optim.SGD(oracle.b.parameters(), lr=LR, momentum=0.9)
     scaler = oracle_scaler(cell)
     assert scaler is not None
     a_before = [p.detach().clone() for p in model.a.parameters()]
@@ -119,11 +135,11 @@ def test_overflow_in_one_optimizer_skips_only_that_one(make_context: MakeContext
     for batch_idx, batch in enumerate(batches):
         blow_up = batch_idx == 0
         with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
-            loss_a = partial(_loss, context, model.a, batch, cell, blow_up)
-            opt_a.step(_closure(opt_a, loss_a), make_optimizer_step=True)
+            opt_a.backward(_loss(context, model.a, batch, cell, blow_up))
+            opt_b.backward(_loss(context, model.b, batch, cell))
+            opt_a.step(make_optimizer_step=True)
             outcome_a = opt_a.last_outcome
-            loss_b = partial(_loss, context, model.b, batch, cell)
-            opt_b.step(_closure(opt_b, loss_b), make_optimizer_step=True)
+            opt_b.step(make_optimizer_step=True)
             outcomes.append((outcome_a, opt_b.last_outcome))
         if blow_up:
             assert all(torch.equal(p.detach(), q) for p, q in zip(model.a.parameters(), a_before, strict=True)), (
@@ -133,8 +149,9 @@ def test_overflow_in_one_optimizer_skips_only_that_one(make_context: MakeContext
                 not any(v.isnan().any() for v in s.values() if isinstance(v, torch.Tensor))
                 for s in opt_a.optimizer.state.values()
             ), "a skipped step wrote non-finite values into A's optimizer state"
-        for half, optimizer, blow in ((oracle.a, oracle_a, blow_up), (oracle.b, oracle_b, False)):
-            scaler.scale(_oracle_loss(half, batch, cell, blow)).backward()
+        scaler.scale(_oracle_loss(oracle.a, batch, cell, blow_up)).backward()
+        scaler.scale(_oracle_loss(oracle.b, batch, cell)).backward()
+        for optimizer in (oracle_a, oracle_b):
             scaler.unscale_(optimizer)
             scaler.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
@@ -156,7 +173,7 @@ def test_open_window_survives_a_scale_change(make_context: MakeContext, cell: Ce
     context, model, opt_a, opt_b = _halves(make_context, cell)
     oracle = oracle_copy(_Halves(), cell)
     assert isinstance(oracle, _Halves)
-    oracle_a = torch.optim.SGD(oracle.a.parameters(), lr=0.1, momentum=0.9)
+    oracle_a = torch.optim.SGD(oracle.a.parameters(), lr=LR, momentum=0.9)
     batches = make_batches(2)
     for batch_idx, batch in enumerate(batches):
         with context.batch(batch_idx):
@@ -199,7 +216,7 @@ def _clipping_oracle(cell: Cell, batches: list[Any], clip: Callable[[list[torch.
     optimizer = torch.optim.SGD(oracle.parameters(), lr=0.5)
     scaler = oracle_scaler(cell)
     for batch in batches:
-        loss = _oracle_loss(oracle, batch, cell)
+        loss = _oracle_loss(oracle, batch, cell, factor=CLIPPED_LOSS_FACTOR)
         (loss if scaler is None else scaler.scale(loss)).backward()
         if scaler is not None:
             scaler.unscale_(optimizer)
@@ -223,7 +240,7 @@ def test_manual_clip_after_unscale_gradients(make_context: MakeContext, cell: Ce
     batches = make_batches(3)
     for batch_idx, batch in enumerate(batches):
         with context.batch(batch_idx):
-            wrapper.backward(_loss(context, model, batch, cell))
+            wrapper.backward(_loss(context, model, batch, cell, factor=CLIPPED_LOSS_FACTOR))
             wrapper.unscale_gradients()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
             wrapper.step(make_optimizer_step=True)
@@ -245,7 +262,8 @@ def test_configured_clipping(make_context: MakeContext, cell: Cell, algorithm: s
     batches = make_batches(3)
     for batch_idx, batch in enumerate(batches):
         with context.batch(batch_idx):
-            wrapper.step(_closure(wrapper, partial(_loss, context, model, batch, cell)))
+            loss = partial(_loss, context, model, batch, cell, factor=CLIPPED_LOSS_FACTOR)
+            wrapper.step(_closure(wrapper, loss))
 
     def clip(params: list[torch.Tensor]) -> None:
         if algorithm == "norm":

@@ -1,8 +1,8 @@
 """Run ``pytest conformance`` once per case in one interpreter, so that torch is imported once per batch.
 
 ``python -m mutants._batch CASES.json``: CASES is a list of ``{"id": ..., "args": [...], "out": DIR}``; each case
-is a fresh ``pytest.main(["conformance", "-p", "no:cacheprovider", *args])`` session from the current folder (the
-repository root), exactly as ``python -m pytest conformance -p no:cacheprovider ARGS`` would run it. Its output
+is a fresh ``pytest.main(["conformance", *args])`` session from the current folder (the repository root), exactly
+as ``python -m pytest conformance ARGS`` would run it (ARGS place pytest's cache, e.g. ``-o cache_dir=...``). Its output
 goes to ``DIR/output.txt`` and its exit status to ``DIR/exit``, written as soon as the case ends, so a batch that
 dies part-way still leaves the results of the cases before.
 """
@@ -27,7 +27,7 @@ def main(cases_file: str) -> int:
             contextlib.redirect_stdout(log),
             contextlib.redirect_stderr(log),
         ):
-            code = pytest.main(["conformance", "-p", "no:cacheprovider", *case["args"]])
+            code = pytest.main(["conformance", *case["args"]])
         (out / "exit").write_text(str(int(code)), encoding="utf-8")
     return 0
 

@@ -1,0 +1,21 @@
+"""CLIP-001 broken: ``gradient_clip_val`` is accepted and stored, but no step clips.
+
+As in manual optimization, where the trainer's clipping settings silently do nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._clip_val = None
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,30 @@
+"""AMP-005 broken: LBFGS is accepted under 16-mixed.
+
+LBFGS evaluates its closure several times inside its own ``step``, out of reach of the loss scaler's
+unscale/skip/update cycle; the framework wraps it anyway and runs it on scaled gradients.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import torch
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+
+
+class Context(MutantContext):
+    def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
+        scaler, self._scaler = self._scaler, None
+        try:
+            return super().wrap(optimizer)
+        finally:
+            self._scaler = scaler
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,39 @@
+"""AMP-005 broken: LBFGS under 16-mixed is refused only after its closure ran.
+
+The check sits in the step, after the first evaluation (as where the precision plugin only looks at the
+closure's result): the ``TypeError`` comes, but the user's forward and backward pass already ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+T = TypeVar("T")
+
+
+class Context(MutantContext):
+    def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
+        scaler, self._scaler = self._scaler, None
+        try:
+            return super().wrap(optimizer)
+        finally:
+            self._scaler = scaler
+
+    def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
+        if self._scaler is None:
+            return super()._closure_evaluating_step(index, closure, kwargs)
+        self._run_closure(index, closure)
+        name = type(self._slots[index].optimizer).__name__
+        raise TypeError(f"{name} evaluates its closure itself, which loss scaling cannot follow")
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,23 @@
+"""AMP-001 broken: 16-mixed autocasts to float16 but never scales the loss.
+
+A framework that only makes a ``GradScaler`` on CUDA: on the CPU, 16-mixed backpropagates the raw loss, so small
+float16 gradients underflow and no overflow is ever detected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.device.type != "cuda":
+            self._scaler = None
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

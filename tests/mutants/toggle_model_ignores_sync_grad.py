@@ -1,0 +1,28 @@
+"""TOGGLE-003 broken: ``toggle_model(sync_grad=False)`` toggles ``requires_grad`` but never suppresses DDP sync.
+
+The closure form still runs under ``no_sync()``; the backward-then-step form, which relies on ``sync_grad``,
+all-reduces on every micro-step.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
+        return self._context._toggle(self._index, sync_grad=True)
+
+
+class Context(MutantContext):
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
