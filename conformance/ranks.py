@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import queue
 import socket
+import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
@@ -46,15 +47,17 @@ def _free_port() -> int:
 
 
 def _serve(
-    rank: int, world_size: int, port: int, backend: str, impl: str, requests: Any, answers: Any
+    rank: int, world_size: int, port: int, backend: str, impl: str, module: str, requests: Any, answers: Any
 ) -> None:  # pragma: no cover - runs in the child processes
     """A rank's loop: join the group, then run scenarios until told to stop (``None``)."""
     try:
+        import importlib
+
         import torch.distributed as dist
 
-        from lightning_optimizer.conformance import scenarios
         from lightning_optimizer.conformance.selection import load_implementation
 
+        scenarios = importlib.import_module(module)
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank))
         os.environ["WORLD_SIZE"] = str(world_size)
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
@@ -77,8 +80,17 @@ def _serve(
 class RankPool:
     """``world_size`` processes, each one rank of a process group on 127.0.0.1, serving scenario requests."""
 
-    def __init__(self, impl: str, device: str, world_size: int = 2) -> None:
+    def __init__(
+        self,
+        impl: str,
+        device: str,
+        world_size: int = 2,
+        *,
+        scenarios: str = "lightning_optimizer.conformance.scenarios",
+        answer_timeout: float = ANSWER_TIMEOUT_S,
+    ) -> None:
         self.impl, self.device, self.world_size = impl, device, world_size
+        self.scenarios, self.answer_timeout = scenarios, answer_timeout
         self._processes: list[SpawnProcess] = []
         self._requests: list[Any] = []
         self._answers: Any = None
@@ -90,11 +102,16 @@ class RankPool:
         for requests in self._requests:
             requests.put(_Request(scenario, cell, kwargs))
         try:
-            answers = self._collect(ANSWER_TIMEOUT_S, f"scenario {scenario!r} on {cell.id}")
+            answers = self._collect(self.answer_timeout, f"scenario {scenario!r} on {cell.id}")
         except RankFailure:
             self.stop()
             raise
         return [answers[rank] for rank in range(self.world_size)]
+
+    @property
+    def alive(self) -> int:
+        """How many rank processes are running."""
+        return sum(process.is_alive() for process in self._processes)
 
     def stop(self) -> None:
         """Ask the ranks to leave, then terminate any that do not; no process outlives this call."""
@@ -115,7 +132,16 @@ class RankPool:
         self._answers = context.Queue()
         self._requests = [context.Queue() for _ in range(self.world_size)]
         for rank in range(self.world_size):
-            args = (rank, self.world_size, port, backend, self.impl, self._requests[rank], self._answers)
+            args = (
+                rank,
+                self.world_size,
+                port,
+                backend,
+                self.impl,
+                self.scenarios,
+                self._requests[rank],
+                self._answers,
+            )
             process = context.Process(target=_serve, args=args, daemon=True, name=f"conformance-rank-{rank}")
             process.start()
             self._processes.append(process)
@@ -125,6 +151,10 @@ class RankPool:
             self.stop()
             raise
 
+    def _dead(self) -> str:
+        dead = [p for p in self._processes if not p.is_alive()]
+        return ", ".join(f"{p.name} died (exit code {p.exitcode})" for p in dead)
+
     def _collect(self, timeout: float, what: str) -> dict[int, Any]:
         answers: dict[int, Any] = {}
         deadline = timeout
@@ -133,14 +163,15 @@ class RankPool:
                 rank, status, payload = self._answers.get(timeout=min(deadline, 1.0))
             except queue.Empty:
                 deadline -= 1.0
-                dead = [p.name for p in self._processes if not p.is_alive()]
-                if dead:
-                    raise RankFailure(f"{', '.join(dead)} died while {what}") from None
+                if self._dead():
+                    raise RankFailure(f"{self._dead()} while {what}") from None
                 if deadline <= 0:
                     missing = sorted(set(range(self.world_size)) - set(answers))
                     raise RankFailure(f"rank(s) {missing} did not answer within {timeout:.0f} s while {what}") from None
                 continue
             if status == "error":
-                raise RankFailure(f"rank {rank} raised while {what}:\n{payload}")
+                time.sleep(0.5)  # a peer that died is often why this rank failed: say so first
+                cause = f"{self._dead()}; " if self._dead() else ""
+                raise RankFailure(f"{cause}rank {rank} raised while {what}:\n{payload}")
             answers[rank] = payload
         return answers
