@@ -36,6 +36,7 @@ unit: env
 
 typecheck: env
 	$(BIN)/mypy $(PACKAGES)
+	$(BIN)/mypy tests
 
 lint: env
 	$(BIN)/ruff check .

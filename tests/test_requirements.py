@@ -26,7 +26,11 @@ def _checks() -> dict[str, list[str]]:
                         and isinstance(decorator.func, ast.Attribute)
                         and decorator.func.attr == "requirement"
                     ):
-                        ids += [arg.value for arg in decorator.args if isinstance(arg, ast.Constant)]
+                        ids += [
+                            arg.value
+                            for arg in decorator.args
+                            if isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                        ]
                 found[f"{path.name}::{node.name}"] = ids
     return found
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -32,8 +32,20 @@ class BrokenContext(TrainingContext):
         return NoBackwardWrapper(super().wrap(optimizer))
 
 
-def _factory(cell: Cell, *, accumulate_grad_batches: int = 1) -> BrokenContext:
-    return BrokenContext(cell.precision, cell.device, accumulate_grad_batches=accumulate_grad_batches)
+def _factory(
+    cell: Cell,
+    *,
+    accumulate_grad_batches: int = 1,
+    gradient_clip_val: float | None = None,
+    gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+) -> BrokenContext:
+    return BrokenContext(
+        cell.precision,
+        cell.device,
+        accumulate_grad_batches,
+        gradient_clip_val=gradient_clip_val,
+        gradient_clip_algorithm=gradient_clip_algorithm,
+    )
 
 
 def conformance_info() -> ImplementationInfo[BrokenContext]:
