@@ -49,7 +49,7 @@ class TrainingContext(Protocol):
         loss, on every device including CPU; every scaler call receives the inner optimizer.
 
         [AMP-002] 16-mixed: gradients are unscaled exactly once per real step, after window normalisation and
-        before clipping and the inner step; a manual ``unscale`` before ``step()`` is not repeated.
+        before clipping and the inner step; an ``unscale_gradients()`` before ``step()`` is not repeated.
 
         [AMP-003] 16-mixed: the scaler is updated once per training iteration, after every optimizer that
         stepped in it, so one optimizer's overflow cannot change another's gradient scale within the
@@ -59,11 +59,11 @@ class TrainingContext(Protocol):
         optimizers included) leaves parameters and optimizer state untouched, is reported as
         ``SKIPPED_NON_FINITE``, and does not count as a step.
 
-        [AMP-006] 16-mixed: when the scale changes while a window of another optimizer is open, that window's
-        accumulated gradients are rescaled to the new scale, so its real step still applies their true mean.
-
         [AMP-005] 16-mixed with an optimizer that evaluates closures itself (LBFGS) raises ``TypeError`` before
         the closure runs.
+
+        [AMP-006] 16-mixed: when the scale changes while a window of another optimizer is open, that window's
+        accumulated gradients are rescaled to the new scale, so its real step still applies their true mean.
 
     Clipping
         [CLIP-001] A context built with ``gradient_clip_val`` clips each window's unscaled, normalised gradients
