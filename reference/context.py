@@ -83,7 +83,8 @@ class TrainingContext:
     A real step runs these stages, each a method: the closure (toggled; under DDP's ``no_sync`` when the step
     does not close the window), ``_prepare_gradients`` (window mean, XLA reduction, unscaling, clipping; once
     per window), ``_inner_step`` (the inner optimizer, through the loss scaler under 16-mixed),
-    ``_finish_real_step`` (outcome, zeroing, counts). Leaving ``batch()`` ends the iteration: the loss scaler
+    ``_finish_real_step`` (outcome, zeroing, counts). ``_prepare_gradients`` is itself ``_normalise_window``,
+    ``_reduce_gradients``, ``_unscale`` and ``_clip``. Leaving ``batch()`` ends the iteration: the loss scaler
     updates once there; outside any ``batch()`` it updates after each real step.
     """
 
@@ -263,12 +264,21 @@ class TrainingContext:
         if slot.prepared:
             return
         self._normalise_window(slot)
+        self._reduce_gradients(slot)
+        self._unscale(slot)
+        self._clip(slot)
+        slot.prepared = True
+
+    def _reduce_gradients(self, slot: _Slot) -> None:
         self._device.reduce_gradients(slot.optimizer)
+
+    def _unscale(self, slot: _Slot) -> None:
         if self._scaler is not None and _has_gradients(slot):
             self._scaler.unscale(slot.optimizer)
+
+    def _clip(self, slot: _Slot) -> None:
         if self._clip_val is not None:
             clip_gradients(slot.params(), self._clip_val, self._clip_algorithm)
-        slot.prepared = True
 
     def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
         slot = self._slots[index]

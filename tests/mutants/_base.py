@@ -30,7 +30,8 @@ class MutantContext(TrainingContext):
     """The reference context, whose stages a mutant overrides one at a time.
 
     The stages: ``_check_step_arguments``, ``_closes_window``, ``_run_closure``, ``_normalise_window``,
-    ``_prepare_gradients``, ``_inner_step``, ``_finish_real_step``, ``_closure_evaluating_step``; around them
+    ``_prepare_gradients`` (``_normalise_window``, ``_reduce_gradients``, ``_unscale``, ``_clip``),
+    ``_inner_step``, ``_finish_real_step``. ``_closure_evaluating_step``; around them
     ``_toggle``, ``_backward``, ``_unscale_gradients`` and ``_end_iteration`` (the loss scaler's update).
     """
 

@@ -9,23 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import torch
-
-from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import mutant_info
+from mutants.lbfgs_accepted_under_16_mixed import Context as AcceptsLbfgs
 
-OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
 
 
-class Context(MutantContext):
-    def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
-        scaler, self._scaler = self._scaler, None
-        try:
-            return super().wrap(optimizer)
-        finally:
-            self._scaler = scaler
+class Context(AcceptsLbfgs):
+    """Wraps LBFGS under 16-mixed as the accepting mutant does, then refuses it in the step."""
 
     def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
         if self._scaler is None:

@@ -9,20 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lightning_optimizer.reference.clipping import clip_gradients
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, Slot, mutant_info
 
 
 class Context(MutantContext):
-    def _prepare_gradients(self, slot: Slot) -> None:
-        if slot.prepared:
-            return
-        self._normalise_window(slot)
-        self._device.reduce_gradients(slot.optimizer)
-        if self._clip_val is not None:
-            clip_gradients(slot.params(), self._clip_val, self._clip_algorithm)
-        slot.prepared = True
+    def _unscale(self, slot: Slot) -> None:
+        pass
 
     def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
         self._slots[index].optimizer.step(**kwargs)

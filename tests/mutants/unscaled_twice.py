@@ -8,26 +8,18 @@ from __future__ import annotations
 
 import torch
 
-from lightning_optimizer.reference.clipping import clip_gradients
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, Slot, mutant_info
 
 
 class Context(MutantContext):
-    def _prepare_gradients(self, slot: Slot) -> None:
-        if slot.prepared:
-            return
-        self._normalise_window(slot)
-        self._device.reduce_gradients(slot.optimizer)
+    def _unscale(self, slot: Slot) -> None:
         if self._scaler is not None:
             inverse = 1.0 / self._scaler.scaler.get_scale()
             with torch.no_grad():
                 for param in slot.params():
                     if param.grad is not None:
                         param.grad.mul_(inverse)
-        if self._clip_val is not None:
-            clip_gradients(slot.params(), self._clip_val, self._clip_algorithm)
-        slot.prepared = True
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from lightning_optimizer.reference.clipping import clip_gradients
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, Slot, mutant_info
 
@@ -21,15 +20,8 @@ class Context(MutantContext):
         self._device.reduce_gradients(self._slots[index].optimizer)
         return result
 
-    def _prepare_gradients(self, slot: Slot) -> None:
-        if slot.prepared:
-            return
-        self._normalise_window(slot)
-        if self._scaler is not None and any(param.grad is not None for param in slot.params()):
-            self._scaler.unscale(slot.optimizer)
-        if self._clip_val is not None:
-            clip_gradients(slot.params(), self._clip_val, self._clip_algorithm)
-        slot.prepared = True
+    def _reduce_gradients(self, slot: Slot) -> None:
+        pass  # reduced in _run_closure instead
 
 
 def conformance_info() -> ImplementationInfo[Context]:
