@@ -7,8 +7,8 @@ IMPL ?= lightning_optimizer.reference
 REPORTS ?= reports
 
 BIN := $(VENV)/bin
-SOURCES := pyproject.toml $(shell git ls-files -co --exclude-standard spec reference conformance 2>/dev/null)
-PACKAGES := -p lightning_optimizer.spec -p lightning_optimizer.reference -p lightning_optimizer.conformance
+SOURCES := pyproject.toml $(shell git ls-files -co --exclude-standard spec reference conformance peers 2>/dev/null)
+PACKAGES := -p lightning_optimizer.spec -p lightning_optimizer.reference -p lightning_optimizer.conformance -p lightning_optimizer.peers
 XLA_PIN := $(if $(filter 1,$(WITH_XLA)),torch_xla==$(TORCH_VERSION))
 
 .PHONY: env conformance test unit typecheck lint format clean
