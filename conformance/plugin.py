@@ -13,20 +13,23 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import torch
 
-from lightning_optimizer.conformance import report
+from lightning_optimizer.conformance import isolation, report
 from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.conformance.selection import (
     DEFAULT_IMPL,
     WORLD_SIZES,
     CellFilter,
+    ExpectedFailure,
     LoadedImplementation,
     SelectionError,
     cells,
     devices_found,
     load_implementation,
     parse_list,
+    parse_property_examples,
+    read_expected_failures,
+    required_devices,
     start_xla_early,
     unavailable_reason,
 )
@@ -42,6 +45,18 @@ from lightning_optimizer.spec import (
 IMPL_KEY = pytest.StashKey[LoadedImplementation]()
 FILTER_KEY = pytest.StashKey[CellFilter]()
 RESULTS_KEY = pytest.StashKey[dict[str, report.Result]]()
+DECLARED_KEY = pytest.StashKey[list[ExpectedFailure]]()
+"""Every declared deviation: the file's entries in file order, then the record's."""
+REQUIRED_KEY = pytest.StashKey[tuple[str, ...]]()
+MATCHED_KEY = pytest.StashKey[list[list[str]]]()
+"""Per declared deviation, the node ids of the collected checks it names."""
+COLLECTED_NAMES_KEY = pytest.StashKey[set[str]]()
+EXERCISED_KEY = pytest.StashKey[set[str]]()
+"""Node ids of the checks that ran (passed, failed, errored or deviated), as opposed to n/a or unavailable."""
+RUN_KEY = pytest.StashKey[tuple[list[report.Declaration], list[str]]]()
+"""The declared deviations with their staleness, and what fails the run as a whole."""
+ENTRY_KEY = pytest.StashKey[ExpectedFailure]()
+"""On an item: the declared deviation that applies to it."""
 
 ContextT = TypeVar("ContextT", bound=TrainingContext)
 
@@ -71,6 +86,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--report-json", default=None, metavar="PATH", help="write the result matrix as JSON")
     group.addoption("--report-md", default=None, metavar="PATH", help="write the result matrix as Markdown")
+    group.addoption(
+        "--expected-failures-file",
+        default=None,
+        metavar="PATH",
+        help="declared deviations, merged with the implementation's expected_failures: one 'ENTRY REASON' per "
+        "line, ENTRY being check_name or check_name[pattern] ('*' matches anything), '#' starts a comment line. "
+        "A declared check that fails reports 'deviation'; one that passes fails the run; entries that match no "
+        "check that ran are reported as stale",
+    )
+    group.addoption(
+        "--strict-expected-failures",
+        action="store_true",
+        default=False,
+        help="fail the run when an expected-failure entry is stale (matches no check that ran)",
+    )
+    group.addoption(
+        "--require-devices",
+        default=None,
+        metavar="DEVICES",
+        help=f"comma-separated devices ({', '.join(DEVICE_KINDS)}) that must run: their 'unavailable' cells fail, "
+        "and so does the run when no check ran on one of them (for GPU and TPU CI)",
+    )
+    group.addoption(
+        "--property-examples",
+        default=None,
+        metavar="N",
+        help="examples per property-based check, an integer >= 1 (default: each check's fixed CI budget)",
+    )
 
 
 MARKERS = (
@@ -90,9 +133,17 @@ def pytest_configure(config: pytest.Config) -> None:
             precisions=parse_list("--precisions", config.getoption("precisions"), PRECISIONS),
             world_sizes=parse_list("--world-sizes", config.getoption("world_sizes"), tuple(map(str, WORLD_SIZES))),
         )
-        config.stash[IMPL_KEY] = load_implementation(config.getoption("impl"))
+        config.option.property_examples = parse_property_examples(config.getoption("property_examples"))
+        loaded = config.stash[IMPL_KEY] = load_implementation(config.getoption("impl"))
+        path = config.getoption("expected_failures_file")
+        from_file = read_expected_failures(path) if path else []
+        config.stash[REQUIRED_KEY] = required_devices(
+            config.getoption("require_devices"), config.stash[FILTER_KEY].devices, loaded.info
+        )
     except SelectionError as exc:
         raise pytest.UsageError(str(exc)) from None
+    config.stash[DECLARED_KEY] = [*from_file, *loaded.expected_failures]
+    config.stash[EXERCISED_KEY] = set()
     if (
         "xla" in config.stash[FILTER_KEY].devices
         and "xla" in config.stash[IMPL_KEY].info.devices
@@ -103,16 +154,30 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """Say what is under test, and where."""
+    """Say what is under test, and where; what is declared to fail and which devices must run."""
     loaded = config.stash[IMPL_KEY]
     info = loaded.info
     env = report.environment()
-    return [
+    lines = [
         f"conformance: {info.name} {info.version} ({loaded.module}), contract {info.contract_version}",
         f"conformance: claims devices={sorted(info.devices)} precisions={sorted(info.precisions)} "
         f"world_sizes={sorted(info.world_sizes)} features={sorted(info.features)}",
         f"conformance: torch {env['torch']}, torch_xla {env['torch_xla']}, devices found {env['devices_found']}",
     ]
+    declared = config.stash[DECLARED_KEY]
+    if declared:
+        from_file = len(declared) - len(loaded.expected_failures)
+        lines.append(
+            f"conformance: expected failures: {len(loaded.expected_failures)} declared by the implementation, "
+            f"{from_file} in {config.getoption('expected_failures_file') or 'no file'}"
+        )
+    required = config.stash[REQUIRED_KEY]
+    if required:
+        lines.append(f"conformance: required devices: {', '.join(required)}")
+    examples: int | None = config.getoption("property_examples")
+    if examples is not None:
+        lines.append(f"conformance: property-based checks run {examples} examples each")
+    return lines
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -148,13 +213,12 @@ def _verdict(item: pytest.Item, info: ImplementationInfo[Any], cell: Cell | None
     return None if reason is None else UNAVAILABLE + reason
 
 
-def check_name(item: pytest.Item) -> str:
-    """The row of a check in the matrix: its function name plus any parameters other than the cell."""
-    name = getattr(item, "originalname", item.name)
+def _row_params(item: pytest.Item) -> str:
+    """A check's parameter id without the cell's part (empty when the cell is its only parameter)."""
     cell = _cell_of(item)
     callspec = getattr(item, "callspec", None)
     if callspec is None:
-        return name
+        return ""
     # pytest's own parameter id, without the cell's part: stable across runs, unlike repr() of a value.
     parts = [part for part in callspec.id.split("-") if part]
     if cell is not None:
@@ -163,7 +227,26 @@ def check_name(item: pytest.Item) -> str:
             if parts[i : i + len(cell_parts)] == cell_parts:
                 parts = parts[:i] + parts[i + len(cell_parts) :]
                 break
-    return f"{name}[{'-'.join(parts)}]" if parts else name
+    return "-".join(parts)
+
+
+def _function_name(item: pytest.Item) -> str:
+    return str(getattr(item, "originalname", item.name))
+
+
+def check_name(item: pytest.Item) -> str:
+    """The row of a check in the matrix: its function name plus any parameters other than the cell."""
+    params = _row_params(item)
+    return f"{_function_name(item)}[{params}]" if params else _function_name(item)
+
+
+def _ids(item: pytest.Item) -> list[str]:
+    """The ids an expected-failure pattern is matched against: full parameter id, cell id, other parameters."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return []
+    cell = _cell_of(item)
+    return [str(callspec.id), *([cell.id] if cell is not None else []), *filter(None, [_row_params(item)])]
 
 
 def _cell_of(item: pytest.Item) -> Cell | None:
@@ -175,25 +258,35 @@ def _cell_of(item: pytest.Item) -> Cell | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each collected check as n/a, unavailable or a declared deviation."""
     info = config.stash[IMPL_KEY].info
+    declared = config.stash[DECLARED_KEY]
+    matched: list[list[str]] = [[] for _ in declared]
+    names: set[str] = set()
     for item in items:
         unknown = [rid for marker in item.iter_markers("requirement") for rid in marker.args if rid not in REQUIREMENTS]
         if unknown:
             raise pytest.UsageError(f"{item.nodeid} names unknown requirement ids: {', '.join(unknown)}")
+        name, ids = _function_name(item), _ids(item)
+        names.add(name)
+        applying = [i for i, entry in enumerate(declared) if entry.matches(name, ids)]
+        for i in applying:
+            matched[i].append(item.nodeid)
         reason = _verdict(item, info, _cell_of(item))
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
-            continue
-        for key in (item.name, check_name(item)):
-            if key in info.expected_failures:
-                item.add_marker(pytest.mark.xfail(reason=f"deviation: {info.expected_failures[key]}", strict=True))
-                break
+        elif applying:
+            entry = item.stash[ENTRY_KEY] = declared[applying[0]]
+            deviation = f"declared deviation {entry.entry!r} ({entry.source}): {entry.reason}"
+            item.add_marker(pytest.mark.xfail(reason=deviation, strict=True))
+    config.stash[MATCHED_KEY] = matched
+    config.stash[COLLECTED_NAMES_KEY] = names
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
-    """Record one outcome per check and cell."""
+    """Record one outcome per check and cell; a leak of global state and a required device's absence fail."""
     rep: pytest.TestReport = yield
-    results = item.config.stash[RESULTS_KEY]
+    config = item.config
+    results = config.stash[RESULTS_KEY]
     cell = _cell_of(item)
     result = results.get(item.nodeid)
     if result is None:
@@ -205,15 +298,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             world_size=None if cell is None else cell.world_size,
         )
     result.duration_s += rep.duration
-    outcome, reason = _classify(rep)
-    if outcome is not None and result.outcome in (None, "passed"):
+    leak = call.excinfo is not None and isinstance(call.excinfo.value, isolation.StateLeak)
+    if leak and hasattr(rep, "wasxfail"):  # a declared deviation excuses the check's failure, not a leak
+        rep.outcome = "failed"
+        del rep.wasxfail
+    outcome, reason = _classify(item, rep, str(call.excinfo.value) if leak and call.excinfo is not None else None)
+    if outcome == "unavailable" and cell is not None and cell.device in config.stash[REQUIRED_KEY]:
+        outcome, reason = "failed", f"device {cell.device} is required (--require-devices) but unavailable: {reason}"
+        rep.outcome, rep.longrepr = "failed", reason
+    elif outcome in ("passed", "deviation") or rep.failed:
+        config.stash[EXERCISED_KEY].add(item.nodeid)
+    if outcome is None:
+        return rep
+    if result.outcome in (None, "passed"):
         result.outcome, result.reason = outcome, reason
+    elif leak:
+        result.outcome = "failed" if result.outcome == "deviation" else result.outcome
+        result.reason = f"{result.reason}; {reason}" if result.reason else reason
     return rep
 
 
-def _classify(rep: pytest.TestReport) -> tuple[str | None, str]:
+def _classify(item: pytest.Item, rep: pytest.TestReport, leak: str | None) -> tuple[str | None, str]:
+    """The outcome and reason of one phase's report (``None``: the phase says nothing new)."""
+    entry = item.stash.get(ENTRY_KEY, None)
+    if leak is not None:
+        return "failed", leak
     if hasattr(rep, "wasxfail"):
-        return ("deviation", str(rep.wasxfail).removeprefix("deviation: ")) if rep.skipped else (None, "")
+        if not rep.skipped:
+            return None, ""
+        return "deviation", entry.reason if entry is not None else str(rep.wasxfail)
     if rep.skipped:
         text = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         text = text.removeprefix("Skipped: ")
@@ -223,8 +336,11 @@ def _classify(rep: pytest.TestReport) -> tuple[str | None, str]:
             return "unavailable", text.removeprefix(UNAVAILABLE)
         return "error", f"skipped without saying why it does not apply: {text}"
     if rep.failed:
-        if "[XPASS(strict)]" in rep.longreprtext:
-            return "failed", "unexpected pass of a declared deviation: remove it from expected_failures"
+        if "[XPASS(strict)]" in rep.longreprtext and entry is not None:
+            return "failed", (
+                f"unexpected pass: the check passes, but {entry.entry!r} ({entry.source}) declares it a "
+                f"deviation ({entry.reason}); remove that entry"
+            )
         crash = getattr(rep.longrepr, "reprcrash", None)
         message = crash.message if crash is not None else rep.longreprtext.strip().splitlines()[-1:]
         summary = message if isinstance(message, str) else "".join(message)
@@ -234,15 +350,67 @@ def _classify(rep: pytest.TestReport) -> tuple[str | None, str]:
     return None, ""
 
 
+def _declarations(config: pytest.Config) -> list[report.Declaration]:
+    """Each declared deviation, stale when it names no check that ran, with why."""
+    results, exercised = config.stash[RESULTS_KEY], config.stash[EXERCISED_KEY]
+    names, matched = config.stash[COLLECTED_NAMES_KEY], config.stash[MATCHED_KEY]
+    declared = config.stash[DECLARED_KEY]
+    declarations = []
+    for entry, nodeids in zip(declared, matched, strict=True):
+        why = ""
+        if entry.name not in names:
+            why = f"no check named {entry.name} was collected (misspelt, removed, or not among the paths given)"
+        elif not nodeids:
+            why = f"no collected row or cell of {entry.name} matches it (its cells may be filtered out)"
+        elif not any(nodeid in exercised for nodeid in nodeids):
+            outcomes = sorted({results[n].outcome or "error" for n in nodeids if n in results} or {"deselected"})
+            why = f"the checks it names did not run here ({', '.join(outcomes)})"
+        declarations.append(report.Declaration(entry.entry, entry.reason, entry.source, bool(why), why))
+    return declarations
+
+
+def _vacuous_devices(config: pytest.Config) -> list[str]:
+    """Required devices on which no check was even attempted (every one deselected or n/a)."""
+    results = config.stash[RESULTS_KEY].values()
+    return [
+        device
+        for device in config.stash[REQUIRED_KEY]
+        if not any(result.device == device and result.outcome != "n/a" for result in results)
+    ]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run on stale declarations under ``--strict-expected-failures`` and on unexercised devices."""
+    config = session.config
+    if IMPL_KEY not in config.stash or MATCHED_KEY not in config.stash:
+        return
+    declarations = _declarations(config)
+    failures = [
+        f"required device {device}: no check ran on it (--require-devices); select some of its cells"
+        for device in _vacuous_devices(config)
+    ]
+    stale = [d for d in declarations if d.stale]
+    if stale and config.getoption("strict_expected_failures"):
+        failures.append(f"{len(stale)} stale expected-failure entries (--strict-expected-failures)")
+    config.stash[RUN_KEY] = (declarations, failures)
+    if failures and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Print the matrix and write the reports that were asked for."""
     results = list(config.stash.get(RESULTS_KEY, {}).values())
     if IMPL_KEY not in config.stash:
         return
     loaded = config.stash[IMPL_KEY]
-    document = report.build(loaded.info, loaded.module, results)
+    declarations, failures = config.stash.get(RUN_KEY, ([], []))
+    required = config.stash[REQUIRED_KEY]
+    document = report.build(
+        loaded.info, loaded.module, results, declarations=declarations, required_devices=required, run_failures=failures
+    )
     terminalreporter.section("conformance matrix")
-    for line in report.render_terminal(document) if results else ["no check ran"]:
+    lines = report.render_terminal(document) if results else ["no check ran", *report.render_run_notes(document)]
+    for line in lines:
         terminalreporter.write_line(line)
     for option, render in (("report_json", report.to_json), ("report_md", report.to_markdown)):
         path = config.getoption(option)
@@ -291,8 +459,13 @@ def ranks(_rank_pools: dict[tuple[str, int], RankPool], pytestconfig: pytest.Con
 
 @pytest.fixture(autouse=True)
 def _isolate_torch_state() -> Iterator[None]:
-    """Give each check the default global torch state, and put it back afterwards."""
-    dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
+    """Snapshot global torch state and the environment before each check; after it, restore them.
+
+    A check that leaves any of them changed fails in teardown (:class:`~.isolation.StateLeak`), naming what
+    leaked with its values before and after: the next cell would otherwise run in conditions it does not expect.
+    """
+    before = isolation.snapshot()
     yield
-    torch.set_default_dtype(dtype)
-    torch.set_grad_enabled(grad)
+    leaks = isolation.restore(before)
+    if leaks:
+        raise isolation.StateLeak(leaks)

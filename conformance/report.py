@@ -1,4 +1,8 @@
-"""The result matrix: one outcome per check and cell, as a terminal table, JSON and Markdown."""
+"""The result matrix: one outcome per check and cell, as a terminal table, JSON and Markdown.
+
+Besides the matrix, a report lists the declared deviations (stale ones say why) and what failed the run as a
+whole (a required device on which nothing ran, stale entries under ``--strict-expected-failures``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import importlib.metadata
 import json
 import platform
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -14,7 +19,17 @@ import torch
 from lightning_optimizer.conformance.selection import devices_found
 from lightning_optimizer.spec import DEVICE_KINDS, PRECISIONS, ImplementationInfo
 
-__all__ = ["OUTCOMES", "Result", "build", "environment", "render_terminal", "to_json", "to_markdown"]
+__all__ = [
+    "OUTCOMES",
+    "Declaration",
+    "Result",
+    "build",
+    "environment",
+    "render_run_notes",
+    "render_terminal",
+    "to_json",
+    "to_markdown",
+]
 
 OUTCOMES = ("passed", "failed", "error", "deviation", "n/a", "unavailable")
 SCHEMA_VERSION = 1
@@ -47,6 +62,17 @@ class Result:
         self.column = _ANY_CELL if self.device is None else f"{self.device}/{self.precision}/ws{self.world_size}"
 
 
+@dataclass(frozen=True)
+class Declaration:
+    """A declared deviation (an expected-failure entry) and whether it is stale: it named no check that ran."""
+
+    entry: str
+    reason: str
+    source: str
+    stale: bool = False
+    why_stale: str = ""
+
+
 def _version(distribution: str) -> str | None:
     try:
         return importlib.metadata.version(distribution)
@@ -65,8 +91,19 @@ def environment() -> dict[str, Any]:
     }
 
 
-def build(info: ImplementationInfo[Any], module: str, results: list[Result]) -> dict[str, Any]:
-    """The report document (the JSON schema)."""
+def build(
+    info: ImplementationInfo[Any],
+    module: str,
+    results: list[Result],
+    *,
+    declarations: Sequence[Declaration] = (),
+    required_devices: Sequence[str] = (),
+    run_failures: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The report document (the JSON schema).
+
+    ``declarations``: every expected-failure entry; ``run_failures``: why the run fails beyond its results.
+    """
     rows = [asdict(result) | {"outcome": result.outcome or "error"} for result in results]
     for row in rows:
         del row["column"]
@@ -84,6 +121,9 @@ def build(info: ImplementationInfo[Any], module: str, results: list[Result]) -> 
         "env": environment(),
         "results": rows,
         "summary": {outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
+        "expected_failures": [asdict(declaration) for declaration in declarations],
+        "required_devices": list(required_devices),
+        "run_failures": list(run_failures),
     }
 
 
@@ -134,6 +174,21 @@ def render_terminal(document: dict[str, Any]) -> list[str]:
         "legend: ok passed, FAIL failed, ERR error, dev declared deviation, n/a not claimed or not "
         "applicable, -- unavailable on this machine"
     )
+    return lines + render_run_notes(document)
+
+
+def _stale(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [row for row in document.get("expected_failures", []) if row["stale"]]
+
+
+def render_run_notes(document: dict[str, Any]) -> list[str]:
+    """Lines on stale expected-failure entries and on what failed the run as a whole (none when all is well)."""
+    lines = []
+    stale = _stale(document)
+    if stale:
+        lines.append(f"stale expected-failure entries ({len(stale)}; they name no check that ran):")
+        lines += [f"  {row['entry']} ({row['source']}): {row['why_stale']}" for row in stale]
+    lines += [f"run failed: {failure}" for failure in document.get("run_failures", [])]
     return lines
 
 
@@ -172,4 +227,11 @@ def to_markdown(document: dict[str, Any]) -> str:
         for r in problems:
             where = "any cell" if r["device"] is None else f"{r['device']}/{r['precision']}/ws{r['world_size']}"
             lines.append(f"- `{r['check']}` on {where}: **{r['outcome']}**: {r['reason']}")
+    stale = _stale(document)
+    if stale:
+        lines += ["", "## Stale expected-failure entries", ""]
+        lines += [f"- `{row['entry']}` ({row['source']}): {row['why_stale']}" for row in stale]
+    if document.get("run_failures"):
+        lines += ["", "## The run failed", ""]
+        lines += [f"- {failure}" for failure in document["run_failures"]]
     return "\n".join(lines) + "\n"

@@ -57,7 +57,9 @@ class ImplementationInfo(Generic[ContextT_co]):
     """An implementation's name, claims and context factory.
 
     ``expected_failures`` maps a check id (``test_name`` or ``test_name[cell-id]``) to the reason the
-    implementation knowingly deviates there; such cells report ``deviation``.
+    implementation knowingly deviates there; such cells report ``deviation``, and one that passes fails the run.
+    In brackets, ``*`` matches any characters (``test_name[cuda-*]``), and other parameters of the check may be
+    named instead of the cell (``test_name[pickle]``). The suite's ``--expected-failures-file`` adds entries.
     """
 
     name: str

@@ -12,6 +12,7 @@ own (the exact stderr of a usage error, the installed console script) run in the
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -24,12 +25,20 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_optimizer.conformance import isolation
 from lightning_optimizer.conformance.report import OUTCOMES
 from lightning_optimizer.reference import conformance_info as reference_info
 from lightning_optimizer.spec import CONTRACT_VERSION, DEVICE_KINDS, PRECISIONS
 
 REPO = Path(__file__).resolve().parents[1]
 IMPLS = REPO / "tests"
+_HAS_TORCH_XLA = importlib.util.find_spec("torch_xla") is not None
+XFAILS = "tests/plugin_impls/expected_failures"
+"""The expected-failures files of the runs, relative to the repository root (where the runs start)."""
+MISSING_DEVICE = next(
+    (device for device, there in (("cuda", torch.cuda.is_available()), ("xla", _HAS_TORCH_XLA)) if not there), None
+)
+"""A device this machine lacks, for a run that requires it (``None`` where it has them all)."""
 USAGE_ERROR = 4
 RESULT_KEYS = {"check", "requirements", "device", "precision", "world_size", "outcome", "reason", "duration_s"}
 _LEAKY_ENV = ("LIGHTNING_OPTIMIZER_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
@@ -129,8 +138,65 @@ USAGE_CASES: dict[str, tuple[str, list[str]]] = {
     "bad-device-filter": ("--devices=tpu", ["tpu", "--devices", *DEVICE_KINDS]),
     "bad-world-size-filter": ("--world-sizes=3", ["'3'", "--world-sizes", "1, 2"]),
     "empty-device-filter": ("--devices=", ["--devices is empty", *DEVICE_KINDS]),
+    "missing-expected-failures-file": (f"--expected-failures-file={XFAILS}/absent.txt", ["absent.txt", "no such file"]),
+    "expected-failure-without-reason": (
+        f"--expected-failures-file={XFAILS}/no_reason.txt",
+        ["no_reason.txt", "line 3", "'test_wrapper_surface' gives no reason"],
+    ),
+    "expected-failure-space-before-bracket": (
+        f"--expected-failures-file={XFAILS}/space_before_bracket.txt",
+        ["space_before_bracket.txt", "line 1", "a space between", "test_wrapper_surface[cpu-*]"],
+    ),
+    "expected-failure-unclosed-bracket": (
+        f"--expected-failures-file={XFAILS}/unclosed_bracket.txt",
+        ["unclosed_bracket.txt", "line 2", "'test_wrapper_surface[cpu-*'", "one pair of brackets"],
+    ),
+    "expected-failure-twice": (
+        f"--expected-failures-file={XFAILS}/duplicate.txt",
+        ["duplicate.txt", "line 3", "already declared on line 1"],
+    ),
+    "expected-failure-not-a-name": (
+        f"--expected-failures-file={XFAILS}/bad_name.txt",
+        ["bad_name.txt", "line 1", "'wrapper-surface' is not a check name"],
+    ),
+    "malformed-declaration": (
+        "--impl=plugin_impls.malformed_declaration",
+        ["plugin_impls.malformed_declaration", "expected_failures", "'test_wrapper_surface[cpu-32-true'"],
+    ),
+    "bad-required-device": ("--require-devices=tpu", ["tpu", "--require-devices", *DEVICE_KINDS]),
+    "required-device-not-claimed": (
+        "--impl=plugin_impls.only_fp64 --require-devices=xla",
+        ["--require-devices", "xla", "'fp64 only' does not claim", "claims cpu"],
+    ),
+    "required-device-filtered-out": (
+        "--devices=cpu --require-devices=xla",
+        ["--require-devices names xla", "--devices=cpu leaves out"],
+    ),
+    "property-examples-zero": ("--property-examples=0", ["--property-examples=0", "at least 1"]),
+    "property-examples-not-a-number": ("--property-examples=many", ["--property-examples=many", "not an integer"]),
 }
-"""Case id: the bad option, and what the one-line error must name."""
+"""Case id: the bad options (separated by spaces), and what the one-line error must name."""
+
+LEAKING_PRECISION = "64-true"
+"""Where ``plugin_impls.leaky_state`` leaks: the first precision of the matrix order, so 32-true runs after."""
+LEAKS: dict[str, tuple[str, str]] = {
+    # kind of plugin_impls.leaky_state with a run of its own: what the suite must name, the values it must give
+    "dtype": ("default dtype", "torch.float32 before the check, torch.float64 after"),
+    "grad_mode": ("grad mode", "True before the check, False after"),
+    "autocast": ("autocast (cpu)", "False before the check, True after"),
+    "env": ("environment variable LIGHTNING_OPTIMIZER_LEAKED_BY_TEST", "unset before the check, '1' after"),
+    "deterministic": ("deterministic algorithms", "off before the check, on, warn only after"),
+}
+ALSO_LEAKED = {
+    # what plugin_impls.leaky_state:everything leaks besides LEAKS
+    "inference mode": "False before the check, True after",
+    "open autocast regions": "0 before the check, 1 after",
+    "anomaly detection": "off before the check, on, checking NaN after",
+    "intra-op threads": "",
+    "default device": "cpu before the check, meta after",
+    "cuDNN benchmark": "False before the check, True after",
+    "default process group initialized": "False before the check, True after",
+}
 
 _CPU_WRAPPER = ["-k", "wrapper_surface", "--devices=cpu"]
 REPORTED_CASES: dict[str, dict[str, Any]] = {
@@ -151,8 +217,73 @@ REPORTED_CASES: dict[str, dict[str, Any]] = {
             "--world-sizes=1",
         ]
     },
+    "file-declares-deviation": {
+        "args": [
+            "--impl=plugin_impls.broken_wrapper",
+            "-k",
+            "wrapper_surface or context_surface",
+            "--devices=cpu",
+            "--precisions=32-true",
+            "--world-sizes=1",
+            f"--expected-failures-file={XFAILS}/broken_wrapper.txt",
+            "--require-devices=cpu",
+            "--property-examples=+7",
+        ]
+    },
+    "file-declares-deviation-strictly": {
+        "args": [
+            "--impl=plugin_impls.broken_wrapper",
+            *_CPU_WRAPPER,
+            "--precisions=32-true",
+            f"--expected-failures-file={XFAILS}/broken_wrapper.txt",
+            "--strict-expected-failures",
+        ]
+    },
+    "file-declares-a-passing-check": {
+        "args": [
+            "--impl=plugin_impls.reference_alias:info",
+            *_CPU_WRAPPER,
+            "--precisions=32-true",
+            "--world-sizes=1",
+            f"--expected-failures-file={XFAILS}/reference_passes.txt",
+        ]
+    },
+    "required-device-nothing-ran": {
+        "args": ["--impl=plugin_impls.only_fp64", *_CPU_WRAPPER, "--precisions=32-true", "--require-devices=cpu"]
+    },
+    **(
+        {
+            "required-device-unavailable": {
+                "args": [
+                    "--impl=lightning_optimizer.reference",
+                    "-k",
+                    "wrapper_surface",
+                    f"--devices=cpu,{MISSING_DEVICE}",
+                    "--precisions=32-true",
+                    "--world-sizes=1",
+                    f"--require-devices={MISSING_DEVICE}",
+                ]
+            }
+        }
+        if MISSING_DEVICE is not None
+        else {}
+    ),
+    **{
+        f"leak-{kind}": {
+            "args": [
+                f"--impl=plugin_impls.leaky_state:{kind}",
+                *_CPU_WRAPPER,
+                f"--precisions={LEAKING_PRECISION},32-true",
+                "--world-sizes=1",
+            ]
+        }
+        for kind in (*LEAKS, "everything")
+    },
 }
 """Case id: a run that gets to the matrix, and writes ``<case>.json`` and ``<case>.md``."""
+
+OTHER_CASES: dict[str, list[str]] = {"help": ["--help"]}
+"""Case id: a run whose output is all that is checked."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -166,8 +297,9 @@ def _background(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
 
     batch = tmp_path_factory.mktemp("batch")
     cases: dict[str, dict[str, Any]] = {
-        case: {"args": [option, "-k", "wrapper_surface"]} for case, (option, _) in USAGE_CASES.items()
+        case: {"args": [*options.split(), "-k", "wrapper_surface"]} for case, (options, _) in USAGE_CASES.items()
     }
+    cases |= {case: {"args": args} for case, args in OTHER_CASES.items()}
     for case, spec in REPORTED_CASES.items():
         reports = [f"--report-json={batch / f'{case}.json'}", f"--report-md={batch / f'{case}.md'}"]
         cases[case] = {"args": [*spec["args"], *reports], "env": spec.get("env", {})}
@@ -293,6 +425,170 @@ def test_missing_member_fails_when_undeclared(reported: dict[str, Reported]) -> 
     assert got.document["summary"]["failed"] == 1
     assert got.document["summary"]["deviation"] == 0
     assert "**failed**" in got.markdown
+
+
+# -- expected-failures files ---------------------------------------------------------------------------
+
+
+def test_file_declares_a_deviation_and_lists_stale_entries(reported: dict[str, Reported]) -> None:
+    got = reported["file-declares-deviation"]
+    assert got.run.returncode == 0, _explain(got.run)
+    row = result(got.document, "test_wrapper_surface", "cpu/32-true/ws1")
+    assert (row["outcome"], row["reason"]) == (
+        "deviation",
+        "the wrapper has no backward; call loss.backward() (file entry, issue #7)",
+    )
+    assert result(got.document, "test_context_surface", "cpu/32-true/ws1")["outcome"] == "passed"
+    entries = {entry["entry"]: entry for entry in got.document["expected_failures"]}
+    assert list(entries) == ["test_wrapper_surface[cpu-*]", "test_context_surface[cuda-*]", "test_wrapper_surfaec"]
+    used = entries["test_wrapper_surface[cpu-*]"]
+    assert (used["stale"], used["why_stale"], used["source"]) == (False, "", f"{XFAILS}/broken_wrapper.txt:4")
+    cuda = entries["test_context_surface[cuda-*]"]
+    assert cuda["stale"], cuda
+    assert "no collected row or cell of test_context_surface matches it" in cuda["why_stale"]
+    misspelt = entries["test_wrapper_surfaec"]
+    assert misspelt["stale"], misspelt
+    assert "no check named test_wrapper_surfaec was collected" in misspelt["why_stale"]
+    assert got.document["run_failures"] == []
+    assert got.document["required_devices"] == ["cpu"]
+    assert "conformance: required devices: cpu" in got.run.stdout
+    assert "conformance: property-based checks run 7 examples each" in got.run.stdout
+    matrix = got.run.stdout[got.run.stdout.index("conformance matrix") :]
+    assert "stale expected-failure entries (2; they name no check that ran):" in matrix
+    assert f"test_wrapper_surfaec ({XFAILS}/broken_wrapper.txt:6): no check named" in matrix
+    assert "run failed" not in matrix
+    assert "## Stale expected-failure entries" in got.markdown
+    assert "- `test_context_surface[cuda-*]`" in got.markdown
+
+
+def test_stale_entries_fail_a_strict_run(reported: dict[str, Reported]) -> None:
+    got = reported["file-declares-deviation-strictly"]
+    assert got.run.returncode == 1, _explain(got.run)
+    assert result(got.document, "test_wrapper_surface", "cpu/32-true/ws1")["outcome"] == "deviation"
+    assert got.document["summary"]["failed"] == got.document["summary"]["error"] == 0
+    failure = "2 stale expected-failure entries (--strict-expected-failures)"
+    assert got.document["run_failures"] == [failure]
+    assert f"run failed: {failure}" in got.run.stdout
+    assert "## The run failed" in got.markdown
+
+
+def test_file_entry_for_a_check_that_passes_fails_naming_the_entry(reported: dict[str, Reported]) -> None:
+    got = reported["file-declares-a-passing-check"]
+    assert got.run.returncode == 1, _explain(got.run)
+    row = result(got.document, "test_wrapper_surface", "cpu/32-true/ws1")
+    assert row["outcome"] == "failed", row
+    assert row["reason"] == (
+        f"unexpected pass: the check passes, but 'test_wrapper_surface' ({XFAILS}/reference_passes.txt:2) declares "
+        "it a deviation (thought the wrapper lacked a member); remove that entry"
+    )
+    assert "XPASS(strict)" in got.run.stdout
+    assert "reference_passes.txt:2" in got.run.stdout
+    assert [entry["stale"] for entry in got.document["expected_failures"]] == [False]
+
+
+# -- required devices ----------------------------------------------------------------------------------
+
+
+def test_required_device_that_is_unavailable_fails(reported: dict[str, Reported]) -> None:
+    if MISSING_DEVICE is None:
+        pytest.skip("unavailable: this machine has every device, so a required one cannot be missing")
+    got = reported["required-device-unavailable"]
+    assert got.run.returncode == 1, _explain(got.run)
+    row = result(got.document, "test_wrapper_surface", f"{MISSING_DEVICE}/32-true/ws1")
+    assert row["outcome"] == "failed", row
+    assert row["reason"].startswith(f"device {MISSING_DEVICE} is required (--require-devices) but unavailable: ")
+    assert ("CUDA" if MISSING_DEVICE == "cuda" else "torch_xla") in row["reason"]
+    assert result(got.document, "test_wrapper_surface", "cpu/32-true/ws1")["outcome"] == "passed"
+    assert got.document["summary"]["unavailable"] == 0
+    assert got.document["required_devices"] == [MISSING_DEVICE]
+    assert "required (--require-devices)" in got.run.stdout
+
+
+def test_required_device_on_which_nothing_ran_fails_the_run(reported: dict[str, Reported]) -> None:
+    """Every selected cell is n/a (the implementation claims only 64-true): the required device ran nothing."""
+    got = reported["required-device-nothing-ran"]
+    assert got.run.returncode == 1, _explain(got.run)
+    assert {row["outcome"] for row in got.document["results"]} == {"n/a"}
+    failure = "required device cpu: no check ran on it (--require-devices); select some of its cells"
+    assert got.document["run_failures"] == [failure]
+    assert f"run failed: {failure}" in got.run.stdout
+
+
+# -- global state isolation ----------------------------------------------------------------------------
+
+
+def _leak_rows(got: Reported) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The leaking cell's row and the next cell's, after checking that the leaking one ran first."""
+    order = [row["precision"] for row in got.document["results"] if row["check"] == "test_wrapper_surface"]
+    assert order == [LEAKING_PRECISION, "32-true"], order
+    return (
+        result(got.document, "test_wrapper_surface", f"cpu/{LEAKING_PRECISION}/ws1"),
+        result(got.document, "test_wrapper_surface", "cpu/32-true/ws1"),
+    )
+
+
+@pytest.mark.parametrize("kind", list(LEAKS))
+def test_leaked_state_fails_the_check_and_is_restored_for_the_next(reported: dict[str, Reported], kind: str) -> None:
+    """The leaking check fails in teardown naming what leaked; the next cell's factory finds the state clean."""
+    got = reported[f"leak-{kind}"]
+    assert got.run.returncode == 1, _explain(got.run)
+    leaked, following = _leak_rows(got)
+    what, values = LEAKS[kind]
+    assert leaked["outcome"] == "failed", leaked
+    assert leaked["reason"].startswith("leaked global state (restored for the next check): "), leaked
+    assert f"{what}: {values}" in leaked["reason"]
+    assert following["outcome"] == "passed", following
+    assert f"ERROR at teardown of test_wrapper_surface[cpu-{LEAKING_PRECISION}-ws1]" in got.run.stdout
+
+
+def test_every_kind_of_leak_is_named_and_restored(reported: dict[str, Reported]) -> None:
+    got = reported["leak-everything"]
+    assert got.run.returncode == 1, _explain(got.run)
+    leaked, following = _leak_rows(got)
+    assert leaked["outcome"] == "failed", leaked
+    for what, values in [*LEAKS.values(), *ALSO_LEAKED.items()]:
+        assert f"{what}: {values}" in leaked["reason"], what
+    assert "could not be restored" not in leaked["reason"]
+    assert following["outcome"] == "passed", following
+
+
+def test_restore_names_each_leak_with_its_values_and_undoes_it() -> None:
+    """In this process: two settings and an environment variable changed, named, put back."""
+    before = isolation.snapshot()
+    threads = torch.get_num_threads()
+    try:
+        torch.set_default_dtype(torch.float64)
+        torch.set_num_threads(threads + 1)
+        os.environ["LIGHTNING_OPTIMIZER_RESTORE_TEST"] = "x" * 200
+        leaks = isolation.restore(before)
+    finally:
+        isolation.restore(before)
+    assert [str(leak) for leak in leaks] == [
+        "default dtype: torch.float32 before the check, torch.float64 after",
+        f"intra-op threads: {threads} before the check, {threads + 1} after",
+        f"environment variable LIGHTNING_OPTIMIZER_RESTORE_TEST: unset before the check, '{'x' * 75}...' after",
+    ]
+    assert torch.get_default_dtype() == torch.float32
+    assert torch.get_num_threads() == threads
+    assert "LIGHTNING_OPTIMIZER_RESTORE_TEST" not in os.environ
+    assert isolation.restore(before) == []
+
+
+# -- options -------------------------------------------------------------------------------------------
+
+
+def test_help_lists_the_suite_options(batch: dict[str, Run]) -> None:
+    run = batch["help"]
+    assert run.returncode == 0, _explain(run)
+    for option in (
+        "--expected-failures-file",
+        "--strict-expected-failures",
+        "--require-devices",
+        "--property-examples",
+    ):
+        assert option in run.stdout, option
+    help_text = " ".join(run.stdout.split())
+    assert "an integer >= 1 (default: each check's fixed CI budget)" in help_text
 
 
 # -- claims and filters --------------------------------------------------------------------------------
