@@ -11,7 +11,9 @@ SOURCES := pyproject.toml $(shell git ls-files -co --exclude-standard spec refer
 PACKAGES := -p lightning_optimizer.spec -p lightning_optimizer.reference -p lightning_optimizer.conformance -p lightning_optimizer.peers
 XLA_PIN := $(if $(filter 1,$(WITH_XLA)),torch_xla==$(TORCH_VERSION))
 
-.PHONY: env conformance test unit typecheck lint format clean
+EXAMPLES := $(sort $(wildcard examples/*.py))
+
+.PHONY: env conformance test unit typecheck lint format clean examples
 
 env: $(VENV)/.project
 
@@ -37,12 +39,17 @@ unit: env
 typecheck: env
 	$(BIN)/mypy $(PACKAGES)
 	$(BIN)/mypy tests
+	$(BIN)/mypy examples
 
 lint: env
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: unit conformance typecheck lint
+# Each example prints one summary line and exits 0.
+examples: env
+	@set -e; for example in $(EXAMPLES); do echo "== $$example"; $(BIN)/python $$example; done
+
+test: unit conformance typecheck lint examples
 
 format: env
 	$(BIN)/ruff format .

@@ -3,6 +3,15 @@
 A training context owns the precision, the device, the accumulation schedule, the loss scaler and the loop
 position. A framework (or a plain loop) creates one, prepares the model with it, wraps each optimizer with it,
 runs forward passes under its autocast, and tells it where the loop is.
+
+Non-normative: in a framework's own loop, the context sits where the framework decides precision, device and
+loop position. The reference joins ``pytorch_lightning.Trainer.fit`` as a strategy
+(``lightning_optimizer.reference.lightning``), not as a callback or a module base class: Lightning fixes the
+precision while the ``Trainer`` is built, and on the CPU replaces 16-mixed by bf16-mixed unless the strategy
+brings its own precision plugin. The strategy is also where the context's other duties sit in Lightning: the
+precision plugin (autocast and loss scaling applied once), the loop position (one ``batch`` per training step),
+the DDP wrapper and its preparation before each backward. Its ``connect`` hook runs before Lightning refuses
+accumulation and clipping under manual optimization, so those ``Trainer`` arguments reach the context.
 """
 
 from __future__ import annotations

@@ -1,0 +1,510 @@
+"""Lightning integration: the reference's wrappers inside a real ``pytorch_lightning.Trainer.fit``.
+
+A manual-optimization project changes two lines: this import, and the Trainer's ``strategy`` argument::
+
+    from lightning_optimizer.reference.lightning import ReferenceSingleDeviceStrategy
+
+    trainer = Trainer(strategy=ReferenceSingleDeviceStrategy(), precision="16-mixed", accumulate_grad_batches=2)
+
+(``ReferenceDDPStrategy`` for several processes.) ``self.optimizers()`` in ``training_step`` then returns the
+reference's wrappers, so the proposal's ``opt.backward(loss)`` and ``opt.step(closure=...,
+make_optimizer_step=...)`` work as the contract says, with the Trainer's precision, device,
+``accumulate_grad_batches`` and ``gradient_clip_val`` applied by a :class:`TrainingContext`. Lightning neither
+autocasts nor scales: the strategy brings :class:`ReferencePrecision` into Lightning's precision slot.
+
+Why a strategy: Lightning settles the precision when the ``Trainer`` is built, before any module or callback
+code runs, and there it turns ``precision="16-mixed"`` on the CPU into ``"bf16-mixed"``, unless the strategy
+brings its own precision plugin. The strategy also owns what the reference must take over from Lightning: the
+precision plugin, the training-step call (one ``TrainingContext.batch`` per iteration), the DDP wrapper and the
+``backward`` that DDP has to be prepared for, and ``connect``, the one hook that runs before Lightning rejects
+``accumulate_grad_batches`` and ``gradient_clip_val`` for manual optimization.
+
+This module needs ``pytorch-lightning``; ``lightning_optimizer.reference`` itself does not import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar, cast, overload
+
+import torch
+import torch.distributed as dist
+from pytorch_lightning import LightningModule, Trainer
+from pytorch_lightning.plugins.precision import DoublePrecision, HalfPrecision, Precision
+from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy, Strategy
+from pytorch_lightning.trainer.states import TrainerFn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.hooks import RemovableHandle
+
+from lightning_optimizer.reference.clipping import ClipAlgorithm
+from lightning_optimizer.reference.context import TrainingContext
+from lightning_optimizer.reference.wrapper import WrappedOptimizer
+from lightning_optimizer.spec.types import PRECISIONS
+from lightning_optimizer.spec.types import Precision as PrecisionName
+
+__all__ = ["ReferenceDDPStrategy", "ReferencePrecision", "ReferenceSingleDeviceStrategy", "wrapped_optimizers"]
+
+OptA = TypeVar("OptA", bound=torch.optim.Optimizer)
+OptB = TypeVar("OptB", bound=torch.optim.Optimizer)
+OptC = TypeVar("OptC", bound=torch.optim.Optimizer)
+OptD = TypeVar("OptD", bound=torch.optim.Optimizer)
+
+_STATE_FORMAT = 1
+
+# Attributes Lightning's manual-optimization loop sets on every object ``self.optimizers()`` returns; on a
+# reference wrapper they land on the inner optimizer, and are removed again at teardown.
+_LOOP_INJECTED = ("_on_before_step", "_on_after_step")
+
+
+def _dtype_plugin(precision: PrecisionName) -> Precision:
+    """Lightning's own plugin for what a precision means for dtypes: module, inputs, default dtype in steps."""
+    if precision == "64-true":
+        return DoublePrecision()
+    if precision == "bf16-true":
+        return HalfPrecision("bf16-true")
+    return Precision()
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {key: _to_cpu(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_to_cpu(item) for item in value]
+    return value
+
+
+class ReferencePrecision(Precision):
+    """Lightning's precision plugin slot, filled by the reference's :class:`TrainingContext`.
+
+    Module and input dtypes follow Lightning's own plugin for the precision (``64-true``, ``bf16-true``);
+    autocast and loss scaling are the context's, applied once. Its checkpoint state is the context's
+    ``state_dict()`` (per rank under DDP), so a run resumes with open windows and the loss scaler intact.
+    Made by the reference strategies; not passed to the ``Trainer`` on its own.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.precision = "32-true"
+        self._dtypes: Precision = Precision()
+        self.context: TrainingContext | None = None
+        """The running context: set up by the strategy, ``None`` outside a run."""
+        self._rank, self._world_size = 0, 1
+        self._pending_state: dict[str, Any] | None = None
+
+    def configure(self, precision: PrecisionName) -> None:
+        """Take on the Trainer's precision (called by the strategy when it connects)."""
+        self.precision = precision
+        self._dtypes = _dtype_plugin(precision)
+
+    def attach(self, context: TrainingContext | None, rank: int = 0, world_size: int = 1) -> None:
+        """Use ``context`` (``None``: the run ended) on rank ``rank`` of ``world_size``."""
+        self.context, self._rank, self._world_size = context, rank, world_size
+        self._pending_state = None
+
+    def restore_loaded_state(self) -> None:
+        """Give the context the state ``load_state_dict`` received, once training starts.
+
+        Lightning clears every gradient (``LightningModule.zero_grad``) after it restores a checkpoint and before
+        training starts; the open windows' gradients are put back after that.
+        """
+        if self.context is not None and self._pending_state is not None:
+            contexts, self._pending_state = self._pending_state["contexts"], None
+            self.context.load_state_dict(contexts[self._rank])
+
+    # -- dtypes: Lightning's plugin for the precision -----------------------------------------------------
+
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Cast the module to the precision's parameter dtype (before any DDP wrapper is built)."""
+        return self._dtypes.convert_module(module)
+
+    def convert_input(self, data: Any) -> Any:
+        """Cast floating-point inputs as Lightning does for ``64-true`` and ``bf16-true``."""
+        return self._dtypes.convert_input(data)
+
+    def tensor_init_context(self) -> AbstractContextManager[Any]:
+        """The default dtype while tensors are created (``Trainer.init_module``)."""
+        return self._dtypes.tensor_init_context()
+
+    def module_init_context(self) -> AbstractContextManager[Any]:
+        """The default dtype while the module is created (``configure_model``)."""
+        return self._dtypes.module_init_context()
+
+    @contextmanager
+    def forward_context(self) -> Iterator[None]:
+        """Training, validation and prediction steps: the precision's default dtype and the context's autocast."""
+        with ExitStack() as stack:
+            stack.enter_context(self._dtypes.forward_context())
+            if self.context is not None:
+                stack.enter_context(self.context.autocast())
+            yield
+
+    # -- Lightning's own backward (``self.manual_backward``) -------------------------------------------------
+
+    def pre_backward(self, tensor: torch.Tensor, module: LightningModule) -> torch.Tensor:  # type: ignore[override]
+        """Lightning's hooks, then the context's loss scale (16-mixed), as the wrappers' ``backward`` applies it."""
+        tensor = super().pre_backward(tensor, module)
+        scaler = None if self.context is None else self.context.scaler
+        if scaler is None:
+            return tensor
+        scaled: torch.Tensor = scaler.scale(tensor)
+        return scaled
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The context's state (every rank's, gathered on all ranks under DDP); empty outside a run."""
+        if self.context is None:
+            return {}
+        own = _to_cpu(self.context.state_dict())
+        if self._world_size == 1:
+            contexts: list[Any] = [own]
+        else:
+            contexts = [None] * self._world_size
+            dist.all_gather_object(contexts, own)
+        return {"format": _STATE_FORMAT, "precision": self.precision, "contexts": contexts}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Check a checkpoint's state now; this rank's part reaches the context when training starts."""
+        if state_dict.get("format") != _STATE_FORMAT or not isinstance(state_dict.get("contexts"), list):
+            raise ValueError(f"not a ReferencePrecision checkpoint state of format {_STATE_FORMAT}")
+        contexts = state_dict["contexts"]
+        if len(contexts) != self._world_size:
+            raise ValueError(
+                f"the checkpoint holds the training-context state of {len(contexts)} ranks, this run has "
+                f"{self._world_size}: resume with the world size that saved it"
+            )
+        self._pending_state = state_dict
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """What the reference takes over from the Trainer's arguments."""
+
+    precision: PrecisionName
+    accumulate_grad_batches: int
+    gradient_clip_val: float | None
+    gradient_clip_algorithm: ClipAlgorithm
+
+    def context(self, device: str) -> TrainingContext:
+        return TrainingContext(
+            self.precision,
+            device,  # type: ignore[arg-type]  # the context names an unknown device in its error
+            self.accumulate_grad_batches,
+            gradient_clip_val=self.gradient_clip_val,
+            gradient_clip_algorithm=self.gradient_clip_algorithm,
+        )
+
+
+def _requested_precision(trainer: Trainer) -> PrecisionName:
+    # Lightning keeps the Trainer's precision argument, normalised ("16" -> "16-mixed"), on its accelerator
+    # connector; with the strategy's own plugin it is never rewritten (no 16-mixed -> bf16-mixed on the CPU).
+    flag = getattr(getattr(trainer, "_accelerator_connector", None), "_precision_flag", None)
+    if not isinstance(flag, str):
+        raise RuntimeError(
+            "cannot read Trainer(precision=...) from this pytorch_lightning version; the reference strategies "
+            "are made for pytorch_lightning 2.6"
+        )
+    for name in PRECISIONS:
+        if flag == name:
+            return name
+    raise ValueError(
+        f"Trainer(precision={flag!r}) is not a precision the reference runs; use one of {', '.join(PRECISIONS)}"
+    )
+
+
+def _settings_from(trainer: Trainer) -> _Settings:
+    clip_val = trainer.gradient_clip_val
+    algorithm = trainer.gradient_clip_algorithm
+    settings = _Settings(
+        precision=_requested_precision(trainer),
+        accumulate_grad_batches=trainer.accumulate_grad_batches,
+        gradient_clip_val=None if clip_val is None or clip_val == 0 else float(clip_val),
+        gradient_clip_algorithm="value" if algorithm is not None and algorithm.value == "value" else "norm",
+    )
+    settings.context("cpu")  # the reference validates every setting now, before anything changes
+    return settings
+
+
+class _Integration:
+    """What the reference strategies share: the Trainer settings, the context's lifetime, the wrappers."""
+
+    def __init__(self) -> None:
+        self.plugin = ReferencePrecision()
+        self.settings: _Settings | None = None
+        self._trainer_arguments: tuple[int, int | float | None, Any] | None = None
+        self._wrappers: dict[int, WrappedOptimizer[Any]] = {}
+        self._hooks: list[RemovableHandle] = []
+        self._inner: list[torch.optim.Optimizer] = []
+        self._trainer: Trainer | None = None
+
+    def connect(self, model: LightningModule) -> None:
+        """Take the precision, accumulation and clipping over from the Trainer, before Lightning validates them."""
+        trainer = self._trainer = model.trainer
+        if trainer.state.fn == TrainerFn.FITTING and model.automatic_optimization:
+            raise ValueError(
+                f"the reference strategies drive manual optimization: set `self.automatic_optimization = False` "
+                f"in {type(model).__name__}.__init__ and step the optimizers from training_step"
+            )
+        if self._trainer_arguments is None:
+            self.settings = _settings_from(trainer)
+            self._trainer_arguments = (
+                trainer.accumulate_grad_batches,
+                trainer.gradient_clip_val,
+                trainer.gradient_clip_algorithm,
+            )
+            # Lightning refuses both for manual optimization; the reference applies them.
+            trainer.accumulate_grad_batches = 1
+            trainer.gradient_clip_val = None
+        assert self.settings is not None
+        self.plugin.configure(self.settings.precision)
+
+    def setup(self, strategy: Strategy, trainer: Trainer) -> None:
+        """Build the context once Lightning has placed the model, then wrap every optimizer with it."""
+        if self.settings is None:
+            raise RuntimeError("the strategy was set up before it was connected to a LightningModule")
+        device = strategy.root_device
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(
+                f"the reference strategies run on CPU and CUDA, not {device.type!r}; on XLA use the reference's "
+                "TrainingContext in your own loop"
+            )
+        context = self.settings.context(device.type)
+        self.plugin.attach(context, trainer.global_rank, trainer.world_size)
+        if trainer.state.fn != TrainerFn.FITTING:
+            return
+        model = strategy.model
+        assert model is not None
+        if context.prepare_module(model) is not model:
+            raise RuntimeError(
+                f"a process group of {dist.get_world_size()} ranks is running: use ReferenceDDPStrategy, which "
+                "lets the reference synchronise gradients through Lightning's DistributedDataParallel"
+            )
+        self._inner = list(strategy.optimizers)
+        self._wrappers = {id(optimizer): context.wrap(optimizer) for optimizer in self._inner}
+        progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+
+        def count_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            # One global step per optimizer step applied (an accumulating micro-step or a skipped step is none).
+            progress.increment_ready()
+            progress.increment_completed()
+
+        self._hooks = [optimizer.register_step_post_hook(count_step) for optimizer in self._inner]
+        strategy.optimizers = self._inner  # ``self.optimizers()`` now returns the wrappers
+
+    def lightning_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> list[WrappedOptimizer[Any]]:
+        """The wrappers of ``optimizers``, in their order (none before set-up)."""
+        return [self._wrappers[id(optimizer)] for optimizer in optimizers if id(optimizer) in self._wrappers]
+
+    def wrappers(self) -> list[WrappedOptimizer[Any]]:
+        """Every wrapper of this run, in the order of ``configure_optimizers``."""
+        return self.lightning_optimizers(self._inner)
+
+    @contextmanager
+    def iteration(self) -> Iterator[None]:
+        """One training iteration: the context's ``batch`` block at Lightning's position in the epoch."""
+        context, trainer = self.plugin.context, self._trainer
+        if context is None or trainer is None:
+            raise RuntimeError("training_step ran before the reference strategy was set up")
+        epoch_loop = trainer.fit_loop.epoch_loop
+        progress = epoch_loop.batch_progress
+        is_last = progress.is_last_batch or progress.current.ready == trainer.num_training_batches
+        with context.batch(epoch_loop.batch_idx, is_last=is_last):
+            yield
+
+    def teardown(self) -> None:
+        """Remove the step hooks and what the loop set on the optimizers; give the Trainer its arguments back."""
+        trainer, self._trainer = self._trainer, None
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        for optimizer in self._inner:
+            for name in _LOOP_INJECTED:
+                vars(optimizer).pop(name, None)
+        self.plugin.attach(None)
+        if trainer is not None and self._trainer_arguments is not None:
+            accumulate, clip_val, clip_algorithm = self._trainer_arguments
+            trainer.accumulate_grad_batches = accumulate
+            trainer.gradient_clip_val = clip_val
+            trainer.gradient_clip_algorithm = clip_algorithm
+        self._trainer_arguments = None
+
+
+class _ReferenceStrategy(Strategy):
+    """The overrides both reference strategies make to their Lightning strategy."""
+
+    _integration: _Integration
+
+    def connect(self, model: LightningModule) -> None:
+        """Connect the model; take the Trainer's precision, accumulation and clipping over for the reference."""
+        self._integration.connect(model)
+        super().connect(model)
+
+    def setup(self, trainer: Trainer) -> None:
+        """Lightning's set-up, then the reference's context and wrappers."""
+        super().setup(trainer)
+        self._integration.setup(self, trainer)
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The inner optimizers (checkpoints and LR schedulers see these)."""
+        return self._optimizers
+
+    @optimizers.setter
+    def optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        self._optimizers = optimizers
+        # What ``LightningModule.optimizers()`` returns: the reference's wrappers instead of LightningOptimizers.
+        self._lightning_optimizers = self._integration.lightning_optimizers(optimizers)  # type: ignore[assignment]
+
+    @property
+    def reference_context(self) -> TrainingContext | None:
+        """The reference's training context of the running fit, ``None`` outside one."""
+        return self._integration.plugin.context
+
+    def on_train_start(self) -> None:
+        """Restore a checkpoint's open windows (after Lightning's ``zero_grad`` at the start of the run)."""
+        super().on_train_start()
+        self._integration.plugin.restore_loaded_state()
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's training step inside one ``TrainingContext.batch`` block."""
+        with self._integration.iteration():
+            return super().training_step(*args, **kwargs)
+
+    def teardown(self) -> None:
+        """Lightning's teardown; the Trainer gets its own arguments back."""
+        self._integration.teardown()
+        super().teardown()
+
+
+class ReferenceSingleDeviceStrategy(_ReferenceStrategy, SingleDeviceStrategy):
+    """One process, one device (CPU or CUDA), the reference doing precision, accumulation and clipping.
+
+    ``device`` defaults to the device the Trainer's ``accelerator`` and ``devices`` choose.
+    """
+
+    def __init__(self, device: torch.device | str | int | None = None) -> None:
+        self._integration = _Integration()
+        super().__init__(device="cpu" if device is None else device, precision_plugin=self._integration.plugin)
+        self._device_given = device is not None
+        self.parallel_devices: list[torch.device] | None = None
+        """The devices the Trainer chose (Lightning's connector fills this in)."""
+
+    @property
+    def root_device(self) -> torch.device:
+        """The device given, else the one the Trainer chose."""
+        if not self._device_given and self.parallel_devices:
+            return self.parallel_devices[0]
+        return self._root_device
+
+    def setup_environment(self) -> None:
+        """Refuse several devices before anything starts."""
+        if not self._device_given and self.parallel_devices and len(self.parallel_devices) > 1:
+            raise ValueError(
+                f"ReferenceSingleDeviceStrategy runs on one device, but the Trainer asks for "
+                f"{len(self.parallel_devices)}; use strategy=ReferenceDDPStrategy() for several"
+            )
+        super().setup_environment()
+
+
+class ReferenceDDPStrategy(_ReferenceStrategy, DDPStrategy):
+    """Lightning's DDP (one process per device, gloo on CPU, NCCL on CUDA), the reference driving the sync.
+
+    Accepts :class:`~pytorch_lightning.strategies.DDPStrategy`'s arguments (``find_unused_parameters``,
+    ``start_method``, ``process_group_backend``, ...) except ``precision_plugin``. Micro-steps that do not close
+    a window run under ``no_sync()``: a window costs one all-reduce. With several optimizers each closure's
+    backward reaches only its own optimizer's parameters, which DDP allows with ``find_unused_parameters=True``.
+    Use ``opt.backward(loss)`` or ``self.manual_backward(loss)`` (DDP must be prepared for each backward).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        if "precision_plugin" in kwargs:
+            raise TypeError("ReferenceDDPStrategy brings its own precision plugin; set Trainer(precision=...)")
+        self._integration = _Integration()
+        super().__init__(precision_plugin=self._integration.plugin, **kwargs)
+
+    def setup(self, trainer: Trainer) -> None:
+        """Lightning's set-up and the reference's; every wrapper's ``backward`` prepares DDP first."""
+        super().setup(trainer)
+        if trainer.state.fn != TrainerFn.FITTING:
+            return
+        model = self.model
+        assert isinstance(model, DistributedDataParallel)
+        wrappers = self._integration.wrappers()
+        if _has_exclusive_parameters(wrappers) and not model.find_unused_parameters:
+            raise ValueError(
+                f"{len(wrappers)} optimizers own different parameters, so each closure's backward reaches only "
+                "some of the model's parameters: use ReferenceDDPStrategy(find_unused_parameters=True)"
+            )
+        for wrapper in wrappers:
+            # An instance attribute, as an LR scheduler sets ``step``: the class's ``backward`` stays the reference's.
+            setattr(wrapper, "backward", partial(self._prepared_backward, wrapper.backward))  # noqa: B010
+
+    def _prepared_backward(self, backward: Callable[..., None], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        # Lightning runs the whole training_step inside DDP's forward, so DDP's reducer is prepared per backward
+        # (``pre_backward``), and not at all under the ``no_sync()`` of an accumulating micro-step.
+        self.pre_backward(loss)
+        backward(loss, *args, **kwargs)
+        self.post_backward(loss)
+
+
+def _has_exclusive_parameters(wrappers: list[WrappedOptimizer[Any]]) -> bool:
+    owned = [{id(p) for group in wrapper.param_groups for p in group["params"]} for wrapper in wrappers]
+    return any(params != owned[0] for params in owned[1:])
+
+
+@overload
+def wrapped_optimizers(module: LightningModule, first: type[OptA], /) -> WrappedOptimizer[OptA]: ...
+
+
+@overload
+def wrapped_optimizers(
+    module: LightningModule, first: type[OptA], second: type[OptB], /
+) -> tuple[WrappedOptimizer[OptA], WrappedOptimizer[OptB]]: ...
+
+
+@overload
+def wrapped_optimizers(
+    module: LightningModule, first: type[OptA], second: type[OptB], third: type[OptC], /
+) -> tuple[WrappedOptimizer[OptA], WrappedOptimizer[OptB], WrappedOptimizer[OptC]]: ...
+
+
+@overload
+def wrapped_optimizers(
+    module: LightningModule, first: type[OptA], second: type[OptB], third: type[OptC], fourth: type[OptD], /
+) -> tuple[WrappedOptimizer[OptA], WrappedOptimizer[OptB], WrappedOptimizer[OptC], WrappedOptimizer[OptD]]: ...
+
+
+def wrapped_optimizers(
+    module: LightningModule, *optimizer_types: type[torch.optim.Optimizer]
+) -> WrappedOptimizer[Any] | tuple[WrappedOptimizer[Any], ...]:
+    """``module.optimizers()``, typed: the reference wrappers, checked against the inner optimizer classes given.
+
+    ``opt_gen, opt_dis = wrapped_optimizers(self, Adam, SGD)`` is ``self.optimizers()`` with the types mypy
+    cannot know (``WrappedOptimizer[Adam]``, ``WrappedOptimizer[SGD]``); one class gives one wrapper, as
+    ``self.optimizers()`` does for one optimizer. Raises ``TypeError`` when the run's optimizers differ.
+    """
+    if not optimizer_types:
+        raise TypeError("name the inner optimizer class of each optimizer, e.g. wrapped_optimizers(self, Adam, SGD)")
+    found = module.optimizers()
+    optimizers: list[object] = list(found) if isinstance(found, list) else [found]
+    if not all(isinstance(optimizer, WrappedOptimizer) for optimizer in optimizers):
+        kinds = ", ".join(type(optimizer).__name__ for optimizer in optimizers)
+        raise TypeError(
+            f"{type(module).__name__}.optimizers() returned {kinds}, not reference wrappers: run the Trainer with "
+            "strategy=ReferenceSingleDeviceStrategy() or ReferenceDDPStrategy()"
+        )
+    wrappers = cast(list[WrappedOptimizer[Any]], optimizers)
+    inner = [type(wrapper.optimizer) for wrapper in wrappers]
+    if len(inner) != len(optimizer_types) or not all(
+        issubclass(kind, expected) for kind, expected in zip(inner, optimizer_types, strict=False)
+    ):
+        raise TypeError(
+            f"configure_optimizers() made {[kind.__name__ for kind in inner]}, but the call names "
+            f"{[kind.__name__ for kind in optimizer_types]}"
+        )
+    return wrappers[0] if len(wrappers) == 1 else tuple(wrappers)

@@ -1,0 +1,601 @@
+"""The reference in a real ``pytorch_lightning.Trainer.fit``, through its Lightning strategies.
+
+Every expected value comes from a plain PyTorch loop written here (plain ``torch.autocast``, a plain
+``torch.amp.GradScaler`` under 16-mixed, windows worked out by hand), compared with the suite's tolerance
+table. DDP and the resume run in fresh processes (tests/lightning_scenarios), started as real subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import warnings
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("pytorch_lightning", reason="the Lightning integration needs pytorch-lightning, not installed")
+
+from pytorch_lightning import Callback, LightningModule, Trainer
+from pytorch_lightning.callbacks import TQDMProgressBar
+from pytorch_lightning.loggers import CSVLogger
+from torch.amp.grad_scaler import GradScaler
+from torch.utils.data import DistributedSampler, TensorDataset
+
+from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, TOLERANCES, Tolerance
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.reference.lightning import (
+    ReferenceDDPStrategy,
+    ReferencePrecision,
+    ReferenceSingleDeviceStrategy,
+    wrapped_optimizers,
+)
+from lightning_optimizer.spec import Precision, StepOutcome
+
+TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(TESTS))  # the scenarios package, shared with the subprocesses (which get it on PYTHONPATH)
+
+from lightning_scenarios.shared import (  # noqa: E402
+    BATCHES_PER_EPOCH,
+    EPOCHS,
+    GAN_BATCH,
+    RESUME_SAVE_AT,
+    Batch,
+    ResumableBatches,
+    WindowedRegressor,
+    gan_batches,
+    gan_class,
+    gan_data,
+    reference_trainer,
+    regression_data,
+    regression_loader,
+    run_gan,
+)
+
+MIXED = ("32-true", "bf16-mixed", "16-mixed")
+AUTOCAST_DTYPE = {"32-true": torch.float32, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+WINDOWS = [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+"""accumulate_grad_batches=3 over 10 batches, by hand: three full windows, then the last batch's window of 1."""
+
+
+# -- plain PyTorch oracles -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Oracle:
+    """A plain loop's outcome: its model, how many optimizer steps it applied, and what it saw on the way."""
+
+    model: torch.nn.Module
+    applied_steps: int = 0
+    scaler: GradScaler | None = None
+    losses: list[float] = field(default_factory=list)
+    other_losses: list[float] = field(default_factory=list)
+    stepped: list[bool] = field(default_factory=list)
+    """For each window, in order: whether the step was applied (``False``: the scaler skipped it)."""
+
+    def count(self, *optimizers: torch.optim.Optimizer) -> None:
+        def applied(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            self.applied_steps += 1
+
+        for optimizer in optimizers:
+            optimizer.register_step_post_hook(applied)
+
+
+def oracle_autocast(precision: Precision) -> AbstractContextManager[Any]:
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+    return nullcontext() if dtype is None else torch.autocast(device_type="cpu", dtype=dtype)
+
+
+def oracle_scaler(precision: Precision) -> GradScaler | None:
+    return GradScaler("cpu") if precision == "16-mixed" else None
+
+
+def frozen(module: torch.nn.Module) -> AbstractContextManager[None]:
+    """What the reference's toggling does to the other optimizer's parameters inside a closure."""
+
+    class Frozen:
+        def __enter__(self) -> None:
+            module.requires_grad_(False)
+
+        def __exit__(self, *exc: object) -> None:
+            module.requires_grad_(True)
+
+    return Frozen()
+
+
+def gan_oracle(precision: Precision, batches: Sequence[Batch], epochs: int = EPOCHS) -> Oracle:
+    """The proposal's GAN by hand: the generator's windows close on even batches, the discriminator steps every 4.
+
+    ``make_optimizer_step`` is explicit, so a window open at an epoch's end (batch 9) closes at the next epoch's
+    batch 0. Under 16-mixed one scaler serves both optimizers and is updated once, after the batch's steps.
+    """
+    model = gan_class()()
+    gen, dis = model.get_submodule("generator"), model.get_submodule("discriminator")
+    opt_gen = torch.optim.Adam(gen.parameters(), lr=0.01)
+    opt_dis = torch.optim.SGD(dis.parameters(), lr=0.05)
+    oracle = Oracle(model, scaler=oracle_scaler(precision))
+    oracle.count(opt_gen, opt_dis)
+    scaler = oracle.scaler
+
+    def backward(loss: torch.Tensor) -> None:
+        (loss if scaler is None else scaler.scale(loss)).backward()
+
+    def step(optimizer: torch.optim.Optimizer) -> None:
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+
+    window = 0
+    for _ in range(epochs):
+        for batch_idx, (noise, real) in enumerate(batches):
+            with frozen(dis):
+                with oracle_autocast(precision):
+                    loss_gen = -dis(gen(noise)).mean()
+                backward(loss_gen)
+            oracle.losses.append(float(loss_gen.detach()))
+            window += 1
+            if batch_idx % 2 == 0:
+                with torch.no_grad():
+                    for param in gen.parameters():
+                        assert param.grad is not None
+                        param.grad /= window
+                step(opt_gen)
+                window = 0
+            if batch_idx % 4 == 0:
+                with frozen(gen):
+                    with oracle_autocast(precision):
+                        loss_dis = dis(gen(noise).detach()).mean() - dis(real).mean()
+                    backward(loss_dis)
+                oracle.other_losses.append(float(loss_dis.detach()))
+                step(opt_dis)
+            if scaler is not None and batch_idx % 2 == 0:
+                scaler.update()
+    return oracle
+
+
+def windows_oracle(
+    precision: Precision,
+    batches: Sequence[Batch],
+    windows: Sequence[Sequence[int]],
+    *,
+    epochs: int = EPOCHS,
+    clip: float | None = None,
+) -> Oracle:
+    """``WindowedRegressor`` by hand: one step per window on the window's mean gradient, then the scheduler."""
+    model = WindowedRegressor().net
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    oracle = Oracle(model, scaler=oracle_scaler(precision))
+    oracle.count(optimizer)
+    scaler = oracle.scaler
+    for _ in range(epochs):
+        for window in windows:
+            for batch_idx in window:
+                x, y = batches[batch_idx]
+                with oracle_autocast(precision):
+                    loss = torch.nn.functional.mse_loss(model(x).float(), y)
+                (loss if scaler is None else scaler.scale(loss)).backward()
+            with torch.no_grad():
+                for param in model.parameters():
+                    assert param.grad is not None
+                    param.grad /= len(window)
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            before = oracle.applied_steps
+            if scaler is None:
+                optimizer.step()
+            else:
+                scaler.step(optimizer)
+                scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            oracle.stepped.append(oracle.applied_steps > before)
+            if oracle.stepped[-1]:
+                scheduler.step()
+    return oracle
+
+
+def expected_outcomes(windows: Sequence[Sequence[int]], stepped: Sequence[bool]) -> list[StepOutcome]:
+    closing = iter(stepped)
+    outcomes: list[StepOutcome] = []
+    for _ in range(len(stepped) // len(windows)):
+        for window in windows:
+            outcomes += [StepOutcome.ACCUMULATED] * (len(window) - 1)
+            outcomes.append(StepOutcome.STEPPED if next(closing) else StepOutcome.SKIPPED_NON_FINITE)
+    return outcomes
+
+
+def assert_params_close(actual: torch.nn.Module, expected: torch.nn.Module, tolerance: Tolerance, what: str) -> None:
+    for (name, got), (_, want) in zip(actual.named_parameters(), expected.named_parameters(), strict=True):
+        got_cpu, want_cpu = got.detach().double(), want.detach().double()
+        diff = (got_cpu - want_cpu).abs().max().item()
+        assert torch.allclose(got_cpu, want_cpu, rtol=tolerance.rtol, atol=tolerance.atol), (
+            f"{what}: {name} differs from the plain loop by {diff:.3g} (rtol {tolerance.rtol}, atol {tolerance.atol})"
+        )
+
+
+# -- observing a run -------------------------------------------------------------------------------------------
+
+
+class ContextProbe(Callback):
+    """What the strategy's training context looks like at the end of training (before teardown)."""
+
+    def __init__(self) -> None:
+        self.scale: float | None = None
+        self.plugin: object = None
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.plugin = trainer.precision_plugin
+        strategy = trainer.strategy
+        assert isinstance(strategy, ReferenceSingleDeviceStrategy)
+        context = strategy.reference_context
+        assert context is not None
+        self.scale = None if context.scaler is None else context.scaler.get_scale()
+
+
+class ProgressProbe(Callback):
+    """The progress bar's position and total at the end of each epoch."""
+
+    def __init__(self) -> None:
+        self.bars: list[tuple[float, float | None]] = []
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        bar = trainer.progress_bar_callback
+        assert isinstance(bar, TQDMProgressBar)
+        self.bars.append((bar.train_progress_bar.n, bar.train_progress_bar.total))
+
+
+def run_scenario(name: str, *args: object, timeout: float = 240) -> None:
+    """``python -m lightning_scenarios.<name> ARGS`` in its own session; a run past ``timeout`` is killed whole."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    command = [sys.executable, "-m", f"lightning_scenarios.{name}", *map(str, args)]
+    process = subprocess.Popen(
+        command,
+        cwd=TESTS.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the scenario and any rank it started
+        output, _ = process.communicate()
+        pytest.fail(f"scenario {name} ran past {timeout} s:\n{output[-4000:]}")
+    assert process.returncode == 0, f"scenario {name} exited {process.returncode}:\n{output[-4000:]}"
+
+
+# -- the proposal's GAN in a Trainer ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", MIXED)
+def test_gan_matches_a_plain_loop(precision: Precision, tmp_path: Path) -> None:
+    """Two epochs of 10 batches; 16-mixed on the CPU stays fp16 with a loss scaler (no switch to bf16)."""
+    batches = gan_batches()
+    model = gan_class()()
+    dtypes: list[torch.dtype] = []
+    model.get_submodule("generator").register_forward_hook(lambda module, args, out: dtypes.append(out.dtype))
+    probe = ContextProbe()
+    trainer = reference_trainer(tmp_path, precision, callbacks=[probe])
+    trainer.fit(model, train_dataloaders=ResumableBatches(batches))
+
+    oracle = gan_oracle(precision, batches)
+    assert trainer.precision == precision
+    assert isinstance(probe.plugin, ReferencePrecision)
+    assert set(dtypes) == {AUTOCAST_DTYPE[precision]}, f"forward passes ran in {set(dtypes)}"
+    assert_params_close(model, oracle.model, TOLERANCES[precision], f"GAN in a Trainer, {precision}")
+    assert trainer.global_step == oracle.applied_steps
+    if precision == "16-mixed":
+        assert oracle.scaler is not None
+        assert probe.scale == oracle.scaler.get_scale()
+    else:
+        assert probe.scale is None
+        assert trainer.global_step == 2 * (5 + 3)  # generator at 0, 2, 4, 6, 8; discriminator at 0, 4, 8
+
+
+def test_logging_progress_bar_and_global_step(tmp_path: Path) -> None:
+    """``self.log`` inside the closures, the progress bar, and one global step per applied optimizer step."""
+    batches = gan_batches()
+    model = gan_class()()
+    progress = ProgressProbe()
+    logger = CSVLogger(tmp_path, name="gan")
+    trainer = reference_trainer(
+        tmp_path, "32-true", logger=logger, enable_progress_bar=True, log_every_n_steps=1, callbacks=[progress]
+    )
+    trainer.fit(model, train_dataloaders=ResumableBatches(batches))
+    oracle = gan_oracle("32-true", batches)
+
+    assert progress.bars == [(BATCHES_PER_EPOCH, BATCHES_PER_EPOCH)] * EPOCHS
+    assert {"loss_gen_step", "loss_gen_epoch"} <= set(trainer.progress_bar_metrics)
+    # 5 generator and 3 discriminator steps an epoch; the logger's step axis counts batches, as in manual mode.
+    assert trainer.global_step == oracle.applied_steps == 16
+    rows = (Path(logger.log_dir) / "metrics.csv").read_text(encoding="utf-8").splitlines()
+    header, records = (
+        rows[0].split(","),
+        [dict(zip(rows[0].split(","), row.split(","), strict=True)) for row in rows[1:]],
+    )
+    assert {"step", "epoch", "loss_gen_step", "loss_dis_step", "loss_gen_epoch", "loss_dis_epoch"} <= set(header)
+    gen_steps = [(int(r["step"]), float(r["loss_gen_step"])) for r in records if r["loss_gen_step"]]
+    assert [step for step, _ in gen_steps] == list(range(EPOCHS * BATCHES_PER_EPOCH))
+    assert [loss for _, loss in gen_steps] == pytest.approx(oracle.losses, rel=1e-5, abs=1e-6)
+    # The discriminator logs at batches 0, 4 and 8; Lightning repeats a step value until it is logged again.
+    dis_rows = [(int(r["step"]), float(r["loss_dis_step"])) for r in records if r["loss_dis_step"]]
+    assert [step for step, _ in dis_rows] == list(range(EPOCHS * BATCHES_PER_EPOCH))
+    dis_logged = iter(oracle.other_losses)
+    expected_dis = [next(dis_logged) if step % BATCHES_PER_EPOCH in (0, 4, 8) else None for step, _ in dis_rows]
+    for i, value in enumerate(expected_dis):
+        expected_dis[i] = value if value is not None else expected_dis[i - 1]
+    assert [value for _, value in dis_rows] == pytest.approx(expected_dis, rel=1e-5, abs=1e-6)
+    gen_epochs = [float(r["loss_gen_epoch"]) for r in records if r["loss_gen_epoch"]]
+    per_epoch = [oracle.losses[i : i + BATCHES_PER_EPOCH] for i in range(0, len(oracle.losses), BATCHES_PER_EPOCH)]
+    assert gen_epochs == pytest.approx([sum(losses) / len(losses) for losses in per_epoch], rel=1e-5)
+
+
+# -- accumulate_grad_batches, which Lightning refuses for manual optimization --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("precision", "clip", "manual_backward"),
+    [*((p, None, False) for p in MIXED), ("32-true", 0.05, False), ("16-mixed", None, True)],
+    ids=[*MIXED, "32-true-clipped", "16-mixed-manual_backward"],
+)
+def test_accumulate_grad_batches_windows(
+    precision: Precision, clip: float | None, manual_backward: bool, tmp_path: Path
+) -> None:
+    """``Trainer(accumulate_grad_batches=3)``, 10 batches an epoch: windows 3, 3, 3 and the flushed 1, twice.
+
+    ``Trainer(gradient_clip_val=...)`` clips the window's mean gradient; Lightning's own ``self.manual_backward``
+    is scaled by the reference's loss scaler in 16-mixed, as the wrapper's ``backward`` is.
+    """
+    model = WindowedRegressor(manual_backward=manual_backward)
+    trainer = reference_trainer(tmp_path, precision, accumulate_grad_batches=3, gradient_clip_val=clip)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(model, train_dataloaders=regression_loader())
+
+    data = regression_data()
+    batches = [(data.tensors[0][i : i + 4], data.tensors[1][i : i + 4]) for i in range(0, len(data), 4)]
+    oracle = windows_oracle(precision, batches, WINDOWS, clip=clip)
+    assert_params_close(model.net, oracle.model, TOLERANCES[precision], f"windows of 3 in a Trainer, {precision}")
+    assert model.outcomes == expected_outcomes(WINDOWS, oracle.stepped)
+    assert trainer.global_step == oracle.applied_steps == sum(oracle.stepped)
+    assert trainer.accumulate_grad_batches == 3, "the Trainer's own argument is given back after fit"
+    assert trainer.gradient_clip_val == clip
+    scheduler = trainer.lr_scheduler_configs[0].scheduler
+    assert scheduler.get_last_lr() == pytest.approx([0.1 * 0.5 ** (sum(oracle.stepped) // 2)])
+    order_warnings = [w for w in caught if "lr_scheduler.step()" in str(w.message)]
+    assert not order_warnings, [str(w.message) for w in order_warnings]
+
+
+# -- DDP: two CPU processes on gloo ----------------------------------------------------------------------------
+
+
+def global_batches(data: TensorDataset, per_rank: int) -> list[Batch]:
+    """Batch k of the run: each rank's k-th batch of its ``DistributedSampler`` shard (no shuffling), in rank order."""
+    samplers: list[DistributedSampler[int]] = [
+        DistributedSampler(data, num_replicas=2, rank=rank, shuffle=False) for rank in (0, 1)
+    ]
+    shards = [list(sampler) for sampler in samplers]
+    batches = []
+    for k in range(len(shards[0]) // per_rank):
+        indices = [i for shard in shards for i in shard[per_rank * k : per_rank * (k + 1)]]
+        batches.append((data.tensors[0][indices], data.tensors[1][indices]))
+    return batches
+
+
+def assert_equal_on_ranks_and_close(results: list[dict[str, Any]], oracle: torch.nn.Module, what: str) -> None:
+    tolerance = REORDERED_TOLERANCES["32-true"]  # the mean of the ranks' shard means: the same value, other order
+    for rank, result in enumerate(results):
+        for got, want in zip(result["params"], results[0]["params"], strict=True):
+            assert torch.equal(got, want), f"{what}: rank {rank}'s parameters differ from rank 0's"
+        for got, (name, want) in zip(result["params"], oracle.named_parameters(), strict=True):
+            diff = (got - want.detach()).abs().max().item()
+            assert torch.allclose(got, want.detach(), rtol=tolerance.rtol, atol=tolerance.atol), (
+                f"{what}: rank {rank}'s {name} differs from the plain loop on the global batches by {diff:.3g}"
+            )
+
+
+def test_ddp_two_ranks_one_all_reduce_per_window(tmp_path: Path) -> None:
+    """Both ranks end equal, and equal a plain loop on the global batches; a window costs one all-reduce.
+
+    One pair of processes runs both fits: ``accumulate_grad_batches=3`` (whose checkpoint, taken inside a
+    window, holds each rank's own accumulated gradients) and the proposal's GAN.
+    """
+    run_scenario("ddp", tmp_path)
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1)]
+
+    windows = [result["windows"] for result in ranks]
+    oracle = windows_oracle("32-true", global_batches(regression_data(2, 20), 2), WINDOWS, epochs=1)
+    assert_equal_on_ranks_and_close(windows, oracle.model, "accumulate_grad_batches=3 on 2 ranks")
+    for rank, result in enumerate(windows):
+        assert result["all_reduces"] == len(WINDOWS), f"rank {rank}: {result['all_reduces']} gradient all-reduces"
+        assert result["global_step"] == len(WINDOWS)
+        assert result["outcomes"] == [outcome.value for outcome in expected_outcomes(WINDOWS, oracle.stepped)]
+
+    checkpoint = torch.load(tmp_path / "mid-window.ckpt", weights_only=False)
+    contexts = checkpoint["ReferencePrecision"]["contexts"]
+    assert len(contexts) == 2
+    for rank, result in enumerate(windows):
+        (entry,) = contexts[rank]["optimizers"]
+        assert entry["pending"] == 2, "saved after batch 4: two micro-steps into the window [3, 4, 5]"
+        for saved, local in zip(entry["grads"], result["grads_at_checkpoint"], strict=True):
+            assert torch.equal(saved, local)
+    assert not torch.equal(windows[0]["grads_at_checkpoint"][0], windows[1]["grads_at_checkpoint"][0])
+
+    gans = [result["gan"] for result in ranks]
+    gan = gan_oracle("32-true", global_batches(gan_data(), GAN_BATCH))
+    assert_equal_on_ranks_and_close(gans, gan.model, "the GAN on 2 ranks")
+    # A closing micro-step costs one all-reduce: 5 generator windows and 3 discriminator steps an epoch.
+    for rank, result in enumerate(gans):
+        assert result["all_reduces"] == gan.applied_steps == EPOCHS * (5 + 3), f"rank {rank}: {result['all_reduces']}"
+        assert result["global_step"] == gan.applied_steps
+
+
+# -- checkpoints -----------------------------------------------------------------------------------------------
+
+
+class Interrupted(Exception):
+    pass
+
+
+class SaveInsideWindowThenStop(Callback):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.current_epoch == 0 and batch_idx == RESUME_SAVE_AT:
+            trainer.save_checkpoint(self.path)
+            raise Interrupted
+
+
+def test_resume_inside_a_window_in_a_new_process(tmp_path: Path) -> None:
+    """16-mixed GAN saved with the generator's window half full; a fresh process resumes to the same end."""
+    uninterrupted, full = run_gan(tmp_path / "full", ResumableBatches(gan_batches()))
+    checkpoint_path = tmp_path / "inside-window.ckpt"
+    with pytest.raises(Interrupted):
+        run_gan(
+            tmp_path / "cut", ResumableBatches(gan_batches()), callbacks=[SaveInsideWindowThenStop(checkpoint_path)]
+        )
+
+    saved = torch.load(checkpoint_path, weights_only=False)["ReferencePrecision"]
+    (context,) = saved["contexts"]
+    gen_entry, dis_entry = context["optimizers"]
+    assert gen_entry["pending"] == 1, "batch 5 accumulated into the generator's window {5, 6}"
+    assert all(grad is not None for grad in gen_entry["grads"])
+    assert dis_entry["pending"] == 0
+    assert context["scaler"]["scale"] > 0
+
+    output = tmp_path / "resumed.pt"
+    run_scenario("resume", checkpoint_path, output, tmp_path / "resumed")
+    resumed = torch.load(output)
+    assert resumed["global_step"] == full.global_step
+    for got, want in zip(resumed["params"], uninterrupted.parameters(), strict=True):
+        assert torch.equal(got, want.detach()), "the resumed run left the uninterrupted trajectory"
+
+
+# -- types and bad input ---------------------------------------------------------------------------------------
+
+
+def test_optimizers_are_the_reference_wrappers(tmp_path: Path) -> None:
+    seen: dict[str, object] = {}
+
+    class Inspect(Callback):
+        def on_train_batch_start(
+            self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+        ) -> None:
+            opt_gen, opt_dis = wrapped_optimizers(pl_module, torch.optim.Adam, torch.optim.SGD)
+            seen.update(
+                optimizers=pl_module.optimizers(),
+                gen=opt_gen,
+                dis=opt_dis,
+                raw=pl_module.optimizers(use_pl_optimizer=False),
+            )
+            with pytest.raises(TypeError, match=r"\['Adam', 'SGD'\].*\['SGD', 'Adam'\]"):
+                wrapped_optimizers(pl_module, torch.optim.SGD, torch.optim.Adam)
+
+    model = gan_class()()
+    trainer = reference_trainer(tmp_path, "32-true", max_epochs=1, limit_train_batches=1, callbacks=[Inspect()])
+    trainer.fit(model, train_dataloaders=ResumableBatches(gan_batches()))
+    opt_gen, opt_dis = seen["gen"], seen["dis"]
+    assert seen["optimizers"] == [opt_gen, opt_dis]
+    assert isinstance(opt_gen, WrappedOptimizer)
+    assert isinstance(opt_gen, torch.optim.Adam)
+    assert isinstance(opt_dis, WrappedOptimizer)
+    assert seen["raw"] == [opt_gen.optimizer, opt_dis.optimizer]
+    assert trainer.optimizers == [opt_gen.optimizer, opt_dis.optimizer]
+
+
+class Automatic(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 2)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss: torch.Tensor = torch.nn.functional.mse_loss(self.layer(x), y)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda root: reference_trainer(root, "16-true"), ValueError, "not a precision the reference runs"),
+        (
+            lambda root: reference_trainer(root, "32-true", accumulate_grad_batches=2, gradient_clip_val=-1.0),
+            ValueError,
+            "gradient_clip_val must be None or a positive number",
+        ),
+        (
+            lambda root: reference_trainer(root, "32-true", devices=2),
+            ValueError,
+            "one device",
+        ),
+    ],
+    ids=["precision", "clip", "devices"],
+)
+def test_bad_settings_are_refused_before_training(
+    make: Any, error: type[Exception], match: str, tmp_path: Path
+) -> None:
+    model = WindowedRegressor()
+    before = [param.detach().clone() for param in model.parameters()]
+    trainer = make(tmp_path)
+    accumulate = trainer.accumulate_grad_batches
+    with pytest.raises(error, match=match):
+        trainer.fit(model, train_dataloaders=regression_loader())
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert trainer.accumulate_grad_batches == accumulate
+
+
+def test_automatic_optimization_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="automatic_optimization = False"):
+        reference_trainer(tmp_path, "32-true").fit(Automatic(), train_dataloaders=regression_loader())
+
+
+def test_ddp_strategy_owns_its_precision_plugin() -> None:
+    with pytest.raises(TypeError, match=r"set Trainer\(precision=\.\.\.\)"):
+        ReferenceDDPStrategy(precision_plugin=ReferencePrecision())
+
+
+def test_the_reference_imports_without_lightning() -> None:
+    """Only ``lightning_optimizer.reference.lightning`` needs pytorch-lightning; the reference runs without it."""
+    program = "\n".join(
+        [
+            "import sys",
+            "class NoLightning:",
+            "    def find_spec(self, name, path=None, target=None):",
+            "        if name.split('.')[0] in ('pytorch_lightning', 'lightning', 'lightning_fabric'):",
+            "            raise ModuleNotFoundError(name)",
+            "sys.meta_path.insert(0, NoLightning())",
+            "import torch",
+            "from lightning_optimizer.reference import TrainingContext",
+            "ctx = TrainingContext('16-mixed', 'cpu')",
+            "opt = ctx.wrap(torch.optim.SGD(ctx.prepare_module(torch.nn.Linear(2, 1)).parameters(), lr=0.1))",
+            "try:",
+            "    import lightning_optimizer.reference.lightning",
+            "except ModuleNotFoundError as error:",
+            "    print('integration needs', error)",
+        ]
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "integration needs pytorch_lightning"
