@@ -12,8 +12,9 @@ PACKAGES := -p lightning_optimizer.spec -p lightning_optimizer.reference -p ligh
 XLA_PIN := $(if $(filter 1,$(WITH_XLA)),torch_xla==$(TORCH_VERSION))
 
 EXAMPLES := $(sort $(wildcard examples/*.py))
+PY_SCRIPTS := scripts/peers
 
-.PHONY: env conformance test unit typecheck lint format clean examples
+.PHONY: env conformance test unit typecheck lint format clean examples peers
 
 env: $(VENV)/.project
 
@@ -40,10 +41,15 @@ typecheck: env
 	$(BIN)/mypy $(PACKAGES)
 	$(BIN)/mypy tests
 	$(BIN)/mypy examples
+	$(BIN)/mypy $(PY_SCRIPTS)
 
 lint: env
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(BIN)/ruff check . $(PY_SCRIPTS)
+	$(BIN)/ruff format --check . $(PY_SCRIPTS)
+
+# docs/peers.md: the suite on the reference and the peer adapters, side by side (reports in $(REPORTS)/peers).
+peers: env
+	$(BIN)/python scripts/peers --reports $(REPORTS)/peers
 
 # Each example prints one summary line and exits 0.
 examples: env
@@ -52,8 +58,8 @@ examples: env
 test: unit conformance typecheck lint examples
 
 format: env
-	$(BIN)/ruff format .
-	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format . $(PY_SCRIPTS)
+	$(BIN)/ruff check --fix . $(PY_SCRIPTS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info $(REPORTS) .mypy_cache .pytest_cache .ruff_cache
