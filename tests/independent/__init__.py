@@ -1,0 +1,46 @@
+"""A second implementation of the contract, written from the spec alone, sharing no code with the reference.
+
+Importable as ``independent`` with ``PYTHONPATH=<repo>/tests``; ``pytest conformance --impl=independent`` runs
+the suite against it. It exists to show that the suite checks the contract, not the reference's internals.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from independent.context import Context
+from independent.wrapper import Wrapper
+from lightning_optimizer.spec import CONTRACT_VERSION, FEATURES, PRECISIONS, Cell, ImplementationInfo
+
+__all__ = ["Context", "Wrapper", "conformance_info", "make_context"]
+
+
+def make_context(
+    cell: Cell,
+    *,
+    accumulate_grad_batches: int = 1,
+    gradient_clip_val: float | None = None,
+    gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+) -> Context:
+    """A context for one cell of the conformance matrix."""
+    return Context(
+        cell.precision,
+        cell.device,
+        accumulate_grad_batches=accumulate_grad_batches,
+        gradient_clip_val=gradient_clip_val,
+        gradient_clip_algorithm=gradient_clip_algorithm,
+    )
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    """What this implementation claims: CPU and XLA, every precision, one or two DDP ranks, every feature."""
+    return ImplementationInfo(
+        name="independent",
+        version="1",
+        contract_version=CONTRACT_VERSION,
+        factory=make_context,
+        devices=frozenset({"cpu", "xla"}),
+        precisions=frozenset(PRECISIONS),
+        world_sizes=frozenset({1, 2}),
+        features=frozenset(FEATURES),
+    )

@@ -1,0 +1,206 @@
+"""The training context: precision, device, schedule, loss scaler and loop position shared by its wrappers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from typing import Any, Literal, TypeVar
+
+import torch
+from torch.amp.grad_scaler import GradScaler
+from torch.nn.parallel import DistributedDataParallel
+
+from independent import devices
+from independent.wrapper import Wrapper, is_wrapper
+from lightning_optimizer.spec import DEVICE_KINDS, PRECISIONS, Precision
+
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+
+_AUTOCAST_DTYPES = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
+_PARAMETER_DTYPES = {"64-true": torch.float64, "bf16-true": torch.bfloat16}
+_STATE_FORMAT = "independent-context/1"
+
+
+class Context:
+    """Precision, device, accumulation schedule and loop position for the wrappers of one model."""
+
+    def __init__(
+        self,
+        precision: str,
+        device: str,
+        *,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}")
+        if device not in DEVICE_KINDS:
+            raise ValueError(f"unknown device {device!r}; valid devices: {', '.join(DEVICE_KINDS)}")
+        if type(accumulate_grad_batches) is not int:
+            raise TypeError(f"accumulate_grad_batches must be an int, got {accumulate_grad_batches!r}")
+        if accumulate_grad_batches < 1:
+            raise ValueError(f"accumulate_grad_batches must be at least 1, got {accumulate_grad_batches}")
+        if gradient_clip_val is not None and not _positive_number(gradient_clip_val):
+            raise ValueError(f"gradient_clip_val must be a positive number or None, got {gradient_clip_val!r}")
+        if gradient_clip_algorithm not in ("norm", "value"):
+            raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {gradient_clip_algorithm!r}")
+        self._precision: Precision = next(name for name in PRECISIONS if name == precision)
+        self._device = devices.resolve(device)
+        self._accumulate_grad_batches = accumulate_grad_batches
+        self.clip_value = None if gradient_clip_val is None else float(gradient_clip_val)
+        self.clip_algorithm = gradient_clip_algorithm
+        self.scaler = GradScaler(self._device.type) if precision == "16-mixed" else None
+        self.wrappers: list[Wrapper[Any]] = []
+        self.distributed_modules: list[DistributedDataParallel] = []
+        self.position: tuple[int, bool] | None = None
+        self.scaler_stepped = False
+
+    @property
+    def precision(self) -> Precision:
+        """The precision this context applies."""
+        return self._precision
+
+    @property
+    def device(self) -> torch.device:
+        """The device the model and the optimizer state live on."""
+        return self._device
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        """Micro-steps per window when ``make_optimizer_step`` is ``None``."""
+        return self._accumulate_grad_batches
+
+    @property
+    def on_xla(self) -> bool:
+        """Whether the context runs on an XLA device."""
+        return self._device.type == "xla"
+
+    def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Move and cast ``module``; with several ranks running, return it in ``DistributedDataParallel``."""
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"prepare_module needs a torch.nn.Module, got {type(module).__name__}")
+        module = module.to(device=self._device, dtype=_PARAMETER_DTYPES.get(self._precision, torch.float32))
+        if devices.distributed_world_size() > 1:
+            device_ids = [self._device.index] if self._device.type == "cuda" else None
+            ddp = DistributedDataParallel(module, device_ids=device_ids)
+            self.distributed_modules.append(ddp)
+            return ddp
+        return module
+
+    def wrap(self, optimizer: OptimizerT) -> Wrapper[OptimizerT]:
+        """Wrap an optimizer built on the prepared module's parameters."""
+        if is_wrapper(optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is already a wrapper; wrap the inner optimizer once")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"wrap needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if any(wrapper.optimizer is optimizer for wrapper in self.wrappers):
+            raise ValueError(f"this {type(optimizer).__name__} is already wrapped in this context")
+        wrapper = Wrapper.around(optimizer, self)
+        self.wrappers.append(wrapper)
+        return wrapper
+
+    def autocast(self) -> AbstractContextManager[None]:
+        """Autocast for the mixed precisions; nothing for the true ones."""
+        dtype = _AUTOCAST_DTYPES.get(self._precision)
+        return nullcontext() if dtype is None else _autocast(self._device.type, dtype)
+
+    @contextmanager
+    def batch(self, batch_idx: int, *, is_last: bool = False) -> Iterator[None]:
+        """One iteration of the loop; leaving it updates the loss scaler once if an optimizer stepped in it."""
+        if not _index(batch_idx):
+            raise ValueError(f"batch_idx must be a non-negative int, got {batch_idx!r}")
+        if not isinstance(is_last, bool):
+            raise TypeError(f"is_last must be a bool, got {is_last!r}")
+        if self.position is not None:
+            raise RuntimeError("batch() blocks do not nest: leave the current batch first")
+        self.position = (batch_idx, is_last)
+        try:
+            yield
+        finally:
+            self.position = None
+            self.end_iteration()
+
+    def end_iteration(self) -> None:
+        """Update the scaler once after the optimizers that stepped, rescaling the windows still open."""
+        if self.scaler is None or not self.scaler_stepped:
+            return
+        old_scale = self.scaler.get_scale()
+        self.scaler.update()
+        self.scaler_stepped = False
+        new_scale = self.scaler.get_scale()
+        if new_scale != old_scale:
+            for wrapper in self.wrappers:
+                wrapper.rescale_open_window(new_scale / old_scale)
+
+    @contextmanager
+    def toggled(self, owner: Wrapper[Any]) -> Iterator[None]:
+        """Only ``owner``'s parameters may require grad inside; every flag is put back afterwards."""
+        own = {id(param) for param in owner.parameters()}
+        others = {id(p): p for w in self.wrappers if w is not owner for p in w.parameters() if id(p) not in own}
+        saved = [(param, param.requires_grad) for param in others.values()]
+        try:
+            for param, _ in saved:
+                param.requires_grad_(False)
+            yield
+        finally:
+            for param, flag in saved:
+                param.requires_grad_(flag)
+
+    def no_sync(self) -> AbstractContextManager[None]:
+        """Gradient-sync suppression of every distributed module of the context."""
+        stack = ExitStack()
+        for module in self.distributed_modules:
+            stack.enter_context(module.no_sync())
+        return _closing(stack)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The context's own state: scaler, and each wrapper's window, gradients and step counts."""
+        return {
+            "format": _STATE_FORMAT,
+            "precision": self._precision,
+            "scaler": None if self.scaler is None else self.scaler.state_dict(),
+            "optimizers": [wrapper.window_state() for wrapper in self.wrappers],
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a state saved by ``state_dict``; one for another layout is refused before anything changes."""
+        given: object = state_dict
+        if not isinstance(given, dict) or given.get("format") != _STATE_FORMAT:
+            raise ValueError("not a context state of this implementation (saved by Context.state_dict())")
+        if state_dict.get("precision") != self._precision:
+            raise ValueError(f"the state was saved under {state_dict.get('precision')!r}, not {self._precision!r}")
+        windows = state_dict.get("optimizers")
+        if not isinstance(windows, list) or len(windows) != len(self.wrappers):
+            count = len(windows) if isinstance(windows, list) else "no"
+            raise ValueError(f"the state holds {count} optimizers, this context wraps {len(self.wrappers)}")
+        for index, (wrapper, window) in enumerate(zip(self.wrappers, windows, strict=True)):
+            problem = wrapper.window_state_problem(window)
+            if problem is not None:
+                raise ValueError(f"optimizer {index} of the state does not fit: {problem}")
+        if (state_dict.get("scaler") is None) != (self.scaler is None):
+            raise ValueError("the state's loss-scaler state does not match this context's precision")
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state_dict["scaler"])
+        for wrapper, window in zip(self.wrappers, windows, strict=True):
+            wrapper.load_window_state(window)
+
+
+def _positive_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+@contextmanager
+def _autocast(device_type: str, dtype: torch.dtype) -> Iterator[None]:
+    with torch.autocast(device_type=device_type, dtype=dtype):
+        yield
+
+
+@contextmanager
+def _closing(stack: ExitStack) -> Iterator[None]:
+    with stack:
+        yield

@@ -1,0 +1,375 @@
+"""The wrapper: a subclass of the inner optimizer's own class that proxies it and decides what each step does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
+
+import torch
+
+from independent import devices
+from independent.window import Window
+from lightning_optimizer.spec import StepOutcome
+
+if TYPE_CHECKING:
+    from independent.context import Context
+
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+T = TypeVar("T")
+
+_OWN = frozenset({"_inner", "_context", "_window", "_outcome", "_closing"})
+_CLASSES: dict[type[torch.optim.Optimizer], type[Wrapper[Any]]] = {}
+
+
+def is_wrapper(obj: object) -> bool:
+    """Whether ``obj`` is a wrapper of this implementation."""
+    return isinstance(obj, Wrapper)
+
+
+def evaluates_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the optimizer calls its closure itself, as often as it needs (LBFGS)."""
+    return isinstance(optimizer, torch.optim.LBFGS)
+
+
+class Wrapper(Generic[OptimizerT]):
+    """An optimizer that does the right thing for its context; ``Wrapper.around`` makes one."""
+
+    _inner: OptimizerT
+    _context: Context
+    _window: Window
+    _outcome: StepOutcome | None
+    _closing: bool | None
+
+    @staticmethod
+    def around(optimizer: OptimizerT, context: Context) -> Wrapper[OptimizerT]:
+        """A wrapper of ``optimizer`` whose class derives from the optimizer's own class."""
+        wrapper = cast("Wrapper[OptimizerT]", object.__new__(_class_for(type(optimizer))))
+        wrapper.__setstate__({"_inner": optimizer, "_context": context, "_window": Window(), "_outcome": None})
+        return wrapper
+
+    # -- proxying ---------------------------------------------------------------------------------------
+
+    @property
+    def optimizer(self) -> OptimizerT:
+        """The inner optimizer."""
+        return self._inner
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The inner optimizer's ``param_groups`` list."""
+        return self._inner.param_groups
+
+    @property
+    def state(self) -> Any:
+        """The inner optimizer's ``state`` mapping."""
+        return self._inner.state
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The inner optimizer's ``defaults``."""
+        return self._inner.defaults
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in _OWN:
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A method of the wrapper (an LR scheduler patching ``step``) is replaced where calls reach it: here.
+        if name in _OWN or callable(getattr(Wrapper, name, None)):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._inner, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in vars(self):
+            object.__delattr__(self, name)
+        else:
+            delattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._inner!r})"
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        # Pickling a parameter drops its gradient: the open window's gradients travel beside it.
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in self.parameters()]
+        own = {name: getattr(self, name) for name in _OWN if name not in ("_inner", "_closing")}
+        return (_rebuild, (self._inner,), own | {"grads": grads})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            if name == "grads":
+                for param, grad in zip(self.parameters(), value, strict=True):
+                    param.grad = grad
+            else:
+                object.__setattr__(self, name, value)
+        object.__setattr__(self, "_closing", None)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The inner optimizer's state dict, unchanged in format."""
+        return self._inner.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load into the inner optimizer; a state dict for another parameter layout raises ``ValueError``."""
+        problem = _layout_problem(self._inner, state_dict)
+        if problem is not None:
+            raise ValueError(f"cannot load this optimizer state dict: {problem}")
+        self._inner.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a parameter group to the inner optimizer."""
+        self._inner.add_param_group(param_group)
+
+    def register_step_pre_hook(self, hook: Any) -> Any:
+        """Register a hook on the inner optimizer, called before each of its real steps."""
+        return self._inner.register_step_pre_hook(hook)
+
+    def register_step_post_hook(self, hook: Any) -> Any:
+        """Register a hook on the inner optimizer, called after each of its real steps."""
+        return self._inner.register_step_post_hook(hook)
+
+    # -- the contract -----------------------------------------------------------------------------------
+
+    @property
+    def last_outcome(self) -> StepOutcome | None:
+        """What the last ``step()`` call did; ``None`` before the first call."""
+        return self._outcome
+
+    def parameters(self) -> list[torch.Tensor]:
+        """The inner optimizer's parameters, in the order of its groups."""
+        return [param for group in self._inner.param_groups for param in group["params"]]
+
+    @overload
+    def step(self, closure: None = None, make_optimizer_step: bool | None = None, **kwargs: Any) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], T], make_optimizer_step: bool | None = None, **kwargs: Any) -> T: ...
+
+    def step(
+        self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
+    ) -> T | None:
+        """One micro-step: the closure, then a real step when this call closes the window, else accumulation."""
+        if closure is not None and not callable(closure):
+            raise TypeError(f"closure must be callable or None, got {type(closure).__name__}")
+        if make_optimizer_step is not None and not isinstance(make_optimizer_step, bool):
+            raise TypeError(f"make_optimizer_step must be True, False or None, got {make_optimizer_step!r}")
+        context = self._context
+        if evaluates_closure(self._inner):
+            if context.precision == "16-mixed":
+                raise TypeError(f"{type(self._inner).__name__} evaluates its closure itself: not usable in 16-mixed")
+            if context.accumulate_grad_batches > 1 or make_optimizer_step is False:
+                raise ValueError(f"{type(self._inner).__name__} evaluates its closure itself and cannot accumulate")
+            return cast("T | None", self._evaluating_step(closure, kwargs))
+        closes = self._closes(make_optimizer_step)
+        if self._window.prepared and not closes:
+            raise RuntimeError("unscale_gradients() prepared this window: the next step() must close it")
+        result = None if closure is None else self._run_closure(closure, closes)
+        self._window.micro_steps += 1
+        if closes:
+            self._real_step(kwargs)
+        else:
+            self._outcome = StepOutcome.ACCUMULATED
+        return result
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``loss.backward(*args, **kwargs)``, the loss scaled first under 16-mixed."""
+        scaler = self._context.scaler
+        (loss if scaler is None else scaler.scale(loss)).backward(*args, **kwargs)
+
+    def unscale_gradients(self) -> None:
+        """Make the open window's gradients what its real step will apply, so that the user can clip them."""
+        if evaluates_closure(self._inner):
+            raise RuntimeError(f"{type(self._inner).__name__} evaluates its closure itself: nothing to prepare")
+        if self._closing is False:
+            raise RuntimeError("this step() does not close its window: unscale_gradients() must wait for one that does")
+        if not self._window.prepared:
+            self._prepare(self._window.micro_steps + 1)
+            self._window.prepared = True
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """The inner optimizer's ``zero_grad``, except while a window is open; refused on a prepared window."""
+        if self._window.prepared:
+            # Its gradients are unscaled already (the scaler unscales once per iteration): only a step may follow.
+            raise RuntimeError(
+                "unscale_gradients() prepared this window for its real step: call step() before zero_grad()"
+            )
+        if self._window.micro_steps == 0:
+            self._inner.zero_grad(set_to_none)
+
+    def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
+        """Only this wrapper's parameters require grad inside; ``sync_grad=False`` suppresses DDP's sync."""
+        return self._region(sync=sync_grad, autocast=False)
+
+    # -- what a step does -------------------------------------------------------------------------------
+
+    def _closes(self, make_optimizer_step: bool | None) -> bool:
+        if make_optimizer_step is not None:
+            return make_optimizer_step
+        every = self._context.accumulate_grad_batches
+        position = self._context.position
+        if position is None:
+            return self._window.micro_steps + 1 >= every
+        batch_idx, is_last = position
+        return (batch_idx + 1) % every == 0 or is_last
+
+    @contextmanager
+    def _region(self, *, sync: bool, autocast: bool) -> Iterator[None]:
+        with ExitStack() as stack:
+            stack.enter_context(self._context.toggled(self))
+            if not sync:
+                stack.enter_context(self._context.no_sync())
+            if autocast:
+                stack.enter_context(self._context.autocast())
+            yield
+
+    def _run_closure(self, closure: Callable[[], T], closes: bool) -> T:
+        saved = [(p, None if p.grad is None else p.grad.detach().clone()) for p in self.parameters()]
+        prepared = self._window.prepared
+        object.__setattr__(self, "_closing", closes)
+        try:
+            with self._region(sync=closes, autocast=True):
+                return closure()
+        except BaseException:
+            for param, grad in saved:
+                param.grad = grad
+            self._window.prepared = prepared
+            raise
+        finally:
+            object.__setattr__(self, "_closing", None)
+
+    def _prepare(self, micro_steps: int) -> None:
+        """Window mean, reduction across XLA replicas, unscaling, clipping: once per real step."""
+        context = self._context
+        params = [p for p in self.parameters() if p.grad is not None]
+        if micro_steps > 1:
+            for param in params:
+                cast(torch.Tensor, param.grad).div_(micro_steps)
+        if context.on_xla:
+            devices.reduce_across_replicas(self._inner)
+        if context.scaler is not None and params:
+            # The scaler sets its scale up on its first scale() call, which a plain loss.backward() never made.
+            context.scaler.scale(torch.zeros((), device=context.device))
+            context.scaler.unscale_(self._inner)
+        if context.clip_value is not None and params:
+            if context.clip_algorithm == "norm":
+                torch.nn.utils.clip_grad_norm_(params, context.clip_value)
+            else:
+                torch.nn.utils.clip_grad_value_(params, context.clip_value)
+
+    def _real_step(self, kwargs: dict[str, Any]) -> None:
+        context = self._context
+        if not self._window.prepared:
+            self._prepare(self._window.micro_steps)
+            self._window.prepared = True
+        # Without any gradient the scaler has nothing to check (and refuses to step): the inner optimizer steps.
+        scaler = context.scaler if any(p.grad is not None for p in self.parameters()) else None
+        inner_step: Callable[..., Any] = self._inner.step
+        if scaler is None:
+            inner_step(**kwargs)
+        else:
+            scaler.step(self._inner, **kwargs)
+        if context.on_xla:
+            devices.cut_graph()
+        skipped = scaler is not None and sum(v.item() for v in scaler._found_inf_per_device(self._inner).values()) > 0
+        if skipped and hasattr(inner_step, "_wrapped_by_lr_sched"):
+            # The LR scheduler on the inner optimizer counts calls to its step; a skip is a step taken for it.
+            self._inner._opt_called = True  # type: ignore[attr-defined]
+        self._finish(StepOutcome.SKIPPED_NON_FINITE if skipped else StepOutcome.STEPPED)
+        if scaler is not None:
+            context.scaler_stepped = True
+            if context.position is None:
+                context.end_iteration()
+
+    def _evaluating_step(self, closure: Callable[[], T] | None, kwargs: dict[str, Any]) -> Any:
+        def evaluate() -> T | None:
+            result = None if closure is None else self._run_closure(closure, closes=True)
+            self._prepare(1)
+            return result
+
+        inner_step: Callable[..., Any] = self._inner.step
+        result = inner_step(evaluate, **kwargs)
+        if self._context.on_xla:
+            devices.cut_graph()
+        self._finish(StepOutcome.STEPPED)
+        return result
+
+    def _finish(self, outcome: StepOutcome) -> None:
+        self._inner.zero_grad(set_to_none=True)
+        self._window.close(taken=outcome is StepOutcome.STEPPED)
+        self._outcome = outcome
+
+    # -- the context's checkpoints ----------------------------------------------------------------------
+
+    def rescale_open_window(self, factor: float) -> None:
+        """Bring an open window's scaled gradients to a new loss scale."""
+        if self._window.micro_steps > 0 and not self._window.prepared:
+            for param in self.parameters():
+                if param.grad is not None:
+                    param.grad.mul_(factor)
+
+    def window_state(self) -> dict[str, Any]:
+        """This wrapper's window, gradients and counts, as plain data."""
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in self.parameters()]
+        return self._window.state() | {"grads": grads}
+
+    def window_state_problem(self, state: object) -> str | None:
+        """Why ``state`` cannot be loaded into this wrapper, or ``None``."""
+        if not isinstance(state, dict):
+            return "not a dict"
+        problem = Window.state_problem(state)
+        if problem is not None:
+            return problem
+        params, grads = self.parameters(), state.get("grads")
+        if not isinstance(grads, list) or len(grads) != len(params):
+            return f"{len(grads) if isinstance(grads, list) else 'no'} gradients for {len(params)} parameters"
+        for index, (param, grad) in enumerate(zip(params, grads, strict=True)):
+            if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
+                return f"the gradient of parameter {index} does not have its shape {tuple(param.shape)}"
+        return None
+
+    def load_window_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``window_state`` saved (checked by ``window_state_problem``)."""
+        for param, grad in zip(self.parameters(), state["grads"], strict=True):
+            param.grad = None if grad is None else grad.detach().clone().to(param.device)
+        self._window.load(state)
+
+
+def _class_for(optimizer_class: type[torch.optim.Optimizer]) -> type[Wrapper[Any]]:
+    if optimizer_class not in _CLASSES:
+        name = f"Wrapped{optimizer_class.__name__}"
+        _CLASSES[optimizer_class] = type(name, (Wrapper, optimizer_class), {"__module__": __name__})
+    return _CLASSES[optimizer_class]
+
+
+def _rebuild(optimizer: torch.optim.Optimizer) -> Wrapper[Any]:
+    """A wrapper shell around ``optimizer``, for pickle and deepcopy, whose state comes next."""
+    wrapper = object.__new__(_class_for(type(optimizer)))
+    object.__setattr__(wrapper, "_inner", optimizer)
+    return wrapper
+
+
+def _layout_problem(optimizer: torch.optim.Optimizer, state_dict: object) -> str | None:
+    """Why ``state_dict`` is not for ``optimizer``'s parameter layout, or ``None``."""
+    if not isinstance(state_dict, dict) or not {"state", "param_groups"} <= state_dict.keys():
+        return "it is not a dict with 'state' and 'param_groups'"
+    groups = state_dict["param_groups"]
+    if not isinstance(groups, list) or len(groups) != len(optimizer.param_groups):
+        return f"it has {len(groups)} parameter groups, the optimizer {len(optimizer.param_groups)}"
+    params: dict[Any, torch.Tensor] = {}
+    for index, (saved, group) in enumerate(zip(groups, optimizer.param_groups, strict=True)):
+        if not isinstance(saved, dict) or len(saved.get("params", ())) != len(group["params"]):
+            return f"parameter group {index} has another number of parameters"
+        params.update(zip(saved["params"], group["params"], strict=True))
+    state = state_dict["state"]
+    if not isinstance(state, dict):
+        return "its 'state' is not a dict"
+    per_element = not isinstance(optimizer, torch.optim.Adafactor)
+    for key, entry in state.items():
+        if key not in params:
+            return f"it has state for parameter {key!r}, which no group lists"
+        for name, value in entry.items() if isinstance(entry, dict) else ():
+            shape = params[key].shape
+            if per_element and isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape != shape:
+                return f"state {name!r} of parameter {key!r} has shape {tuple(value.shape)}, not {tuple(shape)}"
+    return None
