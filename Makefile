@@ -14,7 +14,7 @@ XLA_PIN := $(if $(filter 1,$(WITH_XLA)),torch_xla==$(TORCH_VERSION))
 EXAMPLES := $(sort $(wildcard examples/*.py))
 PY_SCRIPTS := scripts/peers
 
-.PHONY: env conformance test unit typecheck lint format clean examples peers
+.PHONY: env conformance test unit typecheck lint format clean examples peers mutation
 
 env: $(VENV)/.project
 
@@ -50,6 +50,11 @@ lint: env
 # docs/peers.md: the suite on the reference and the peer adapters, side by side (reports in $(REPORTS)/peers).
 peers: env
 	$(BIN)/python scripts/peers --reports $(REPORTS)/peers
+
+# Runs the suite against every broken implementation in tests/mutants: prints the kill rate per requirement
+# group, writes reports/mutation.json, and fails if any mutant survives.
+mutation: env
+	$(BIN)/pytest tests/test_mutants.py -q --mutation-report=$(REPORTS)/mutation.json
 
 # Each example prints one summary line and exits 0.
 examples: env

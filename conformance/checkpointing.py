@@ -1,13 +1,17 @@
 """The checkpoint scenario that the checks and the resume worker share.
 
 One epoch of 7 batches with ``accumulate_grad_batches=3`` and ``make_optimizer_step=True`` at batch 4: windows
-{0, 1, 2}, {3, 4} (cut short) and {5, 6} (flushed by the last batch), SGD with momentum.
+{0, 1, 2}, {3, 4} (cut short) and {5, 6} (flushed by the last batch), SGD with momentum. Under 16-mixed the loss
+of batch 1 is infinite: the first window's step is skipped and the loss scale backs off at the end of batch 2,
+so a checkpoint taken after that holds a loss scaler whose state differs from a fresh one's.
 """
 
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -15,12 +19,33 @@ import torch
 from lightning_optimizer.conformance.harness import cell_device, cell_dtype, make_batches, make_model, mse
 from lightning_optimizer.spec import Cell, TrainingContext
 
-__all__ = ["EPOCH", "SCHEDULE", "build", "checkpoints", "params", "resume", "step_once", "uninterrupted"]
+__all__ = [
+    "EPOCH",
+    "OVERFLOW_BATCH",
+    "SCHEDULE",
+    "Trajectory",
+    "build",
+    "checkpoints",
+    "params",
+    "resume",
+    "step_once",
+    "uninterrupted",
+]
 
 EPOCH = 7
 SCHEDULE: dict[int, bool | None] = {4: True}
+OVERFLOW_BATCH = 1
+"""Under 16-mixed, the batch whose loss is infinite."""
 
 MakeContext = Callable[..., TrainingContext]
+
+
+@dataclass
+class Trajectory:
+    """What a run leaves: the final parameters, and under 16-mixed the loss scale of each batch's backward pass."""
+
+    params: list[torch.Tensor]
+    scales: list[float]
 
 
 def build(make_context: MakeContext) -> tuple[TrainingContext, torch.nn.Module, Any]:
@@ -36,13 +61,33 @@ def params(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p.detach().cpu().clone() for p in model.parameters()]
 
 
-def step_once(context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch_idx: int, cell: Cell) -> None:
-    """Batch ``batch_idx`` of the epoch: one closure-form step with the scenario's schedule."""
+def step_once(
+    context: TrainingContext,
+    model: torch.nn.Module,
+    wrapper: Any,
+    batch_idx: int,
+    cell: Cell,
+    scales: list[torch.Tensor] | None = None,
+) -> None:
+    """Batch ``batch_idx`` of the epoch: one closure-form step with the scenario's schedule.
+
+    Under 16-mixed, ``scales`` receives the factor that the loss was multiplied by before its backward pass (the
+    gradient that reaches the loss): the loss scale. (Other precisions scale nothing, which other checks verify;
+    observing it would cost XLA cells extra graphs.)
+    """
     batch = make_batches(EPOCH)[batch_idx]
+
+    def record(grad: torch.Tensor) -> None:
+        if scales is not None:
+            scales.append(grad.detach().clone())
 
     def closure() -> torch.Tensor:
         with context.autocast():
             loss = mse(model, batch, cell_device(cell), cell_dtype(cell))
+        if cell.precision == "16-mixed":
+            if batch_idx == OVERFLOW_BATCH:
+                loss = loss * math.inf
+            loss.register_hook(record)
         wrapper.backward(loss)
         return loss
 
@@ -50,12 +95,16 @@ def step_once(context: TrainingContext, model: torch.nn.Module, wrapper: Any, ba
         wrapper.step(closure, make_optimizer_step=SCHEDULE.get(batch_idx))
 
 
-def uninterrupted(make_context: MakeContext, cell: Cell) -> list[torch.Tensor]:
-    """The parameters after the whole epoch, without interruption."""
-    context, model, wrapper = build(make_context)
-    for batch_idx in range(EPOCH):
-        step_once(context, model, wrapper, batch_idx, cell)
-    return params(model)
+def _run(context: TrainingContext, model: torch.nn.Module, wrapper: Any, start: int, cell: Cell) -> Trajectory:
+    scales: list[torch.Tensor] = []
+    for batch_idx in range(start, EPOCH):
+        step_once(context, model, wrapper, batch_idx, cell, scales)
+    return Trajectory(params(model), [float(scale) for scale in scales])
+
+
+def uninterrupted(make_context: MakeContext, cell: Cell) -> Trajectory:
+    """The whole epoch without interruption."""
+    return _run(*build(make_context), 0, cell)
 
 
 def checkpoints(make_context: MakeContext, cell: Cell) -> list[bytes]:
@@ -71,13 +120,11 @@ def checkpoints(make_context: MakeContext, cell: Cell) -> list[bytes]:
     return saved
 
 
-def resume(make_context: MakeContext, cell: Cell, checkpoint: bytes, start: int) -> list[torch.Tensor]:
+def resume(make_context: MakeContext, cell: Cell, checkpoint: bytes, start: int) -> Trajectory:
     """Load ``checkpoint`` into freshly built objects and train the rest of the epoch from batch ``start``."""
     context, model, wrapper = build(make_context)
     saved = torch.load(io.BytesIO(checkpoint), weights_only=True)
     model.load_state_dict(saved["model"])
     wrapper.load_state_dict(saved["optimizer"])
     context.load_state_dict(saved["context"])
-    for batch_idx in range(start, EPOCH):
-        step_once(context, model, wrapper, batch_idx, cell)
-    return params(model)
+    return _run(context, model, wrapper, start, cell)

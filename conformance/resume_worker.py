@@ -1,4 +1,9 @@
-"""Resume the checkpoint scenario in a fresh process: ``python -m ... IMPL DEVICE PRECISION CKPT START OUT``."""
+"""Resume the checkpoint scenario in a fresh process.
+
+``python -m lightning_optimizer.conformance.resume_worker IMPL DEVICE PRECISION OUT START=CKPT [START=CKPT ...]``
+resumes each checkpoint file ``CKPT`` at batch ``START`` in new objects of this one process, and saves the list
+of their trajectories (``{"start", "params", "scales"}`` each) to ``OUT``.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +19,8 @@ from lightning_optimizer.spec import Cell, TrainingContext
 
 
 def main(argv: list[str]) -> int:
-    """Load the implementation, resume from the checkpoint, save the final parameters."""
-    impl, device, precision, checkpoint, start, out = argv
+    """Load the implementation, resume from each checkpoint, save every trajectory."""
+    impl, device, precision, out, *resumes = argv
     info = load_implementation(impl).info
     cell = Cell(device, precision)  # type: ignore[arg-type]
 
@@ -23,7 +28,12 @@ def main(argv: list[str]) -> int:
         context: TrainingContext = info.factory(cell, **kwargs)
         return context
 
-    torch.save(resume(make_context, cell, Path(checkpoint).read_bytes(), int(start)), out)
+    trajectories = []
+    for item in resumes:
+        start, _, checkpoint = item.partition("=")
+        trajectory = resume(make_context, cell, Path(checkpoint).read_bytes(), int(start))
+        trajectories.append({"start": int(start), "params": trajectory.params, "scales": trajectory.scales})
+    torch.save(trajectories, out)
     return 0
 
 

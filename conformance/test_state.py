@@ -14,12 +14,30 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_optimizer.conformance.checkpointing import build, checkpoints, params, resume, step_once, uninterrupted
+from lightning_optimizer.conformance.checkpointing import (
+    EPOCH,
+    build,
+    checkpoints,
+    params,
+    resume,
+    step_once,
+    uninterrupted,
+)
 from lightning_optimizer.conformance.harness import make_batches, make_model, run_steps, tolerance_for
 from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
 REAL_STEP = (StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE)
+MID_WINDOW = 3
+"""Batches 0..3 done: the window {3, 4} is open."""
+
+
+def _assert_same_scales(got: list[float], want: list[float], what: str) -> None:
+    """Under 16-mixed, each resumed backward pass used the loss scale that the uninterrupted run used there."""
+    assert got == want, (
+        f"{what}: the backward passes were scaled by {got}, the uninterrupted run's by {want}; the context's state "
+        "must carry the loss scaler's state"
+    )
 
 
 def _assert_identical(got: list[torch.Tensor], want: list[torch.Tensor], what: str, cell: Cell | None = None) -> None:
@@ -51,28 +69,45 @@ def test_state_dict_is_the_inner_format(make_context: MakeContext, cell: Cell) -
 @pytest.mark.requirement("CKPT-002")
 @pytest.mark.features("checkpointing")
 def test_resume_at_every_micro_step_is_bit_identical(make_context: MakeContext, cell: Cell) -> None:
-    """Save after any micro-step, resume in fresh objects: the same parameters, bit for bit."""
+    """Save after any micro-step, resume in fresh objects: the same parameters bit for bit, the same loss scales."""
     want = uninterrupted(make_context, cell)
     for done, checkpoint in enumerate(checkpoints(make_context, cell)):
         got = resume(make_context, cell, checkpoint, start=done + 1)
-        _assert_identical(got, want, f"resumed after batch {done}", cell)
+        _assert_identical(got.params, want.params, f"resumed after batch {done}", cell)
+        _assert_same_scales(got.scales, want.scales[done + 1 :], f"resumed after batch {done}")
 
 
 @pytest.mark.requirement("CKPT-002")
 @pytest.mark.features("checkpointing")
 def test_resume_in_a_fresh_process(make_context: MakeContext, cell: Cell, tmp_path: Path, pytestconfig: Any) -> None:
-    """A checkpoint saved mid-window and resumed by a new Python process gives identical parameters."""
+    """Checkpoints saved after every micro-step, each resumed by one new Python process: identical trajectories.
+
+    Bit for bit on CPU and CUDA (64-true and 32-true included), and under 16-mixed with the loss scaler's state:
+    the scenario overflows in its first window, and each resumed backward pass must use the scale that the
+    uninterrupted run used there. On XLA, which compiles every resumed run into new graphs (seconds each) and
+    matches only to rounding, the process resumes the mid-window checkpoint alone; the in-process check resumes
+    every one there.
+    """
     want = uninterrupted(make_context, cell)
-    mid_window = 3  # batches 0..3 done: the window {3, 4} is open
-    path = tmp_path / "checkpoint.pt"
-    path.write_bytes(checkpoints(make_context, cell)[mid_window])
-    result = tmp_path / "params.pt"
+    resumes = []
+    saved = checkpoints(make_context, cell)
+    for done in range(EPOCH) if cell.device != "xla" else [MID_WINDOW]:
+        path = tmp_path / f"checkpoint-{done}.pt"
+        path.write_bytes(saved[done])
+        resumes.append(f"{done + 1}={path}")
+    result = tmp_path / "trajectories.pt"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     command = [sys.executable, "-m", "lightning_optimizer.conformance.resume_worker", pytestconfig.getoption("impl")]
-    command += [cell.device, cell.precision, str(path), str(mid_window + 1), str(result)]
+    command += [cell.device, cell.precision, str(result), *resumes]
     completed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert completed.returncode == 0, f"the resuming process failed:\n{completed.stderr[-3000:]}"
-    _assert_identical(torch.load(result, weights_only=True), want, "resumed in a fresh process", cell)
+    trajectories = torch.load(result, weights_only=True)
+    starts = [int(item.partition("=")[0]) for item in resumes]
+    assert [t["start"] for t in trajectories] == starts, "the worker did not resume every checkpoint"
+    for trajectory in trajectories:
+        what = f"resumed after batch {trajectory['start'] - 1} in a fresh process"
+        _assert_identical(trajectory["params"], want.params, what, cell)
+        _assert_same_scales(trajectory["scales"], want.scales[trajectory["start"] :], what)
 
 
 @pytest.mark.requirement("CKPT-003")

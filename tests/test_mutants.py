@@ -12,6 +12,10 @@ The runs are ``pytest conformance ...`` sessions grouped into two batches (``mut
 per batch, so torch is imported twice, not once per mutant), run side by side and cached for the session. A
 mutant that needs what this machine lacks (torch_xla for the xla cells) or has (torch_xla, where the check is of
 its absence) is skipped as ``unavailable here``.
+
+``--mutation-report=PATH`` (``tests/conftest.py``; ``make mutation``) writes every mutant's verdict, the checks
+that caught it and the kill rate per requirement group as JSON, prints the table, and fails the run when any
+mutant survives.
 """
 
 from __future__ import annotations
@@ -103,12 +107,19 @@ WITHOUT_TORCH_XLA = Cells(torch_xla=False)
 
 Entry = tuple[str, list[str]] | tuple[str, list[str], Cells]
 
+ORACLE_PROPERTY = "test_generated_schedules_match_the_oracle"
+FAULT_PROPERTY = "test_generated_schedules_with_raising_closures"
+RESUME_PROPERTY = "test_generated_schedules_resume_from_checkpoints"
+PROPERTY_CHECKS = (ORACLE_PROPERTY, FAULT_PROPERTY, RESUME_PROPERTY)
+"""The property checks over generated schedules (a few seconds each per cell)."""
+
 MUTANTS: dict[str, Entry] = {
     # module: (the requirement it breaks, the checks that must catch it[, where: DEFAULT when left out]). A check
     # is a function name (every row of it must fail) or ``name[params]`` (that row only).
     "true_follows_schedule": ("STEP-001", ["test_true_steps_now", "test_window_cut_short_applies_its_own_mean"]),
     "false_steps_anyway": ("STEP-002", ["test_false_accumulates_only", "test_gan_cadences"]),
     "outside_batch_always_steps": ("STEP-003", ["test_schedule_outside_a_batch_counts_micro_steps"]),
+    "schedule_steps_every_call": ("STEP-003", ["test_schedule_flushes_last_partial_window", ORACLE_PROPERTY]),
     "kwargs_dropped": ("STEP-005", ["test_kwargs_reach_the_inner_step"]),
     "step_returns_none": (
         "STEP-006",
@@ -121,6 +132,7 @@ MUTANTS: dict[str, Entry] = {
             "test_window_cut_short_applies_its_own_mean",
             "test_schedule_flushes_last_partial_window",
             "test_gan_cadences",
+            ORACLE_PROPERTY,
         ],
     ),
     "divides_by_accumulate_grad_batches": (
@@ -128,20 +140,27 @@ MUTANTS: dict[str, Entry] = {
         ["test_window_cut_short_applies_its_own_mean", "test_schedule_flushes_last_partial_window"],
     ),
     "loss_scaled_in_backward": ("ACC-002", ["test_plain_backward_gives_the_same_mean"]),
-    "no_flush": ("ACC-003", ["test_schedule_flushes_last_partial_window"]),
+    "epoch_start_resets_window_count": ("ACC-001", [ORACLE_PROPERTY]),
+    "no_flush": ("ACC-003", ["test_schedule_flushes_last_partial_window", ORACLE_PROPERTY]),
+    "drops_last_partial_window": ("ACC-003", ["test_schedule_flushes_last_partial_window", ORACLE_PROPERTY]),
     "no_zero_grad_after_step": ("ZERO-001", ["test_real_step_clears_gradients"]),
-    "zero_grad_always_clears": ("ZERO-002", ["test_zero_grad_keeps_an_open_window"]),
+    "zero_grad_always_clears": ("ZERO-002", ["test_zero_grad_keeps_an_open_window", ORACLE_PROPERTY]),
     "closure_run_twice": ("CLOS-001", ["test_closure_runs_once_per_call"]),
     "lbfgs_closure_cached": ("CLOS-002", ["test_lbfgs_evaluates_the_closure_itself"]),
-    "window_taken_before_closure": ("CLOS-003", ["test_closure_that_raises_changes_nothing"]),
-    "failed_micro_step_counted": ("CLOS-003", ["test_closure_that_raises_changes_nothing"]),
+    "window_taken_before_closure": ("CLOS-003", ["test_closure_that_raises_changes_nothing", FAULT_PROPERTY]),
+    "failed_micro_step_counted": ("CLOS-003", ["test_closure_that_raises_changes_nothing", FAULT_PROPERTY]),
     "backward_drops_arguments": ("BWD-001", ["test_backward_forwards_its_arguments"]),
     "autocast_always_on": ("PREC-001", ["test_true_precision_has_no_autocast"]),
     "no_toggling": (
         "TOGGLE-001",
-        ["test_closure_sees_only_its_parameters", "test_toggle_model_block", "test_gan_cadences"],
+        ["test_closure_sees_only_its_parameters", "test_toggle_model_block", "test_gan_cadences", ORACLE_PROPERTY],
     ),
-    "toggle_not_restored_on_raise": ("TOGGLE-002", ["test_raising_closure_restores_flags", "test_toggle_model_block"]),
+    "toggle_spares_third_optimizer": ("TOGGLE-001", [ORACLE_PROPERTY]),
+    "toggle_not_restored_on_raise": (
+        "TOGGLE-002",
+        ["test_raising_closure_restores_flags", "test_toggle_model_block", FAULT_PROPERTY],
+    ),
+    "raise_restores_one_neighbour": ("TOGGLE-002", [FAULT_PROPERTY]),
     "toggle_unfreezes": (
         "TOGGLE-002",
         ["test_closure_sees_only_its_parameters", "test_toggle_model_block", "test_raising_closure_restores_flags"],
@@ -149,6 +168,7 @@ MUTANTS: dict[str, Entry] = {
     "composition_wrapper": ("PROXY-001", ["test_isinstance_of_the_inner_class"]),
     "copied_param_groups": ("PROXY-002", ["test_proxied_objects_are_the_inner_ones"]),
     "writes_stay_on_wrapper": ("PROXY-003", ["test_writes_reach_the_inner_optimizer"]),
+    "state_dict_loaded_into_wrapper": ("PROXY-003", ["test_writes_reach_the_inner_optimizer", RESUME_PROPERTY]),
     "hooks_on_wrapper": ("PROXY-004", ["test_step_hooks_fire_on_real_steps"]),
     "bare_repr": ("PROXY-005", ["test_repr_names_the_inner_optimizer"]),
     "scheduler_patch_forwarded": ("SCHED-001", ["test_scheduler_follows_real_steps_without_warnings[wrapper]"]),
@@ -156,12 +176,18 @@ MUTANTS: dict[str, Entry] = {
     "nested_state_dict": ("CKPT-001", ["test_state_dict_is_the_inner_format"]),
     "context_drops_window_grads": (
         "CKPT-002",
-        ["test_resume_at_every_micro_step_is_bit_identical", "test_resume_in_a_fresh_process"],
+        ["test_resume_at_every_micro_step_is_bit_identical", "test_resume_in_a_fresh_process", RESUME_PROPERTY],
+    ),
+    "checkpoint_drops_scaler_state": (
+        "CKPT-002",
+        ["test_resume_at_every_micro_step_is_bit_identical", "test_resume_in_a_fresh_process", RESUME_PROPERTY],
+        F16,
     ),
     "process_local_checkpoint": ("CKPT-002", ["test_resume_in_a_fresh_process"]),
     "context_load_unvalidated": ("CKPT-003", ["test_context_state_for_another_layout_is_refused"]),
     "context_load_checks_count_only": ("CKPT-003", ["test_context_state_for_another_layout_is_refused"]),
     "pickle_loses_window": ("PICKLE-001", ["test_copies_continue_independently"]),
+    "pickle_loses_inner_state": ("PICKLE-001", ["test_copies_continue_independently"]),
     "non_callable_closure_ignored": ("ERR-001", ["test_non_callable_closure"]),
     "closure_type_unchecked": ("ERR-001", ["test_non_callable_closure"]),
     "truthy_make_optimizer_step": ("ERR-002", ["test_non_bool_make_optimizer_step"]),
@@ -187,9 +213,14 @@ MUTANTS: dict[str, Entry] = {
     ),
     "scaler_updated_per_step": (
         "AMP-003",
-        ["test_open_window_survives_a_scale_change", "test_overflow_in_one_optimizer_skips_only_that_one"],
+        [
+            "test_open_window_survives_a_scale_change",
+            "test_overflow_in_one_optimizer_skips_only_that_one",
+            ORACLE_PROPERTY,
+        ],
         F16,
     ),
+    "scaler_update_follows_first_optimizer": ("AMP-003", [ORACLE_PROPERTY], F16),
     "skip_reported_as_stepped": (
         "AMP-004",
         ["test_overflow_in_one_optimizer_skips_only_that_one", "test_skipped_step_does_not_make_a_scheduler_warn"],
@@ -200,9 +231,14 @@ MUTANTS: dict[str, Entry] = {
         ["test_overflow_in_one_optimizer_skips_only_that_one", "test_skipped_step_does_not_make_a_scheduler_warn"],
         F16,
     ),
+    "skipped_step_counted": (
+        "AMP-004",
+        ["test_skipped_step_does_not_make_a_scheduler_warn", ORACLE_PROPERTY],
+        F16,
+    ),
     "lbfgs_accepted_under_16_mixed": ("AMP-005", ["test_lbfgs_is_refused_under_16_mixed"], F16),
     "lbfgs_refused_after_closure": ("AMP-005", ["test_lbfgs_is_refused_under_16_mixed"], F16),
-    "open_window_not_rescaled": ("AMP-006", ["test_open_window_survives_a_scale_change"], F16),
+    "open_window_not_rescaled": ("AMP-006", ["test_open_window_survives_a_scale_change", ORACLE_PROPERTY], F16),
     "clip_before_unscale": ("CLIP-001", ["test_configured_clipping"], F16),
     "clipping_ignored": ("CLIP-001", ["test_configured_clipping"]),
     "step_repeats_unscale": (
@@ -231,8 +267,8 @@ KNOWN_GAPS: dict[str, str] = {
 
 # Rough seconds per run, to split the runs evenly between the lanes: a full run on the default cell, on another
 # cell, on xla; and what a run of a few checks adds for the static check, a fresh process, a pool of DDP ranks.
-_FULL_RUN_S, _CELL_RUN_S, _XLA_RUN_S = 30.0, 8.0, 35.0
-_STATIC_S, _FRESH_PROCESS_S, _POOL_S, _RUN_S = 6.0, 8.0, 10.0, 1.0
+_FULL_RUN_S, _CELL_RUN_S, _XLA_RUN_S = 35.0, 12.0, 35.0
+_STATIC_S, _FRESH_PROCESS_S, _POOL_S, _RUN_S, _PROPERTY_S = 6.0, 8.0, 10.0, 1.0, 3.0
 
 
 def _base_name(check: str) -> str:
@@ -298,6 +334,7 @@ class Case:
             _RUN_S
             + _STATIC_S * ("test_static_surface" in self.selection)
             + _FRESH_PROCESS_S * ("test_resume_in_a_fresh_process" in self.selection)
+            + _PROPERTY_S * sum(check in self.selection for check in PROPERTY_CHECKS)
             + pool
         )
 
@@ -462,19 +499,28 @@ def _skip_if_unavailable(where: Cells) -> None:
         pytest.skip(f"unavailable here: {reason}")
 
 
-def _assert_caught(run: Run, requirement: str, checks: list[str]) -> None:
-    assert run.document is not None and run.exit == 1, run.explain()
+def _catches(run: Run, requirement: str, checks: list[str]) -> tuple[list[dict[str, str]], list[str]]:
+    """The rows that caught the mutant (failed, for a reason tied to its requirement), and every row that did not."""
+    if run.document is None or run.exit != 1:
+        return [], [run.explain()]
+    caught, missed = [], []
     for check in checks:
         for cell in run.case.where.single():
             rows = run.rows(check, cell)
-            assert rows, f"{check} did not run on {cell.id} against {run.case.impl}:\n{run.explain()}"
+            if not rows:
+                missed.append(f"{check} did not run on {cell.id} against {run.case.impl}:\n{run.explain()}")
             for row in rows:
                 where = f"{row['check']} on {cell.id} against {run.case.impl}"
-                assert row["outcome"] == "failed", f"{where}: {row['outcome']} ({row['reason']}), not failed"
-                assert requirement in row["requirements"] or requirement in row["reason"], (
-                    f"{where} failed, but neither its requirements {row['requirements']} nor its reason "
-                    f"({row['reason']}) name {requirement}"
-                )
+                if row["outcome"] != "failed":
+                    missed.append(f"{where}: {row['outcome']} ({row['reason']}), not failed")
+                elif requirement not in row["requirements"] and requirement not in row["reason"]:
+                    missed.append(
+                        f"{where} failed, but neither its requirements {row['requirements']} nor its reason "
+                        f"({row['reason']}) name {requirement}"
+                    )
+                else:
+                    caught.append({"check": row["check"], "cell": cell.id})
+    return caught, missed
 
 
 def _assert_gap(run: Run, checks: list[str]) -> None:
@@ -494,17 +540,26 @@ def _assert_gap(run: Run, checks: list[str]) -> None:
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_mutant_is_caught(runs: dict[str, Run], mutant: str) -> None:
+def test_mutant_is_caught(runs: dict[str, Run], mutation_verdicts: dict[str, dict[str, Any]], mutant: str) -> None:
     """The checks named for the mutant fail (not error) on its cells, for a reason tied to its requirement.
 
-    A mutant in ``KNOWN_GAPS`` xfails while its checks still pass against it, and fails once they do not.
+    A mutant in ``KNOWN_GAPS`` xfails while its checks still pass against it, and fails once they do not. Every
+    verdict goes into the mutation report (``--mutation-report``, see ``tests/conftest.py``).
     """
-    entry = MUTANTS[mutant]
-    _skip_if_unavailable(_where(entry))
+    requirement, checks, where = MUTANTS[mutant][0], MUTANTS[mutant][1], _where(MUTANTS[mutant])
+    verdict: dict[str, Any] = {"requirement": requirement, "cells": where.id, "checks": checks, "caught_by": []}
+    mutation_verdicts[mutant] = verdict
+    reason = where.unavailable()
+    if reason is not None:
+        verdict.update(status="unavailable", detail=reason)
+        pytest.skip(f"unavailable here: {reason}")
+    caught, missed = _catches(runs[mutant], requirement, checks)
+    verdict.update(caught_by=caught, status="survived" if missed else "killed", detail="\n".join(missed)[:2000])
     if mutant in KNOWN_GAPS:
-        _assert_gap(runs[mutant], entry[1])
+        verdict["detail"] = f"known gap: {KNOWN_GAPS[mutant]}"
+        _assert_gap(runs[mutant], checks)
         pytest.xfail(f"known gap of its checks: {KNOWN_GAPS[mutant]}")
-    _assert_caught(runs[mutant], entry[0], entry[1])
+    assert not missed, missed[0]
 
 
 def _assert_passes_everything(run: Run, cell: Cells) -> None:

@@ -1,23 +1,51 @@
-"""The pool of DDP ranks: results in rank order, and a rank that raises, dies or hangs fails in bounded time."""
+"""The pool of DDP ranks: results in rank order, and a rank that raises, dies or hangs fails in bounded time.
+
+Also inside an open accumulation window, where the other rank waits in DDP's gradient all-reduce: the failure is
+reported in bounded time and leaves no rank process and no process group (its rendezvous port is closed).
+"""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import socket
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import torch.distributed as dist
 
+from lightning_optimizer.conformance import ranks
 from lightning_optimizer.conformance.ranks import RankFailure, RankPool
-from lightning_optimizer.spec import Cell
+from lightning_optimizer.spec import Cell, StepOutcome
 
 TESTS = str(Path(__file__).resolve().parent)
 CELL = Cell("cpu", "32-true", 2)
 
 
 @pytest.fixture
-def pool(monkeypatch: pytest.MonkeyPatch) -> RankPool:
+def ports(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rendezvous ports of the process groups that the pool starts."""
+    started: list[int] = []
+    free_port = ranks._free_port
+
+    def recording_free_port() -> int:
+        started.append(free_port())
+        return started[-1]
+
+    monkeypatch.setattr(ranks, "_free_port", recording_free_port)
+    return started
+
+
+def _listening(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def pool(monkeypatch: pytest.MonkeyPatch, ports: list[int]) -> RankPool:
     monkeypatch.syspath_prepend(TESTS)  # spawned ranks inherit sys.path
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS, *sys.path]))
     return RankPool("lightning_optimizer.reference", "cpu", 2, scenarios="rank_scenarios", answer_timeout=8)
@@ -39,14 +67,27 @@ def test_results_come_back_in_rank_order_and_the_pool_is_reused(pool: RankPool) 
         ("raises_on_rank_1", r"(?s)rank 1 raised .*rank 1 fails on purpose"),
         ("dies_on_rank_1", r"conformance-rank-1 died \(exit code 3\)"),
         ("hangs_on_rank_1", r"rank\(s\) \[0, 1\] did not answer within 8 s|rank\(s\) \[1\] did not answer"),
+        ("raises_mid_window_on_rank_1", r"(?s)rank 1 raised .*rank 1 fails mid-window on purpose"),
+        ("dies_mid_window_on_rank_1", r"conformance-rank-1 died \(exit code 3\)"),
     ],
 )
-def test_a_failing_rank_fails_the_cell_in_bounded_time(pool: RankPool, scenario: str, message: str) -> None:
-    pool.run("rank_and_size", CELL)
+def test_a_failing_rank_fails_the_cell_in_bounded_time(
+    pool: RankPool, ports: list[int], scenario: str, message: str
+) -> None:
+    # The ranks import and build DDP once first, so that the timed scenario is the failure, not the start-up; a
+    # rank that raises or dies is seen at once, so only the hang needs the short answer timeout.
+    assert pool.run("builds_a_ddp_window", CELL) == [[StepOutcome.ACCUMULATED]] * 2
+    if not scenario.startswith("hangs"):
+        pool.answer_timeout = 45
     started = time.monotonic()
     with pytest.raises(RankFailure, match=message):
         pool.run(scenario, CELL)
     assert time.monotonic() - started < 60, "the failure took too long to report"
     assert pool.alive == 0, "a rank process outlived the failure"
+    leftover = [child.name for child in multiprocessing.active_children() if child.name.startswith("conformance-rank")]
+    assert not leftover, f"rank processes left behind: {leftover}"
+    assert not dist.is_initialized(), "the test process joined a process group"
+    assert len(ports) == 1 and not _listening(ports[0]), "the failed process group's rendezvous store still listens"
     assert pool.run("rank_and_size", CELL) == [(0, 2), (1, 2)], "the next cell did not get a fresh pool"
+    assert len(ports) == 2, "the next cell did not start a new process group"
     pool.stop()

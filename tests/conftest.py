@@ -1,0 +1,115 @@
+"""The mutation report of ``tests/test_mutants.py``: a kill-rate table per requirement group, and a JSON file.
+
+``pytest tests/test_mutants.py --mutation-report=reports/mutation.json`` prints the table after the run, writes
+the report and fails the run (exit status 1) when any mutant that ran here survived, known gaps included. Without
+the option the table is printed whenever mutants ran. Each ``test_mutant_is_caught`` records its verdict through
+the ``mutation_verdicts`` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lightning_optimizer.spec import REQUIREMENTS, requirement_group
+
+VERDICTS = pytest.StashKey[dict[str, dict[str, Any]]]()
+
+KILLED, SURVIVED, UNAVAILABLE = "killed", "survived", "unavailable"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--mutation-report",
+        default=None,
+        metavar="PATH",
+        help="write the mutation report of tests/test_mutants.py as JSON to PATH; any surviving mutant fails the run",
+    )
+
+
+@pytest.fixture(scope="session")
+def mutation_verdicts(pytestconfig: pytest.Config) -> dict[str, dict[str, Any]]:
+    """Mutant name -> ``{"requirement", "cells", "status", "caught_by", "detail"}``, filled by the meta-test."""
+    return pytestconfig.stash.setdefault(VERDICTS, {})
+
+
+def mutation_report(verdicts: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The report: totals, the kill rate of each requirement group, and every mutant's verdict."""
+    mutants = [
+        {"name": name, "group": requirement_group(verdict["requirement"]), "killed": verdict["status"] == KILLED}
+        | verdict
+        for name, verdict in sorted(verdicts.items())
+    ]
+    groups: dict[str, dict[str, Any]] = {}
+    for group in sorted({requirement_group(rule_id) for rule_id in REQUIREMENTS}):
+        of_group = [m for m in mutants if m["group"] == group]
+        ran = [m for m in of_group if m["status"] != UNAVAILABLE]
+        killed = sum(m["killed"] for m in ran)
+        groups[group] = {
+            "mutants": len(of_group),
+            "run": len(ran),
+            "killed": killed,
+            "kill_rate": killed / len(ran) if ran else None,
+        }
+    ran = [m for m in mutants if m["status"] != UNAVAILABLE]
+    killed = sum(m["killed"] for m in ran)
+    return {
+        "mutants": mutants,
+        "total": len(mutants),
+        "run": len(ran),
+        "killed": killed,
+        "survived": [m["name"] for m in ran if not m["killed"]],
+        "unavailable": [m["name"] for m in mutants if m["status"] == UNAVAILABLE],
+        "kill_rate": killed / len(ran) if ran else None,
+        "groups": groups,
+    }
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def render_table(report: dict[str, Any]) -> list[str]:
+    """The kill rate per requirement group, then the totals and any survivor."""
+    lines = [f"{'group':<10}{'mutants':>8}{'run':>6}{'killed':>8}{'rate':>7}"]
+    for group, row in report["groups"].items():
+        note = "" if row["mutants"] else "  no mutant breaks this group"
+        lines.append(
+            f"{group:<10}{row['mutants']:>8}{row['run']:>6}{row['killed']:>8}{_rate(row['kill_rate']):>7}{note}"
+        )
+    lines.append(
+        f"{'all':<10}{report['total']:>8}{report['run']:>6}{report['killed']:>8}{_rate(report['kill_rate']):>7}"
+    )
+    for mutant in report["mutants"]:
+        if mutant["status"] == SURVIVED:
+            lines.append(f"survived: {mutant['name']} ({mutant['requirement']}): {mutant['detail'][:300]}")
+    if report["unavailable"]:
+        lines.append(f"not run here (unavailable): {', '.join(report['unavailable'])}")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    verdicts = config.stash.get(VERDICTS, None)
+    if not verdicts:
+        return
+    report = mutation_report(verdicts)
+    terminalreporter.section("mutation report: kill rate per requirement group")
+    for line in render_table(report):
+        terminalreporter.write_line(line)
+    path = config.getoption("mutation_report")
+    if path:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        terminalreporter.write_line(f"mutation report written to {target}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    verdicts = session.config.stash.get(VERDICTS, None) or {}
+    survived = any(verdict["status"] == SURVIVED for verdict in verdicts.values())
+    if session.config.getoption("mutation_report") and survived:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

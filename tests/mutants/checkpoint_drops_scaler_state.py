@@ -1,0 +1,27 @@
+"""CKPT-002 broken: the context's checkpoint saves a fresh loss scaler's state, not the live one's.
+
+Windows, gradients and counts are saved, the ``GradScaler``'s scale and growth tracker are not: a run resumed
+after an overflow starts again from the initial scale, so its losses are scaled differently from the
+uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.amp.grad_scaler import GradScaler
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self._scaler is not None:
+            state["scaler"] = GradScaler(self.device.type).state_dict()
+        return state
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

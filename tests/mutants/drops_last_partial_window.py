@@ -1,0 +1,29 @@
+"""ACC-003 broken: the last partial window of an epoch is dropped, not flushed.
+
+``is_last`` is ignored when deciding to step, and the epoch's end throws away whatever is still accumulated, as
+a loop with ``drop_last``-style accumulation does: the last micro-batches of the epoch never reach a step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    @contextmanager
+    def batch(self, batch_idx: int, *, is_last: bool = False) -> Iterator[None]:
+        with super().batch(batch_idx):
+            yield
+        if is_last:
+            for slot in self._slots:
+                if slot.pending:
+                    slot.optimizer.zero_grad(set_to_none=True)
+                    slot.pending = 0
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

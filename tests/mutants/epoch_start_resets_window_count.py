@@ -1,0 +1,28 @@
+"""ACC-001 broken: the first batch of an epoch resets every window's micro-step count, not its gradients.
+
+As a framework that restarts its accumulation counter per epoch: a window that the user carried across the
+epoch's end (``make_optimizer_step=False`` on its last batch) is then divided by the micro-steps of the new epoch
+only, and a ``zero_grad()`` there wipes it. Only long schedules with such a window show it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    @contextmanager
+    def batch(self, batch_idx: int, *, is_last: bool = False) -> Iterator[None]:
+        if batch_idx == 0:
+            for slot in self._slots:
+                slot.pending = 0
+        with super().batch(batch_idx, is_last=is_last):
+            yield
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
