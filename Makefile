@@ -5,6 +5,7 @@ TORCH_VERSION ?= 2.9.0
 WITH_XLA ?= 1
 IMPL ?= lightning_optimizer.reference
 REPORTS ?= reports
+BENCH_SUITE ?= cpu,xla
 
 BIN := $(VENV)/bin
 SOURCES := pyproject.toml $(shell git ls-files -co --exclude-standard spec reference conformance peers 2>/dev/null)
@@ -14,7 +15,7 @@ XLA_PIN := $(if $(filter 1,$(WITH_XLA)),torch_xla==$(TORCH_VERSION))
 EXAMPLES := $(sort $(wildcard examples/*.py))
 PY_SCRIPTS := scripts/peers
 
-.PHONY: env conformance test unit typecheck lint format clean examples peers mutation
+.PHONY: env conformance test unit typecheck lint format clean examples peers mutation bench
 
 env: $(VENV)/.project
 
@@ -41,6 +42,7 @@ typecheck: env
 	$(BIN)/mypy $(PACKAGES)
 	$(BIN)/mypy tests
 	$(BIN)/mypy examples
+	$(BIN)/mypy bench
 	$(BIN)/mypy $(PY_SCRIPTS)
 
 lint: env
@@ -55,6 +57,11 @@ peers: env
 # group, writes reports/mutation.json, and fails if any mutant survives.
 mutation: env
 	$(BIN)/pytest tests/test_mutants.py -q --mutation-report=$(REPORTS)/mutation.json
+
+# Benchmarks (not part of `make test`): per-iteration cost against raw PyTorch and the peers, the DDP
+# accumulation case, the suite's wall time per device; writes $(REPORTS)/bench.json and docs/bench.png.
+bench: env
+	$(BIN)/python -m bench --suite $(BENCH_SUITE) --json $(REPORTS)/bench.json --chart docs/bench.png
 
 # Each example prints one summary line and exits 0.
 examples: env

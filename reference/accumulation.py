@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 __all__ = ["LoopPosition", "check_accumulate_grad_batches", "closes_window", "normalise_window"]
 
 
-@dataclass(frozen=True)
-class LoopPosition:
+class LoopPosition(NamedTuple):
     """Where the loop is: the batch index within the epoch and whether it is the epoch's last batch."""
 
     batch_idx: int
@@ -47,11 +46,11 @@ def closes_window(
     return pending + 1 >= accumulate_grad_batches
 
 
-@torch.no_grad()
 def normalise_window(params: Iterable[torch.Tensor], window_length: int) -> None:
     """Turn the summed gradients of a window of ``window_length`` micro-steps into their mean, in place."""
     if window_length == 1:
-        return
-    for param in params:
-        if param.grad is not None:
-            param.grad.div_(window_length)
+        return  # the common case, every step without accumulation: nothing to do, not even enter no_grad
+    with torch.no_grad():
+        for param in params:
+            if param.grad is not None:
+                param.grad.div_(window_length)

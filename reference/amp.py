@@ -37,7 +37,7 @@ class LossScaler:
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
         """Unscale the optimizer's gradients, unless that was done already in this iteration (by the user too)."""
-        if self._stage(optimizer) is OptState.READY:
+        if self.scaler._per_optimizer_states[id(optimizer)]["stage"] is OptState.READY:
             if self.scaler._scale is None:
                 # An unpickled GradScaler creates its scale lazily in scale(); a window restored from a copy
                 # reaches its real step without one.
@@ -48,8 +48,10 @@ class LossScaler:
         """The scaler's step of ``optimizer``; ``False`` when it skipped the step for non-finite gradients."""
         self._stepped_since_update = True
         self.scaler.step(optimizer, **kwargs)
-        found_inf = self.scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
-        return not any(bool(value.item()) for value in found_inf.values())
+        for found_inf in self.scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values():
+            if found_inf.item():
+                return False
+        return True
 
     def update(self, open_windows: Iterable[torch.Tensor]) -> None:
         """End of an iteration: update the scale once if any optimizer stepped, and keep open windows consistent.
@@ -60,14 +62,17 @@ class LossScaler:
         if not self._stepped_since_update:
             return
         self._stepped_since_update = False
+        grads = [param.grad for param in open_windows if param.grad is not None]
+        if not grads:
+            self.scaler.update()  # nothing to rescale, so no need to read the scale (a device sync each time)
+            return
         old = self.scaler.get_scale()
         self.scaler.update()
         new = self.scaler.get_scale()
         if new != old:
             with torch.no_grad():
-                for param in open_windows:
-                    if param.grad is not None:
-                        param.grad.mul_(new / old)
+                for grad in grads:
+                    grad.mul_(new / old)
 
     def state_dict(self) -> dict[str, Any]:
         """The scaler's own state dict."""
@@ -76,7 +81,3 @@ class LossScaler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the scaler's state."""
         self.scaler.load_state_dict(state)
-
-    def _stage(self, optimizer: torch.optim.Optimizer) -> OptState:
-        stage: OptState = self.scaler._per_optimizer_states[id(optimizer)]["stage"]
-        return stage

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, TypeVar
 
 import torch
@@ -34,10 +35,16 @@ CLOSURE_EVALUATING_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (torch.
 """Optimizers whose ``step`` evaluates the closure itself, possibly several times."""
 
 _STATE_FORMAT = 1
+_NOTHING_TO_TOGGLE = nullcontext()
+"""The toggle of the only optimizer (no other parameters to switch off); ``nullcontext`` is reusable."""
 
 
 def _has_gradients(slot: _Slot) -> bool:
-    return any(param.grad is not None for param in slot.params())
+    for group in slot.optimizer.param_groups:
+        for param in group["params"]:
+            if param.grad is not None:
+                return True
+    return False
 
 
 @dataclass
@@ -55,12 +62,14 @@ class _Slot:
     skipped: bool = False
     """The real step in progress was skipped for non-finite gradients."""
 
+    evaluates_closure: bool = field(init=False)
+    """The optimizer's ``step`` evaluates the closure itself (LBFGS)."""
+
+    def __post_init__(self) -> None:
+        self.evaluates_closure = isinstance(self.optimizer, CLOSURE_EVALUATING_OPTIMIZERS)
+
     def params(self) -> list[torch.Tensor]:
         return [param for group in self.optimizer.param_groups for param in group["params"]]
-
-    @property
-    def evaluates_closure(self) -> bool:
-        return isinstance(self.optimizer, CLOSURE_EVALUATING_OPTIMIZERS)
 
 
 class TrainingContext:
@@ -186,20 +195,11 @@ class TrainingContext:
 
     def autocast(self) -> AbstractContextManager[None]:
         """The autocast region for forward passes in this context's precision."""
-        return self._plugin.autocast(self.device)
+        return self._plugin.autocast(self._device.torch_device)
 
-    @contextmanager
-    def batch(self, batch_idx: int, *, is_last: bool = False) -> Iterator[None]:
+    def batch(self, batch_idx: int, *, is_last: bool = False) -> AbstractContextManager[None]:
         """Mark one training iteration: batch ``batch_idx`` of the epoch, the last one when ``is_last``."""
-        _check_count("batch_idx", batch_idx)
-        if self._position is not None:
-            raise RuntimeError("context.batch() blocks do not nest: leave the current batch first")
-        self._position = LoopPosition(batch_idx, bool(is_last))
-        try:
-            yield
-        finally:
-            self._position = None
-            self._end_iteration()
+        return _Batch(self, batch_idx, is_last)
 
     def _end_iteration(self) -> None:
         if self._scaler is not None:
@@ -257,7 +257,8 @@ class TrainingContext:
         )
 
     def _normalise_window(self, slot: _Slot) -> None:
-        normalise_window(slot.params(), slot.pending + 1)
+        if slot.pending:  # a window of one micro-step is its own mean
+            normalise_window(slot.params(), slot.pending + 1)
 
     def _prepare_gradients(self, slot: _Slot) -> None:
         """Once per window, before its real step: mean, cross-replica reduction, unscaling, clipping."""
@@ -338,12 +339,12 @@ class TrainingContext:
         if slot.pending == 0:
             slot.optimizer.zero_grad(set_to_none=set_to_none)
 
-    @contextmanager
-    def _toggle(self, index: int, *, sync_grad: bool) -> Iterator[None]:
-        own = self._slots[index].params()
+    def _toggle(self, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
+        if sync_grad and len(self._slots) == 1:
+            return _NOTHING_TO_TOGGLE  # one optimizer, and DDP may sync: the common case, nothing to do
         others = [param for i, slot in enumerate(self._slots) if i != index for param in slot.params()]
-        with only_these_require_grad(own, others), no_sync(self._modules if not sync_grad else ()):
-            yield
+        toggle = only_these_require_grad(self._slots[index].params(), others) if others else _NOTHING_TO_TOGGLE
+        return toggle if sync_grad else _without_sync(toggle, self._modules)
 
     # -- copies --------------------------------------------------------------------------------------
 
@@ -428,6 +429,33 @@ class TrainingContext:
             for key in ("pending", "steps"):
                 _check_count(f"optimizer {i}: {key!r}", entry.get(key))
         return entries
+
+
+class _Batch(AbstractContextManager[None]):
+    """The block of :meth:`TrainingContext.batch` (a class rather than a generator: it runs every iteration)."""
+
+    def __init__(self, context: TrainingContext, batch_idx: int, is_last: bool) -> None:
+        self._context, self._batch_idx, self._is_last = context, batch_idx, is_last
+
+    def __enter__(self) -> None:
+        if type(self._batch_idx) is not int or self._batch_idx < 0:  # the usual plain int skips the full check
+            _check_count("batch_idx", self._batch_idx)
+        if self._context._position is not None:
+            raise RuntimeError("context.batch() blocks do not nest: leave the current batch first")
+        self._context._position = LoopPosition(self._batch_idx, bool(self._is_last))
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self._context._position = None
+        self._context._end_iteration()
+
+
+@contextmanager
+def _without_sync(toggle: AbstractContextManager[None], modules: list[torch.nn.Module]) -> Iterator[None]:
+    """``toggle`` with every DDP module's ``no_sync()``: a micro-step that does not close its window."""
+    with toggle, no_sync(modules):
+        yield
 
 
 def _check_count(what: str, value: object) -> None:

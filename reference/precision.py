@@ -12,6 +12,10 @@ from lightning_optimizer.spec.types import PRECISIONS, Precision
 __all__ = ["SUPPORTED_PRECISIONS", "PrecisionPlugin", "resolve_precision"]
 
 
+_NO_AUTOCAST = nullcontext()
+"""The forward-pass region of the true precisions (``nullcontext`` is stateless, so one instance serves all)."""
+
+
 @dataclass(frozen=True)
 class PrecisionPlugin:
     """One precision: the dtype parameters live in, the autocast dtype (mixed only), whether losses are scaled."""
@@ -28,7 +32,7 @@ class PrecisionPlugin:
     def autocast(self, device: torch.device) -> AbstractContextManager[None]:
         """The forward-pass region: autocast to the mixed dtype, or nothing for a true precision."""
         if self.autocast_dtype is None:
-            return nullcontext()
+            return _NO_AUTOCAST
         return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
 
     def check_parameter(self, param: torch.Tensor) -> None:

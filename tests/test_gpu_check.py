@@ -1,4 +1,4 @@
-"""The GPU check script works from a bare working tree: it imports the package through its own links."""
+"""The GPU check script works from a bare working tree (the package through its own links), then benchmarks."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_gpu_check_runs_the_suite_from_the_working_tree(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHON=sys.executable, GPU_CHECK_DEVICES="cpu")
+    # The benchmark's smoke run stands in for the GPU's 10 repeats of the small and mid-size cases.
+    bench = "--quick --impls raw,reference --cases small-32-true"
+    env = dict(os.environ, PYTHON=sys.executable, GPU_CHECK_DEVICES="cpu", GPU_CHECK_BENCH_ARGS=bench)
     command = ["bash", str(REPO / "scripts" / "gpu-check"), str(tmp_path), "-k", "wrapper_surface"]
     run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
@@ -24,3 +26,10 @@ def test_gpu_check_runs_the_suite_from_the_working_tree(tmp_path: Path) -> None:
     cells = {(r["device"], r["precision"], r["world_size"]) for r in document["results"]}
     assert cells == {("cpu", "32-true", 1), ("cpu", "16-mixed", 1), ("cpu", "bf16-mixed", 1)}
     assert all(r["outcome"] == "passed" for r in document["results"]), document["results"]
+    bench_rows = json.loads((tmp_path / "gpu-bench.json").read_text())["rows"]
+    assert {(r["case"], r["impl"], r["device"]) for r in bench_rows} == {
+        ("small-32-true", "raw", "cpu"),
+        ("small-32-true", "reference", "cpu"),
+    }
+    assert (tmp_path / "gpu-bench.png").read_bytes()[:4] == b"\x89PNG"
+    assert any(line.startswith("small-32-true") for line in run.stdout.splitlines()), "no benchmark table"

@@ -1,0 +1,183 @@
+"""The DDP case: accumulation over 4 micro-steps with two optimizers, on 2 gloo ranks of a real process group.
+
+Three loops train the same two models (one per optimizer, each in ``DistributedDataParallel``) on each rank's
+batch: the reference (closure form, ``accumulate_grad_batches=4``: micro-steps that do not close a window run
+under ``no_sync`` by themselves), plain PyTorch that enters ``no_sync()`` by hand (the raw baseline), and plain
+PyTorch that syncs on every micro-step. A DDP communication hook counts the gradient all-reduces (one per
+bucket) and the sync rounds (backward passes that reduced) before doing DDP's default all-reduce.
+
+The ranks are those of the conformance suite's rank pool; each call of :func:`train_windows` builds its models
+afresh, runs untimed warm-up windows, then times each window on the rank.
+"""
+
+# No ``from __future__ import annotations`` here: DDP checks a communication hook's annotations at run time.
+import time
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import GradBucket
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel
+
+from bench.cases import LEARNING_RATE, mse
+from bench.report import Samples
+from lightning_optimizer.spec import Cell, ImplementationInfo
+
+ACCUMULATE = 4
+WORLD_SIZE = 2
+WIDTH, BATCH = 512, 16
+CASE = "ddp-accumulate-4"
+DESCRIPTION = (
+    f"2 gloo ranks, 2 models of 2 Linear({WIDTH}, {WIDTH}) with SGD and Adam, batch {BATCH} per rank, "
+    f"windows of {ACCUMULATE} micro-steps"
+)
+IMPLEMENTATIONS = ("raw", "reference", "raw-sync-every-step")
+"""``raw`` enters ``no_sync()`` by hand; ``raw-sync-every-step`` lets DDP reduce on every micro-step."""
+NOTES = {
+    "raw": "plain DDP, no_sync() on the micro-steps that do not close a window, loss / 4",
+    "reference": "closure form, accumulate_grad_batches=4, make_optimizer_step=None",
+    "raw-sync-every-step": "plain DDP without no_sync: every backward all-reduces",
+}
+
+
+class _Counter:
+    """State of :func:`_counting_allreduce`."""
+
+    def __init__(self) -> None:
+        self.allreduces = 0
+        self.rounds = 0
+
+
+def _counting_allreduce(state: _Counter, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """A DDP communication hook: count the bucket (and the round, at its last bucket), then all-reduce it."""
+    state.allreduces += 1
+    if bucket.is_last():
+        state.rounds += 1
+    hook: Any = default_hooks.allreduce_hook  # its process-group argument may be None (the default group)
+    future: torch.futures.Future[torch.Tensor] = hook(None, bucket)
+    return future
+
+
+def _model(seed: int) -> torch.nn.Module:
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU(), torch.nn.Linear(WIDTH, WIDTH))
+    finally:
+        torch.random.set_rng_state(generator_state)
+
+
+def _optimizers(models: list[torch.nn.Module]) -> list[torch.optim.Optimizer]:
+    return [
+        torch.optim.SGD(models[0].parameters(), lr=LEARNING_RATE),
+        torch.optim.Adam(models[1].parameters(), lr=LEARNING_RATE),
+    ]
+
+
+def train_windows(
+    info: ImplementationInfo[Any], cell: Cell, *, impl: str, windows: int, warmup: int, threads: int
+) -> dict[str, Any]:
+    """Run ``warmup`` untimed and ``windows`` timed windows of ``impl`` on this rank; return times and counts."""
+    torch.set_num_threads(threads)
+    generator = torch.Generator().manual_seed(10 + dist.get_rank())
+    inputs, targets = torch.randn(BATCH, WIDTH, generator=generator), torch.randn(BATCH, WIDTH, generator=generator)
+    if impl == "reference":
+        context = info.factory(cell, accumulate_grad_batches=ACCUMULATE)
+        models = [context.prepare_module(_model(seed)) for seed in (0, 1)]
+        wrappers = [context.wrap(optimizer) for optimizer in _optimizers(models)]
+
+        def micro_step(batch_idx: int) -> None:
+            with context.batch(batch_idx):
+                for model, wrapper in zip(models, wrappers, strict=True):
+
+                    def closure(model: torch.nn.Module = model, wrapper: Any = wrapper) -> torch.Tensor:
+                        loss = mse(model(inputs), targets)
+                        wrapper.backward(loss)
+                        return loss
+
+                    wrapper.step(closure)
+
+    elif impl in ("raw", "raw-sync-every-step"):
+        models = [DistributedDataParallel(_model(seed)) for seed in (0, 1)]
+        optimizers = _optimizers(models)
+        skip_sync = impl == "raw"
+
+        def micro_step(batch_idx: int) -> None:
+            closes = (batch_idx + 1) % ACCUMULATE == 0
+            for model, optimizer in zip(models, optimizers, strict=True):
+                sync: AbstractContextManager[Any] = nullcontext() if closes or not skip_sync else model.no_sync()
+                with sync:
+                    loss = mse(model(inputs), targets) / ACCUMULATE
+                    loss.backward()
+                if closes:
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+    else:
+        raise ValueError(f"unknown DDP implementation {impl!r}; expected one of {', '.join(IMPLEMENTATIONS)}")
+    for model in models:
+        if not isinstance(model, DistributedDataParallel):
+            raise AssertionError(f"{impl}: the model is a {type(model).__name__}, not DistributedDataParallel")
+    counters = [_Counter() for _ in models]
+    for model, counter in zip(models, counters, strict=True):
+        model.register_comm_hook(counter, _counting_allreduce)
+    batch_idx = 0
+    for _ in range(warmup * ACCUMULATE):
+        micro_step(batch_idx)
+        batch_idx += 1
+    for counter in counters:
+        counter.allreduces = counter.rounds = 0
+    window_ns = []
+    for _ in range(windows):
+        dist.barrier()
+        start = time.perf_counter_ns()
+        for _ in range(ACCUMULATE):
+            micro_step(batch_idx)
+            batch_idx += 1
+        window_ns.append(time.perf_counter_ns() - start)
+    return {
+        "window_ns": window_ns,
+        "allreduces": sum(counter.allreduces for counter in counters),
+        "rounds": sum(counter.rounds for counter in counters),
+        "models": len(models),
+    }
+
+
+@dataclass
+class DdpSamples:
+    """Per implementation: each repeat's window times on rank 0, and the all-reduce counts of every rank."""
+
+    windows: int
+    samples: Samples = field(default_factory=dict)
+    """A repeat is one round: each implementation's windows back to back."""
+    allreduces_per_window: dict[str, float] = field(default_factory=dict)
+    rounds_per_window_per_model: dict[str, float] = field(default_factory=dict)
+
+
+def measure_ddp(repeats: int, windows: int, warmup: int, threads: int) -> DdpSamples:
+    """Time the three loops interleaved on one pool of 2 gloo ranks; check that the ranks agree on the counts."""
+    from lightning_optimizer.conformance.ranks import RankPool
+
+    pool = RankPool("lightning_optimizer.reference", "cpu", WORLD_SIZE, scenarios=__name__)
+    cell = Cell("cpu", "32-true", WORLD_SIZE)
+    result = DdpSamples(windows, {impl: [] for impl in IMPLEMENTATIONS})
+    counts: dict[str, list[tuple[int, int, int]]] = {impl: [] for impl in IMPLEMENTATIONS}
+    try:
+        for repeat in range(repeats):
+            turn = repeat % len(IMPLEMENTATIONS)
+            for impl in IMPLEMENTATIONS[turn:] + IMPLEMENTATIONS[:turn]:
+                ranks = pool.run("train_windows", cell, impl=impl, windows=windows, warmup=warmup, threads=threads)
+                result.samples[impl].append([ranks[0]["window_ns"]])
+                counts[impl].extend((r["allreduces"], r["rounds"], r["models"]) for r in ranks)
+    finally:
+        pool.stop()
+    for impl, per_rank in counts.items():
+        if len(set(per_rank)) != 1:
+            raise RuntimeError(f"{impl}: the ranks counted different all-reduces: {sorted(set(per_rank))}")
+        allreduces, rounds, models = per_rank[0]
+        result.allreduces_per_window[impl] = allreduces / windows
+        result.rounds_per_window_per_model[impl] = rounds / windows / models
+    return result
