@@ -250,6 +250,24 @@ def test_manual_clip_after_unscale_gradients(make_context: MakeContext, cell: Ce
     wrapper.unscale_gradients()
     with pytest.raises(RuntimeError, match="unscale_gradients"):
         wrapper.step(make_optimizer_step=False)
+    prepared = [param.grad.detach().clone() for param in model.parameters() if param.grad is not None]
+    with pytest.raises(RuntimeError, match="unscale_gradients"):
+        wrapper.zero_grad()
+    kept = [param.grad for param in model.parameters() if param.grad is not None]
+    assert len(kept) == len(prepared) and all(torch.equal(a, b) for a, b in zip(kept, prepared, strict=True)), (
+        "zero_grad() after unscale_gradients() changed the prepared gradients"
+    )
+    wrapper.step(make_optimizer_step=True)
+
+    def unscaling_closure() -> None:
+        wrapper.backward(_loss(context, model, batches[1], cell))
+        wrapper.unscale_gradients()
+
+    with pytest.raises(RuntimeError, match="unscale_gradients"):
+        wrapper.step(unscaling_closure, make_optimizer_step=False)
+    assert all(param.grad is None for param in model.parameters()), (
+        "unscale_gradients() in the closure of a step that does not close the window: the window must stay empty"
+    )
 
 
 @pytest.mark.requirement("CLIP-001")

@@ -270,16 +270,28 @@ def test_closure_that_raises_changes_nothing(make_context: MakeContext, cell: Ce
     def failing() -> None:
         raise RuntimeError("boom from the closure")
 
+    def failing_after_backward() -> None:
+        with context.autocast():
+            loss = mse(model, batches[3], device, dtype)
+        wrapper.backward(loss)
+        raise RuntimeError("boom from the closure")
+
     wrapper.step(closure_for(batches[0]))
     params_before = [p.detach().clone() for p in model.parameters()]
     flags_before = [p.requires_grad for p in model.parameters()]
-    for make_step in (True, None, False):
-        with pytest.raises(RuntimeError, match="boom from the closure"):
-            wrapper.step(failing, make_optimizer_step=make_step)
-    assert all(torch.equal(p.detach(), q) for p, q in zip(model.parameters(), params_before, strict=True)), (
-        "a parameter changed although the closure raised"
-    )
-    assert [p.requires_grad for p in model.parameters()] == flags_before, "requires_grad flags were not restored"
+    grads_before = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+    for raising in (failing, failing_after_backward):
+        for make_step in (True, None, False):
+            with pytest.raises(RuntimeError, match="boom from the closure"):
+                wrapper.step(raising, make_optimizer_step=make_step)
+            what = f"after a closure raised ({raising.__name__}, make_optimizer_step={make_step})"
+            assert all(torch.equal(p.detach(), q) for p, q in zip(model.parameters(), params_before, strict=True)), (
+                f"{what}: a parameter changed"
+            )
+            assert [p.requires_grad for p in model.parameters()] == flags_before, f"{what}: flags not restored"
+            for i, (param, grad) in enumerate(zip(model.parameters(), grads_before, strict=True)):
+                same = param.grad is None if grad is None else param.grad is not None and torch.equal(param.grad, grad)
+                assert same, f"{what}: the window's gradient of parameter {i} is not what it was before the call"
     wrapper.step(closure_for(batches[1]))
     wrapper.step(closure_for(batches[2]))
     wrapper.step(closure_for(batches[3]))

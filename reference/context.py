@@ -61,6 +61,8 @@ class _Slot:
     """The open window's gradients are already normalised, reduced, unscaled and clipped."""
     skipped: bool = False
     """The real step in progress was skipped for non-finite gradients."""
+    accumulating: bool = False
+    """The closure of a step that does not close the window is running."""
 
     evaluates_closure: bool = field(init=False)
     """The optimizer's ``step`` evaluates the closure itself (LBFGS)."""
@@ -229,7 +231,7 @@ class TrainingContext:
             if closure is None:
                 raise TypeError(f"{name} needs a closure: call step(closure)")
             return self._closure_evaluating_step(index, closure, kwargs)
-        result = None if closure is None else self._run_closure(index, closure, sync_grad=real)
+        result = None if closure is None else self._run_closure_keeping_window(index, closure, real)
         if not real:
             slot.pending += 1
             slot.last_outcome = StepOutcome.ACCUMULATED
@@ -319,6 +321,21 @@ class TrainingContext:
         if self._position is None:
             self._end_iteration()
 
+    def _run_closure_keeping_window(self, index: int, closure: Callable[[], T], real: bool) -> T:
+        """Run the closure; if it raises, put the window's gradients back as they were before the call."""
+        slot = self._slots[index]
+        params = slot.params()
+        saved = [None if p.grad is None else p.grad.clone() for p in params] if _has_gradients(slot) else None
+        slot.accumulating = not real
+        try:
+            return self._run_closure(index, closure, sync_grad=real)
+        except BaseException:
+            for i, param in enumerate(params):
+                param.grad = None if saved is None else saved[i]
+            raise
+        finally:
+            slot.accumulating = False
+
     def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
         with self._toggle(index, sync_grad=sync_grad):
             return closure()
@@ -332,10 +349,21 @@ class TrainingContext:
         backward(*args, **kwargs)
 
     def _unscale_gradients(self, index: int) -> None:
-        self._prepare_gradients(self._slots[index])
+        slot = self._slots[index]
+        if slot.accumulating:
+            raise RuntimeError(
+                "unscale_gradients() was called in the closure of a step() that does not close the window; call it "
+                "in the closure of the closing step, or between the window's last backward and that step"
+            )
+        self._prepare_gradients(slot)
 
     def _zero_grad(self, index: int, set_to_none: bool) -> None:
         slot = self._slots[index]
+        if slot.prepared:
+            raise RuntimeError(
+                "zero_grad() after unscale_gradients() would discard gradients that cannot be prepared again in this "
+                "iteration; take the step that closes the window first, or call zero_grad() before the backward"
+            )
         if slot.pending == 0:
             slot.optimizer.zero_grad(set_to_none=set_to_none)
 

@@ -35,7 +35,9 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         the inner optimizer's own objects (identity, not copies).
 
         [PROXY-003] ``load_state_dict``, ``add_param_group`` and attribute assignment on the wrapper reach the
-        inner optimizer; nothing is stored on the wrapper instead.
+        inner optimizer; nothing is stored on the wrapper instead. One exception: the ``step`` that an LR
+        scheduler built on the wrapper patches onto it stays on the wrapper (see SCHED-001), since moving it to
+        the inner optimizer would make the two call each other.
 
         [PROXY-004] Step hooks registered through the wrapper (``register_step_pre_hook``,
         ``register_step_post_hook``) fire on every real step, and only then.
@@ -124,7 +126,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         (``accumulate_grad_batches > 1`` or ``make_optimizer_step=False``) is refused with a ``ValueError``.
 
         [CLOS-003] A closure that raises propagates its exception; nothing is stepped, every ``requires_grad``
-        flag is restored, and the window is as it was before the call.
+        flag is restored, and the window is as it was before the call, gradients included (a backward the
+        closure ran before raising adds nothing to the window).
 
         [ERR-001] A closure that is not callable raises ``TypeError`` before anything runs.
 
@@ -148,7 +151,11 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         [CLIP-002] The window's gradients become what the real step will apply: their mean, reduced across XLA
         replicas, unscaled under 16-mixed, clipped when the context clips; the ``step()`` that closes the window
         then repeats none of it (no double unscale). A ``step()`` that would not close the window after this
-        call raises ``RuntimeError`` and changes nothing.
+        call raises ``RuntimeError`` and changes nothing; so does this call made inside the closure of a
+        ``step()`` that does not close the window (call it in the closure of the closing step, or between the
+        window's last backward and that step). A ``zero_grad()`` after this call, before the closing step,
+        raises ``RuntimeError`` and changes nothing: it would discard gradients that cannot be prepared again
+        in the same iteration (the loss scaler unscales an optimizer once per iteration).
         """
         ...
 
@@ -157,7 +164,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
 
         [ZERO-002] While a window is open (micro-steps accumulated since the last real step) the call does
         nothing, so the ``zero_grad(); backward(); step()`` loop stays correct under accumulation; otherwise it
-        is the inner optimizer's ``zero_grad(set_to_none)``.
+        is the inner optimizer's ``zero_grad(set_to_none)``. After ``unscale_gradients()`` and before the
+        closing step it raises instead (CLIP-002).
         """
         ...
 

@@ -149,6 +149,9 @@ MUTANTS: dict[str, Entry] = {
     "lbfgs_closure_cached": ("CLOS-002", ["test_lbfgs_evaluates_the_closure_itself"]),
     "window_taken_before_closure": ("CLOS-003", ["test_closure_that_raises_changes_nothing", FAULT_PROPERTY]),
     "failed_micro_step_counted": ("CLOS-003", ["test_closure_that_raises_changes_nothing", FAULT_PROPERTY]),
+    "closure_raise_keeps_backward_gradients": ("CLOS-003", ["test_closure_that_raises_changes_nothing"]),
+    "unscale_in_accumulating_closure": ("CLIP-002", ["test_manual_clip_after_unscale_gradients"]),
+    "zero_grad_discards_prepared_window": ("CLIP-002", ["test_manual_clip_after_unscale_gradients"]),
     "backward_drops_arguments": ("BWD-001", ["test_backward_forwards_its_arguments"]),
     "autocast_always_on": ("PREC-001", ["test_true_precision_has_no_autocast"]),
     "no_toggling": (
