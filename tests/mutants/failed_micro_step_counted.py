@@ -1,8 +1,8 @@
 """CLOS-003 broken: an accumulating micro-step is counted into the window before its closure runs.
 
 A closure that raises on such a micro-step leaves the window one micro-step longer than the gradients it holds,
-so the window closes early and is normalised by the wrong length. No check raises inside an accumulating
-micro-step (``UNCAUGHT`` in ``tests/test_mutants.py``).
+so the window closes early and is normalised by the wrong length. Caught by the checks that raise inside an
+accumulating micro-step: ``test_closure_that_raises_changes_nothing`` and the generated raising closures.
 """
 
 from __future__ import annotations
