@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 import pytest
 
 from lightning_optimizer.conformance import isolation, report
+from lightning_optimizer.conformance.dimensions import dimension_problems
+from lightning_optimizer.conformance.outcomes import NotApplicable, Unavailable
 from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.conformance.selection import (
     DEFAULT_IMPL,
@@ -57,11 +59,10 @@ RUN_KEY = pytest.StashKey[tuple[list[report.Declaration], list[str]]]()
 """The declared deviations with their staleness, and what fails the run as a whole."""
 ENTRY_KEY = pytest.StashKey[ExpectedFailure]()
 """On an item: the declared deviation that applies to it."""
+VERDICT_KEY = pytest.StashKey[NotApplicable | Unavailable]()
+"""On an item: why it does not run here, decided at collection and raised when it would set up."""
 
 ContextT = TypeVar("ContextT", bound=TrainingContext)
-
-NA = "n/a: "
-UNAVAILABLE = "unavailable: "
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -120,6 +121,7 @@ MARKERS = (
     "requirement(*ids): the contract requirement ids that a conformance check verifies",
     "cells(devices=None, precisions=None, world_sizes=None): the cells where a conformance check applies",
     "features(*names): optional capabilities a conformance check needs",
+    "varies(**dimensions): the values a conformance check tries along each dimension (see dimensions.DIMENSIONS)",
 )
 
 
@@ -187,12 +189,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("cell", selected, ids=[cell.id for cell in selected])
 
 
-def _verdict(item: pytest.Item, info: ImplementationInfo[Any], cell: Cell | None) -> str | None:
-    """Why a check does not run here (``n/a: ...`` or ``unavailable: ...``), or ``None`` when it runs."""
+def _verdict(item: pytest.Item, info: ImplementationInfo[Any], cell: Cell | None) -> NotApplicable | Unavailable | None:
+    """Why a check does not run here (``NotApplicable`` or ``Unavailable``), or ``None`` when it runs."""
     needed = [name for marker in item.iter_markers("features") for name in marker.args]
     missing = sorted(set(needed) - info.features)
     if missing:
-        return f"{NA}not claimed (feature {', '.join(missing)})"
+        return NotApplicable(f"not claimed (feature {', '.join(missing)})")
     if cell is None:
         return None
     applies = item.get_closest_marker("cells")
@@ -200,34 +202,39 @@ def _verdict(item: pytest.Item, info: ImplementationInfo[Any], cell: Cell | None
     if cell.device not in scope.get("devices", DEVICE_KINDS) or cell.precision not in scope.get(
         "precisions", PRECISIONS
     ):
-        return f"{NA}the check does not apply to {cell.device} {cell.precision}"
+        return NotApplicable(f"the check does not apply to {cell.device} {cell.precision}")
     if cell.world_size not in scope.get("world_sizes", (1,)):
-        return f"{NA}the check does not apply to world size {cell.world_size}"
+        return NotApplicable(f"the check does not apply to world size {cell.world_size}")
     if cell.device not in info.devices:
-        return f"{NA}not claimed (device {cell.device})"
+        return NotApplicable(f"not claimed (device {cell.device})")
     if cell.precision not in info.precisions:
-        return f"{NA}not claimed (precision {cell.precision})"
+        return NotApplicable(f"not claimed (precision {cell.precision})")
     if cell.world_size not in info.world_sizes:
-        return f"{NA}not claimed (world size {cell.world_size})"
+        return NotApplicable(f"not claimed (world size {cell.world_size})")
     reason = unavailable_reason(cell)
-    return None if reason is None else UNAVAILABLE + reason
+    return None if reason is None else Unavailable(reason)
 
 
 def _row_params(item: pytest.Item) -> str:
-    """A check's parameter id without the cell's part (empty when the cell is its only parameter)."""
-    cell = _cell_of(item)
+    """A check's parameter id without the cell's part (empty when the cell is its only parameter).
+
+    pytest joins the ids of a check's parameters with ``-``; the cell's id is cut out as a whole, so the other
+    parameters' ids keep every character (``-1`` stays ``-1``).
+    """
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return ""
-    # pytest's own parameter id, without the cell's part: stable across runs, unlike repr() of a value.
-    parts = [part for part in callspec.id.split("-") if part]
-    if cell is not None:
-        cell_parts = cell.id.split("-")
-        for i in range(len(parts) - len(cell_parts) + 1):
-            if parts[i : i + len(cell_parts)] == cell_parts:
-                parts = parts[:i] + parts[i + len(cell_parts) :]
-                break
-    return "-".join(parts)
+    full = str(callspec.id)
+    cell = _cell_of(item)
+    if cell is None:
+        return full
+    if full == cell.id:
+        return ""
+    if full.startswith(f"{cell.id}-"):
+        return full[len(cell.id) + 1 :]
+    if full.endswith(f"-{cell.id}"):
+        return full[: -len(cell.id) - 1]
+    return full.replace(f"-{cell.id}-", "-", 1)
 
 
 def _function_name(item: pytest.Item) -> str:
@@ -265,20 +272,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         unknown = [rid for marker in item.iter_markers("requirement") for rid in marker.args if rid not in REQUIREMENTS]
         if unknown:
             raise pytest.UsageError(f"{item.nodeid} names unknown requirement ids: {', '.join(unknown)}")
+        problems = [problem for marker in item.iter_markers("varies") for problem in dimension_problems(marker.kwargs)]
+        if problems:
+            raise pytest.UsageError(f"{item.nodeid}: its varies marker is wrong: {'; '.join(problems)}")
         name, ids = _function_name(item), _ids(item)
         names.add(name)
         applying = [i for i, entry in enumerate(declared) if entry.matches(name, ids)]
         for i in applying:
             matched[i].append(item.nodeid)
-        reason = _verdict(item, info, _cell_of(item))
-        if reason is not None:
-            item.add_marker(pytest.mark.skip(reason=reason))
+        verdict = _verdict(item, info, _cell_of(item))
+        if verdict is not None:
+            item.stash[VERDICT_KEY] = verdict
         elif applying:
             entry = item.stash[ENTRY_KEY] = declared[applying[0]]
             deviation = f"declared deviation {entry.entry!r} ({entry.source}): {entry.reason}"
             item.add_marker(pytest.mark.xfail(reason=deviation, strict=True))
     config.stash[MATCHED_KEY] = matched
     config.stash[COLLECTED_NAMES_KEY] = names
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A check that does not run here stops before its fixtures, as ``n/a`` or ``unavailable``."""
+    verdict = item.stash.get(VERDICT_KEY, None)
+    if verdict is not None:
+        raise verdict
 
 
 @pytest.hookimpl(wrapper=True)
@@ -302,7 +320,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if leak and hasattr(rep, "wasxfail"):  # a declared deviation excuses the check's failure, not a leak
         rep.outcome = "failed"
         del rep.wasxfail
-    outcome, reason = _classify(item, rep, str(call.excinfo.value) if leak and call.excinfo is not None else None)
+    outcome, reason = _classify(item, rep, call, str(call.excinfo.value) if leak and call.excinfo is not None else None)
     if outcome == "unavailable" and cell is not None and cell.device in config.stash[REQUIRED_KEY]:
         outcome, reason = "failed", f"device {cell.device} is required (--require-devices) but unavailable: {reason}"
         rep.outcome, rep.longrepr = "failed", reason
@@ -318,7 +336,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return rep
 
 
-def _classify(item: pytest.Item, rep: pytest.TestReport, leak: str | None) -> tuple[str | None, str]:
+def _classify(
+    item: pytest.Item, rep: pytest.TestReport, call: pytest.CallInfo[None], leak: str | None
+) -> tuple[str | None, str]:
     """The outcome and reason of one phase's report (``None``: the phase says nothing new)."""
     entry = item.stash.get(ENTRY_KEY, None)
     if leak is not None:
@@ -328,13 +348,17 @@ def _classify(item: pytest.Item, rep: pytest.TestReport, leak: str | None) -> tu
             return None, ""
         return "deviation", entry.reason if entry is not None else str(rep.wasxfail)
     if rep.skipped:
+        skipped = call.excinfo.value if call.excinfo is not None else None
+        if isinstance(skipped, NotApplicable):
+            return "n/a", skipped.msg or ""
+        if isinstance(skipped, Unavailable):
+            return "unavailable", skipped.msg or ""
         text = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
         text = text.removeprefix("Skipped: ")
-        if text.startswith(NA):
-            return "n/a", text.removeprefix(NA)
-        if text.startswith(UNAVAILABLE):
-            return "unavailable", text.removeprefix(UNAVAILABLE)
-        return "error", f"skipped without saying why it does not apply: {text}"
+        return "error", (
+            f"skipped without saying why it does not apply ({text}): raise outcomes.NotApplicable or "
+            "outcomes.Unavailable instead of calling pytest.skip"
+        )
     if rep.failed:
         if "[XPASS(strict)]" in rep.longreprtext and entry is not None:
             return "failed", (

@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from lightning_optimizer.conformance.harness import Batch, assert_params_close, tolerance_for
+from lightning_optimizer.conformance.outcomes import unavailable
 from lightning_optimizer.conformance.schedule_oracle import (
     CALL_FORMS,
     OPTIMIZER_KINDS,
@@ -353,7 +354,7 @@ def _check_schedules(
 ) -> None:
     """Run ``check`` on the explicit schedule, then on generated ones (derandomised, no example database)."""
     if HYPOTHESIS_MISSING is not None:
-        pytest.skip(f"unavailable: {HYPOTHESIS_MISSING}")
+        unavailable(HYPOTHESIS_MISSING)
     requested = request.config.getoption("property_examples", default=None)
     phases = (Phase.explicit, Phase.generate) + ((Phase.shrink,) if requested else ())
     strategy: SearchStrategy[Schedule] = st.composite(_draw_schedule)(cell, faults=faults, resumes=resumes)

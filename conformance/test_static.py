@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from lightning_optimizer.conformance.outcomes import not_applicable
 from lightning_optimizer.spec import ImplementationInfo
 
 SNIPPET = """\
@@ -51,7 +52,7 @@ def test_static_surface(implementation: ImplementationInfo[Any], pytestconfig: p
     """Mypy --strict on a snippet that assigns the factory's context and wrappers to the protocols."""
     module = pytestconfig.getoption("impl").partition(":")[0]
     if pytestconfig.getoption("impl").partition(":")[2] not in ("", "conformance_info"):
-        pytest.skip("n/a: the static check needs the record behind a function named conformance_info")
+        not_applicable("the static check needs the record behind a function named conformance_info")
     snippet = tmp_path / "check_static_surface.py"
     snippet.write_text(SNIPPET.format(module=module), encoding="utf-8")
     env = dict(os.environ)

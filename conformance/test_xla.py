@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lightning_optimizer.conformance.harness import make_batches, make_model, run_steps
+from lightning_optimizer.conformance.outcomes import not_applicable, unavailable
 from lightning_optimizer.spec import Cell, ImplementationInfo, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -60,9 +61,9 @@ def test_one_reduction_per_window_after_its_last_backward(
 def test_xla_without_torch_xla_names_it(implementation: ImplementationInfo[Any]) -> None:
     """Asking for device ``xla`` where torch_xla cannot be imported raises an error that names torch_xla."""
     if "xla" not in implementation.devices:
-        pytest.skip("n/a: not claimed (device xla)")
+        not_applicable("not claimed (device xla)")
     if importlib.util.find_spec("torch_xla") is not None:
-        pytest.skip("unavailable: torch_xla is installed here, so its absence cannot be checked")
+        unavailable("torch_xla is installed here, so its absence cannot be checked")
     with pytest.raises(Exception, match="torch_xla") as raised:
         implementation.factory(Cell("xla", "32-true"))
     assert not isinstance(raised.value, AssertionError)

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from torch.amp.grad_scaler import GradScaler
+
 from lightning_optimizer.reference.clipping import ClipAlgorithm
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.devices import SUPPORTED_DEVICES
 from lightning_optimizer.reference.precision import SUPPORTED_PRECISIONS
-from lightning_optimizer.spec import CONTRACT_VERSION, DEVICE_KINDS, FEATURES, Cell, DeviceKind, ImplementationInfo
+from lightning_optimizer.spec import (
+    CONTRACT_VERSION,
+    DEVICE_KINDS,
+    FEATURES,
+    Cell,
+    DeviceKind,
+    GradScalerSettings,
+    ImplementationInfo,
+)
 
 __all__ = ["conformance_info"]
 
@@ -19,13 +29,18 @@ def _context_for(
     accumulate_grad_batches: int = 1,
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: ClipAlgorithm = "norm",
+    grad_scaler: GradScalerSettings | None = None,
 ) -> TrainingContext:
+    scaler = None
+    if grad_scaler is not None and cell.precision == "16-mixed":  # the suite passes settings in 16-mixed only
+        scaler = GradScaler(cell.device, **grad_scaler.as_kwargs())
     return TrainingContext(
         cell.precision,
         cell.device,
         accumulate_grad_batches,
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
+        scaler=scaler,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -178,14 +179,18 @@ class TrainingContext:
                 f"accumulate_grad_batches=1 (got {self._accumulate_grad_batches})"
             )
         for param in slot.params():
-            self._plugin.check_parameter(param)
-            if param.device != self.device:
-                raise ValueError(
-                    f"the optimizer holds a parameter on {param.device}, but this context runs on {self.device}: "
-                    "call context.prepare_module(model) before building the optimizer on its parameters"
-                )
+            self._check_parameter(param)
         self._slots.append(slot)
         return self._new_wrapper(len(self._slots) - 1)
+
+    def _check_parameter(self, param: torch.Tensor) -> None:
+        """Refuse a parameter off the context's device or in another dtype than the precision's."""
+        self._plugin.check_parameter(param)
+        if param.device != self.device:
+            raise ValueError(
+                f"the optimizer holds a parameter on {param.device}, but this context runs on {self.device}: "
+                "call context.prepare_module(model) before building the optimizer on its parameters"
+            )
 
     def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_class(type(self._slots[index].optimizer))(self, index)
@@ -292,15 +297,18 @@ class TrainingContext:
         self._device.after_step()
 
     def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
+        """LBFGS: each evaluation of the closure is toggled, reduced and clipped; a failure undoes the whole step."""
         slot = self._slots[index]
 
         def evaluate() -> T:
             loss = self._run_closure(index, closure, sync_grad=True)
-            self._device.reduce_gradients(slot.optimizer)
+            self._reduce_gradients(slot)
+            self._clip(slot)
             return loss
 
         step: Callable[..., Any] = slot.optimizer.step
-        result: T = step(evaluate, **kwargs)
+        with _StepRollback(slot.optimizer):
+            result: T = step(evaluate, **kwargs)
         self._device.after_step()
         self._finish_real_step(slot)
         return result
@@ -337,7 +345,7 @@ class TrainingContext:
             slot.accumulating = False
 
     def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        with self._toggle(index, sync_grad=sync_grad):
+        with self._toggle(index, sync_grad=sync_grad), self.autocast():
             return closure()
 
     def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
@@ -356,6 +364,23 @@ class TrainingContext:
                 "in the closure of the closing step, or between the window's last backward and that step"
             )
         self._prepare_gradients(slot)
+
+    def _add_param_group(self, index: int, param_group: dict[str, Any]) -> None:
+        if not isinstance(param_group, dict):
+            raise TypeError(f"add_param_group expects a dict with a 'params' entry, got {type(param_group).__name__}")
+        params = param_group.get("params")
+        if isinstance(params, torch.Tensor):
+            candidates: list[object] = [params]
+        elif params is None or isinstance(params, set | frozenset):
+            candidates = []  # torch refuses a missing or unordered 'params' itself, before it changes anything
+        else:
+            candidates = list(params)
+            if not isinstance(params, list | tuple):
+                param_group["params"] = candidates  # a one-shot iterable: what torch would have made of it
+        for param in candidates:
+            if isinstance(param, torch.Tensor):
+                self._check_parameter(param)
+        self._slots[index].optimizer.add_param_group(param_group)
 
     def _zero_grad(self, index: int, set_to_none: bool) -> None:
         slot = self._slots[index]
@@ -477,6 +502,35 @@ class _Batch(AbstractContextManager[None]):
     ) -> None:
         self._context._position = None
         self._context._end_iteration()
+
+
+class _StepRollback(AbstractContextManager[None]):
+    """Around the step of an optimizer that evaluates its closure: if it raises, put back what it had changed.
+
+    Parameters, gradients and the optimizer's per-parameter state are restored as they were before the step (LBFGS
+    moves the parameters between evaluations, and creates its state before the first one).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizer = optimizer
+        self._params = [param for group in optimizer.param_groups for param in group["params"]]
+
+    def __enter__(self) -> None:
+        self._values = [param.detach().clone() for param in self._params]
+        self._grads = [None if param.grad is None else param.grad.detach().clone() for param in self._params]
+        self._state = {param: copy.deepcopy(entry) for param, entry in self._optimizer.state.items()}
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            return
+        with torch.no_grad():
+            for param, value, grad in zip(self._params, self._values, self._grads, strict=True):
+                param.copy_(value)
+                param.grad = grad
+        self._optimizer.state.clear()
+        self._optimizer.state.update(self._state)
 
 
 @contextmanager

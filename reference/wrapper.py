@@ -121,8 +121,11 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
         self.optimizer.load_state_dict(state_dict)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Add a parameter group to the inner optimizer (the context's toggling sees it at once)."""
-        self.optimizer.add_param_group(param_group)
+        """Add a parameter group to the inner optimizer, once its parameters suit the context's device and dtype.
+
+        From then on the group is the wrapper's like the others (toggled, accumulated, clipped, zeroed).
+        """
+        self._context._add_param_group(self._index, param_group)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names the wrapper does not have: they are the inner optimizer's.

@@ -1,7 +1,7 @@
 """The optimizer-wrapper contract: typed protocols, shared records and the requirement ids."""
 
 from lightning_optimizer.spec.context import TrainingContext
-from lightning_optimizer.spec.implementation import Cell, ContextFactory, ImplementationInfo
+from lightning_optimizer.spec.implementation import Cell, ContextFactory, GradScalerSettings, ImplementationInfo
 from lightning_optimizer.spec.requirements import REQUIREMENTS, requirement_group
 from lightning_optimizer.spec.types import (
     CONTRACT_VERSION,
@@ -25,6 +25,7 @@ __all__ = [
     "ContextFactory",
     "DeviceKind",
     "Feature",
+    "GradScalerSettings",
     "ImplementationInfo",
     "OptimizerWrapper",
     "Precision",

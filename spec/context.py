@@ -76,8 +76,10 @@ class TrainingContext(Protocol):
 
     Clipping
         [CLIP-001] A context built with ``gradient_clip_val`` clips each window's unscaled, normalised gradients
-        right before the inner step: their total 2-norm (``gradient_clip_algorithm="norm"``) or each element
-        (``"value"``).
+        right before the inner step: their total 2-norm over all of the optimizer's parameters, every group
+        included (``gradient_clip_algorithm="norm"``), or each element (``"value"``); the gradients of the other
+        optimizers are not touched. An optimizer that evaluates the closure itself (LBFGS) gets the gradients of
+        every evaluation clipped before it uses them.
 
     Devices and distribution
         [XLA-001] XLA: on a real step the window's gradients are reduced across replicas once, after the
@@ -100,6 +102,11 @@ class TrainingContext(Protocol):
 
     Wrapping
         [ERR-004] Wrapping an object that is already a wrapper raises ``TypeError``.
+
+        [ERR-007] ``wrap`` refuses, with ``ValueError``, an optimizer that holds a floating-point parameter off the
+        context's device or in another dtype than the precision's parameter dtype (float64 in 64-true, bfloat16 in
+        bf16-true, float32 otherwise: what ``prepare_module`` gives); ``add_param_group`` on a wrapper refuses such
+        a parameter the same way, before the inner optimizer changes.
     """
 
     @property

@@ -7,14 +7,15 @@ the construction of training contexts and the claims of what it supports.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypedDict, TypeVar
 
 from lightning_optimizer.spec.context import TrainingContext
 from lightning_optimizer.spec.types import DeviceKind, Feature, Precision
 
-__all__ = ["Cell", "ContextFactory", "ImplementationInfo"]
+__all__ = ["Cell", "ContextFactory", "GradScalerKwargs", "GradScalerSettings", "ImplementationInfo"]
 
 ContextT_co = TypeVar("ContextT_co", bound=TrainingContext, covariant=True)
 
@@ -33,11 +34,65 @@ class Cell:
         return f"{self.device}-{self.precision}-ws{self.world_size}"
 
 
+class GradScalerKwargs(TypedDict):
+    """The keyword arguments of ``torch.amp.GradScaler`` that :class:`GradScalerSettings` sets."""
+
+    init_scale: float
+    growth_factor: float
+    backoff_factor: float
+    growth_interval: int
+
+
+@dataclass(frozen=True)
+class GradScalerSettings:
+    """The loss scaler a 16-mixed check asks for: the arguments of ``torch.amp.GradScaler``, torch's defaults.
+
+    A check passes settings to the factory (``grad_scaler=``) when it needs the scale to start elsewhere or to grow
+    within a few iterations (``growth_interval=1``); the context's ``GradScaler`` must then be built with exactly
+    these arguments, and the check's plain-PyTorch oracle builds its own ``GradScaler`` with the same ones.
+    """
+
+    init_scale: float = 2.0**16
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not _finite_number(self.init_scale) or self.init_scale <= 0:
+            problems.append(f"init_scale must be a positive number, got {self.init_scale!r}")
+        if not _finite_number(self.growth_factor) or self.growth_factor <= 1:
+            problems.append(f"growth_factor must be a number above 1, got {self.growth_factor!r}")
+        if not _finite_number(self.backoff_factor) or not 0 < self.backoff_factor < 1:
+            problems.append(f"backoff_factor must be a number between 0 and 1, got {self.backoff_factor!r}")
+        interval: object = self.growth_interval
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            problems.append(f"growth_interval must be a positive int, got {interval!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def as_kwargs(self) -> GradScalerKwargs:
+        """The settings as keyword arguments of ``torch.amp.GradScaler(device, **kwargs)``."""
+        return GradScalerKwargs(
+            init_scale=self.init_scale,
+            growth_factor=self.growth_factor,
+            backoff_factor=self.backoff_factor,
+            growth_interval=self.growth_interval,
+        )
+
+
+def _finite_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class ContextFactory(Protocol[ContextT_co]):
     """Builds a training context for one cell of the matrix.
 
     The suite calls it in each process of the cell (after it has set up the process group when
-    ``cell.world_size > 1``), with the accumulation schedule that the check needs.
+    ``cell.world_size > 1``), with the accumulation schedule, the clipping and, in 16-mixed cells, the loss
+    scaler settings that the check needs. ``grad_scaler=None`` leaves the loss scaler to the implementation
+    (torch's ``GradScaler`` defaults are what the checks that pass none expect); the suite passes settings only in
+    16-mixed cells.
     """
 
     def __call__(
@@ -47,8 +102,9 @@ class ContextFactory(Protocol[ContextT_co]):
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+        grad_scaler: GradScalerSettings | None = None,
     ) -> ContextT_co:
-        """A new training context for ``cell`` with this accumulation schedule and clipping."""
+        """A new training context for ``cell`` with this accumulation schedule, clipping and loss scaler."""
         ...
 
 

@@ -40,7 +40,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         the inner optimizer would make the two call each other.
 
         [PROXY-004] Step hooks registered through the wrapper (``register_step_pre_hook``,
-        ``register_step_post_hook``) fire on every real step, and only then.
+        ``register_step_post_hook``) fire on every real step of that wrapper that is taken, and never on a call
+        that only accumulates or on another wrapper's step.
 
         [PROXY-005] ``repr(w)`` names the inner optimizer's class.
 
@@ -97,7 +98,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         micro-steps.
 
         [STEP-004] After each call, ``last_outcome`` says whether it stepped, accumulated, or skipped the step
-        because the gradients were not finite.
+        because the gradients were not finite; it is the wrapper's own, read at any time, and calls of the
+        context's other wrappers do not change it.
 
         [STEP-005] ``kwargs`` reach the inner optimizer's ``step`` on a real step.
 
@@ -127,7 +129,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
 
         [CLOS-003] A closure that raises propagates its exception; nothing is stepped, every ``requires_grad``
         flag is restored, and the window is as it was before the call, gradients included (a backward the
-        closure ran before raising adds nothing to the window).
+        closure ran before raising adds nothing to the window). For an optimizer that evaluates the closure
+        itself, whichever evaluation raises, its parameters, gradients and state are as they were before the call.
 
         [ERR-001] A closure that is not callable raises ``TypeError`` before anything runs.
 
@@ -206,5 +209,9 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         ...
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Add a parameter group to the inner optimizer. [PROXY-003]"""
+        """Add a parameter group to the inner optimizer. [PROXY-003] [ERR-007]
+
+        The new group's parameters are the wrapper's from then on: they are toggled, accumulated, normalised,
+        unscaled, clipped, zeroed and checkpointed like the others.
+        """
         ...
