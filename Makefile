@@ -15,7 +15,7 @@ XLA_PIN := $(if $(filter 1,$(WITH_XLA)),torch_xla==$(TORCH_VERSION))
 EXAMPLES := $(sort $(wildcard examples/*.py))
 PY_SCRIPTS := scripts/peers
 
-.PHONY: env conformance test unit typecheck lint format clean examples peers mutation bench
+.PHONY: env conformance test unit typecheck lint format clean examples peers mutation bench dimensions
 
 env: $(VENV)/.project
 
@@ -52,6 +52,10 @@ lint: env
 # docs/peers.md: the suite on the reference and the peer adapters, side by side (reports in $(REPORTS)/peers).
 peers: env
 	$(BIN)/python scripts/peers --reports $(REPORTS)/peers
+
+# docs/dimensions.md: per requirement, the dimensions its checks vary (rendered from the checks' markers).
+dimensions: env
+	$(BIN)/python -m lightning_optimizer.conformance.dimensions --write docs/dimensions.md
 
 # Runs the suite against every broken implementation in tests/mutants: prints the kill rate per requirement
 # group, writes reports/mutation.json, and fails if any mutant survives.

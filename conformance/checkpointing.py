@@ -4,6 +4,9 @@ One epoch of 7 batches with ``accumulate_grad_batches=3`` and ``make_optimizer_s
 {0, 1, 2}, {3, 4} (cut short) and {5, 6} (flushed by the last batch), SGD with momentum. Under 16-mixed the loss
 of batch 1 is infinite: the first window's step is skipped and the loss scale backs off at the end of batch 2,
 so a checkpoint taken after that holds a loss scaler whose state differs from a fresh one's.
+
+A second scenario (``*_pair``) has two wrappers, two parameter groups and a group added after wrap, and under
+16-mixed a scale that grows every second stepping iteration (so the growth tracker matters on resume).
 """
 
 from __future__ import annotations
@@ -17,18 +20,27 @@ from typing import Any
 import torch
 
 from lightning_optimizer.conformance.harness import cell_device, cell_dtype, make_batches, make_model, mse
-from lightning_optimizer.spec import Cell, TrainingContext
+from lightning_optimizer.spec import Cell, GradScalerSettings, TrainingContext
 
 __all__ = [
     "EPOCH",
+    "GROWTH",
     "OVERFLOW_BATCH",
+    "PAIR_EPOCH",
+    "PAIR_SCALES",
+    "PAIR_SCHEDULE_B",
     "SCHEDULE",
     "Trajectory",
     "build",
+    "build_pair",
     "checkpoints",
+    "pair_checkpoints",
+    "pair_resume",
+    "pair_uninterrupted",
     "params",
     "resume",
     "step_once",
+    "step_pair",
     "uninterrupted",
 ]
 
@@ -128,3 +140,100 @@ def resume(make_context: MakeContext, cell: Cell, checkpoint: bytes, start: int)
     wrapper.load_state_dict(saved["optimizer"])
     context.load_state_dict(saved["context"])
     return _run(context, model, wrapper, start, cell)
+
+
+# -- the scenario of two wrappers, two parameter groups, a group added after wrap, and a growing loss scale -------
+
+GROWTH = GradScalerSettings(init_scale=2.0**8, growth_interval=2)
+"""Under 16-mixed: the scale doubles after every second iteration in which an optimizer stepped."""
+
+PAIR_EPOCH = 7
+PAIR_SCHEDULE_B: dict[int, bool | None] = {0: True, 1: False, 2: False, 3: True, 4: False, 5: True, 6: None}
+"""B's ``make_optimizer_step`` per batch: windows {0}, {1, 2, 3} (cut short), {4, 5}, {6} (flushed by the last batch).
+
+A follows the schedule of ``accumulate_grad_batches=2``: windows {0, 1}, {2, 3}, {4, 5}, {6} (flushed). Iterations
+0, 1, 3, 5 and 6 step an optimizer; under :data:`GROWTH` the scale doubles after iterations 1 and 5, and a checkpoint
+after batch 0, 3 or 4 holds a growth tracker of 1, which decides whether the scale grows after iteration 1 or 5.
+"""
+
+PAIR_SCALES = [2.0**8] * 4 + [2.0**9] * 8 + [2.0**10] * 2
+"""Under 16-mixed, the loss scale of every backward pass (A's, then B's, per batch): worked by hand."""
+
+
+def build_pair(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, list[Any]]:
+    """A fresh context with two wrappers: A (SGD, two groups), B (Adam, its second group added after wrap)."""
+    scaler = {"grad_scaler": GROWTH} if cell.precision == "16-mixed" else {}
+    context = make_context(accumulate_grad_batches=2, **scaler)
+    model = context.prepare_module(make_model())
+    first_weight, first_bias, last_weight, last_bias = model.parameters()
+    groups: list[dict[str, Any]] = [{"params": [first_weight]}, {"params": [first_bias], "lr": 0.05, "momentum": 0.5}]
+    opt_a = context.wrap(torch.optim.SGD(groups, lr=0.1, momentum=0.9))
+    opt_b = context.wrap(torch.optim.Adam([last_weight], lr=0.01))
+    opt_b.add_param_group({"params": [last_bias], "lr": 0.003, "betas": (0.8, 0.9)})
+    return context, model, [opt_a, opt_b]
+
+
+def step_pair(
+    context: TrainingContext,
+    model: torch.nn.Module,
+    wrappers: list[Any],
+    batch_idx: int,
+    cell: Cell,
+    scales: list[torch.Tensor] | None = None,
+) -> None:
+    """Batch ``batch_idx`` of the pair scenario: A's step, then B's; under 16-mixed ``scales`` gets each loss scale."""
+    batch = make_batches(PAIR_EPOCH, seed=4)[batch_idx]
+    with context.batch(batch_idx, is_last=batch_idx == PAIR_EPOCH - 1):
+        for wrapper, make_optimizer_step in zip(wrappers, (None, PAIR_SCHEDULE_B[batch_idx]), strict=True):
+
+            def closure(wrapper: Any = wrapper) -> torch.Tensor:
+                with context.autocast():
+                    loss = mse(model, batch, cell_device(cell), cell_dtype(cell))
+                if scales is not None and cell.precision == "16-mixed":
+                    loss.register_hook(lambda grad: scales.append(grad.detach().clone()))
+                wrapper.backward(loss)
+                return loss
+
+            wrapper.step(closure, make_optimizer_step=make_optimizer_step)
+
+
+def _pair_run(
+    context: TrainingContext, model: torch.nn.Module, wrappers: list[Any], start: int, cell: Cell
+) -> Trajectory:
+    scales: list[torch.Tensor] = []
+    for batch_idx in range(start, PAIR_EPOCH):
+        step_pair(context, model, wrappers, batch_idx, cell, scales)
+    return Trajectory(params(model), [float(scale) for scale in scales])
+
+
+def pair_uninterrupted(make_context: MakeContext, cell: Cell) -> Trajectory:
+    """The pair scenario's whole epoch without interruption."""
+    return _pair_run(*build_pair(make_context, cell), 0, cell)
+
+
+def pair_checkpoints(make_context: MakeContext, cell: Cell) -> list[bytes]:
+    """A checkpoint of the pair scenario after every batch but the last (index ``i``: batches ``0..i`` done)."""
+    context, model, wrappers = build_pair(make_context, cell)
+    saved = []
+    for batch_idx in range(PAIR_EPOCH - 1):
+        step_pair(context, model, wrappers, batch_idx, cell)
+        buffer = io.BytesIO()
+        state = {
+            "model": model.state_dict(),
+            "optimizers": [wrapper.state_dict() for wrapper in wrappers],
+            "context": context.state_dict(),
+        }
+        torch.save(state, buffer)
+        saved.append(buffer.getvalue())
+    return saved
+
+
+def pair_resume(make_context: MakeContext, cell: Cell, checkpoint: bytes, start: int) -> Trajectory:
+    """Fresh objects (the group added again), ``checkpoint`` loaded, the epoch trained on from batch ``start``."""
+    context, model, wrappers = build_pair(make_context, cell)
+    saved = torch.load(io.BytesIO(checkpoint), weights_only=True)
+    model.load_state_dict(saved["model"])
+    for wrapper, state in zip(wrappers, saved["optimizers"], strict=True):
+        wrapper.load_state_dict(state)
+    context.load_state_dict(saved["context"])
+    return _pair_run(context, model, wrappers, start, cell)

@@ -324,6 +324,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if outcome == "unavailable" and cell is not None and cell.device in config.stash[REQUIRED_KEY]:
         outcome, reason = "failed", f"device {cell.device} is required (--require-devices) but unavailable: {reason}"
         rep.outcome, rep.longrepr = "failed", reason
+    elif outcome == "error" and rep.skipped:  # an untyped skip: an error of the matrix fails the run too
+        rep.outcome, rep.longrepr = "failed", reason
+        config.stash[EXERCISED_KEY].add(item.nodeid)
     elif outcome in ("passed", "deviation") or rep.failed:
         config.stash[EXERCISED_KEY].add(item.nodeid)
     if outcome is None:

@@ -1,27 +1,37 @@
 """Whole training schedules, and a plain-PyTorch oracle that predicts what the contract makes of them.
 
-A :class:`Schedule` is what a user's loop does: one to three optimizers over one model (one head each), an
-``accumulate_grad_batches``, epochs of iterations, and in each iteration some of the optimizers called once, in
-some order, with ``make_optimizer_step`` ``True``, ``False`` or ``None``, in the closure form or the
-backward-then-step form, sometimes after ``zero_grad()``, sometimes with an injected non-finite loss (16-mixed),
-sometimes with a first attempt whose closure raises, and checkpoints taken between iterations.
+A :class:`Schedule` is what a user's loop does. One to three optimizers over one model (one head each), each of
+a kind (SGD, SGD with momentum, foreach and fused variants, Adam, AdamW), with one or two parameter groups of
+different hyper-parameters, sometimes a parameter the forward pass never uses (first in the optimizer) and
+parameters frozen before wrapping; an ``accumulate_grad_batches``; configured clipping (norm or value); under
+16-mixed, loss-scaler settings that make the scale grow within a few iterations. Then epochs of iterations,
+inside ``context.batch`` or (outside 16-mixed) outside any batch, and in each iteration some of the optimizers
+called once, in some order, with ``make_optimizer_step`` ``True``, ``False`` or ``None``, in the closure form or
+the backward-then-step form, sometimes after ``zero_grad()`` (``set_to_none`` either way), sometimes with an
+injected non-finite loss (16-mixed), sometimes with a first attempt whose closure raises. Between iterations the
+loop may freeze or unfreeze a parameter, add a parameter group to an optimizer (a new parameter that the forward
+pass uses from then on), copy the whole training state (pickle or deepcopy) and go on with the copy, or
+checkpoint and resume in fresh objects.
 
 :class:`ScheduleOracle` trains the same model with bare optimizers, plain ``torch.autocast`` and, under 16-mixed,
-one plain ``torch.amp.GradScaler``, following the rules as the spec states them, worked out here without any
-wrapper:
+one plain ``torch.amp.GradScaler`` with the schedule's settings, following the rules as the spec states them,
+worked out here without any wrapper:
 
 - a call with ``make_optimizer_step=None`` closes its window when ``(batch_idx + 1) % accumulate_grad_batches == 0``
-  or when the batch is the last of its epoch [STEP-003]; ``True`` closes it now, ``False`` accumulates [STEP-001,
-  STEP-002];
+  or when the batch is the last of its epoch; outside any batch, when the window (its earlier micro-steps and this
+  one) has ``accumulate_grad_batches`` micro-steps [STEP-003]; ``True`` closes it now, ``False`` accumulates
+  [STEP-001, STEP-002];
 - a real step applies the mean of the window's micro-batch gradients, whatever its length [ACC-001, ACC-003];
-  under 16-mixed the mean is unscaled once, then ``scaler.step`` [AMP-002]; a step whose unscaled gradients are
-  not finite is skipped, changes nothing and is not counted [AMP-004]; gradients are cleared after every real
-  step [ZERO-001]; ``zero_grad()`` with a window open does nothing [ZERO-002];
-- while an optimizer's loss is backpropagated, the other heads do not require grad [TOGGLE-001];
+  under 16-mixed the mean is unscaled once [AMP-002], then clipped when the schedule clips, by the total norm
+  over all of the optimizer's parameters or element by element [CLIP-001], then ``scaler.step``; a step whose
+  unscaled gradients are not finite is skipped, changes nothing and is not counted [AMP-004]; gradients are
+  cleared after every real step [ZERO-001]; ``zero_grad()`` with a window open does nothing [ZERO-002];
+- while an optimizer's loss is backpropagated, the other heads' parameters do not require grad, and every flag
+  (a frozen parameter's too) is what it was afterwards [TOGGLE-001, TOGGLE-002];
 - the scaler is updated once per iteration, after every optimizer that stepped in it [AMP-003], and a window
-  left open across a change of the scale is rescaled to the new scale [AMP-006];
-- a call whose closure raises changes nothing [CLOS-003]; a checkpoint resumed between iterations changes
-  nothing [CKPT-002]: the oracle ignores both.
+  left open across a change of the scale (back-off or growth) is rescaled to the new scale [AMP-006];
+- a call whose closure raises changes nothing [CLOS-003]; a checkpoint resumed, or a copy taken, between
+  iterations changes nothing [CKPT-002, PICKLE-001]: the oracle ignores all three.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
 
 import torch
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
     Batch,
@@ -43,27 +54,38 @@ from lightning_optimizer.conformance.harness import (
     oracle_scaler,
     oracle_step_done,
 )
-from lightning_optimizer.spec import Cell, StepOutcome
+from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome
 
 __all__ = [
     "CALL_FORMS",
     "COUPLING",
+    "EVENT_KINDS",
+    "FREEZABLE",
     "LOSS_FACTOR",
     "OPTIMIZER_KINDS",
     "Call",
     "CallForm",
+    "Clipping",
+    "Event",
+    "EventKind",
+    "HeadSpec",
+    "Iteration",
     "IterationPosition",
     "OptimizerKind",
     "Schedule",
+    "ScheduleHead",
     "ScheduleModel",
     "ScheduleOracle",
+    "apply_structure",
     "make_optimizer",
     "schedule_batches",
     "schedule_loss",
 ]
 
-OptimizerKind = Literal["sgd", "adam"]
-"""``sgd``: SGD with momentum; ``adam``: Adam (its state counts the real steps)."""
+OptimizerKind = Literal["sgd", "sgd_momentum", "sgd_foreach", "adam", "adam_foreach", "adam_fused", "adamw"]
+"""``sgd``: plain SGD; ``sgd_momentum``: with momentum (and ``foreach=False``); ``sgd_foreach``: with momentum
+and ``foreach=True``; ``adam`` (``foreach=False``), ``adam_foreach``, ``adam_fused`` (``fused=True``: under a
+GradScaler it skips a non-finite step inside its own kernel); ``adamw``. Adam's state counts the real steps."""
 OPTIMIZER_KINDS: Final[tuple[OptimizerKind, ...]] = get_args(OptimizerKind)
 
 CallForm = Literal["closure", "closure_plain_backward", "toggle_model"]
@@ -72,10 +94,38 @@ same with ``loss.backward()`` (never under 16-mixed, where the wrapper must scal
 form, ``wrapper.backward`` inside ``with wrapper.toggle_model():`` and then ``step()`` without a closure."""
 CALL_FORMS: Final[tuple[CallForm, ...]] = get_args(CallForm)
 
+EventKind = Literal["freeze", "unfreeze", "add_group", "pickle", "deepcopy"]
+"""What the loop does between iterations: ``freeze``/``unfreeze`` a parameter of a head (after wrap);
+``add_group``: a new parameter, used by the head's forward pass from then on, added to its optimizer as a group of
+its own (``add_param_group`` on the wrapper); ``pickle``/``deepcopy``: go on with a copy of the whole training
+state (context, model, wrappers), leaving the original untouched."""
+EVENT_KINDS: Final[tuple[EventKind, ...]] = get_args(EventKind)
+
+Clipping = tuple[Literal["norm", "value"], float]
+"""``gradient_clip_algorithm`` and ``gradient_clip_val``."""
+
 LOSS_FACTOR = 1e-3
 """Keeps scaled fp16 gradients finite at GradScaler's initial scale, so that only injected overflows skip."""
 COUPLING = 0.5
 """Weight of the other heads' outputs in a head's prediction: a missing toggle leaks gradients into them."""
+FREEZABLE: Final = (0, 1, 2)
+"""The head parameters (weight and bias of the first layer, weight of the second) that a schedule may freeze; the
+second layer's bias always takes a gradient, so that no window is ever without one."""
+LATE_VALUE = 0.05
+"""The initial value of a parameter added by ``add_group``."""
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """One head of the model and its optimizer."""
+
+    kind: OptimizerKind = "sgd_momentum"
+    groups: int = 1
+    """1: every parameter in one group; 2: the second layer in a group of its own, with other hyper-parameters."""
+    unused: bool = False
+    """A parameter the forward pass never uses, first in the optimizer's first group (it never has a gradient)."""
+    frozen: frozenset[int] = frozenset()
+    """Indices (in :data:`FREEZABLE`) of the head's parameters frozen before the optimizer is wrapped."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +136,9 @@ class Call:
     make_optimizer_step: bool | None = None
     form: CallForm = "closure"
     zero_grad_first: bool = False
-    """``wrapper.zero_grad()`` right before the call (the classic ``zero_grad(); backward(); step()`` loop)."""
+    """``wrapper.zero_grad(set_to_none=...)`` right before the call (the ``zero_grad(); backward(); step()`` loop)."""
+    set_to_none: bool = True
+    """The ``set_to_none`` of that ``zero_grad``."""
     non_finite: bool = False
     """The loss is multiplied by infinity (16-mixed only: the window's gradients overflow, its step is skipped)."""
     raises_first: bool = False
@@ -95,34 +147,68 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Event:
+    """What the loop does right before an iteration's calls (see :data:`EventKind`)."""
+
+    kind: EventKind
+    head: int = 0
+    param: int = 0
+    """For ``freeze`` and ``unfreeze``: the index in :data:`FREEZABLE` of the head's parameter."""
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One iteration of the loop: its events, its calls, and whether it runs inside ``context.batch``."""
+
+    calls: tuple[Call, ...]
+    events: tuple[Event, ...] = ()
+    in_batch: bool = True
+
+
+@dataclass(frozen=True)
 class IterationPosition:
-    """One iteration of a schedule: where it is in the loop and the calls it makes."""
+    """One iteration of a schedule: where it is in the loop, its events and the calls it makes."""
 
     index: int
     """The iteration's position in the whole schedule (0, 1, ... across epochs)."""
     epoch: int
-    batch_idx: int
+    batch_idx: int | None
+    """The iteration's batch index in its epoch; ``None`` outside any batch."""
     is_last: bool
     calls: tuple[Call, ...]
+    events: tuple[Event, ...] = ()
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """A generated training loop: optimizers, accumulation, epochs of iterations, checkpoints."""
+    """A generated training loop: the heads and their optimizers, accumulation, clipping, epochs, checkpoints."""
 
-    optimizers: tuple[OptimizerKind, ...]
+    heads: tuple[HeadSpec, ...]
     accumulate_grad_batches: int
-    epochs: tuple[tuple[tuple[Call, ...], ...], ...]
-    """For each epoch, for each of its iterations, the calls in call order (at most one per optimizer)."""
+    epochs: tuple[tuple[Iteration, ...], ...]
+    """For each epoch, its iterations in order (each with at most one call per optimizer)."""
     resume_after: frozenset[int] = field(default_factory=frozenset)
     """Iterations (by schedule index) after which the loop checkpoints and resumes in fresh objects."""
+    clipping: Clipping | None = None
+    grad_scaler: GradScalerSettings | None = None
+    """16-mixed only: the loss scaler's settings, given to the factory and to the oracle's ``GradScaler``."""
+
+    @property
+    def optimizers(self) -> tuple[OptimizerKind, ...]:
+        """The kind of each head's optimizer."""
+        return tuple(head.kind for head in self.heads)
 
     def iterations(self) -> Iterator[IterationPosition]:
         """Every iteration, in order."""
         index = 0
         for epoch, iterations in enumerate(self.epochs):
-            for batch_idx, calls in enumerate(iterations):
-                yield IterationPosition(index, epoch, batch_idx, batch_idx == len(iterations) - 1, calls)
+            in_batch = [i for i, iteration in enumerate(iterations) if iteration.in_batch]
+            batch_idx = 0
+            for i, iteration in enumerate(iterations):
+                position = batch_idx if iteration.in_batch else None
+                last = bool(in_batch) and i == in_batch[-1]
+                yield IterationPosition(index, epoch, position, last, iteration.calls, iteration.events)
+                batch_idx += iteration.in_batch
                 index += 1
 
     @property
@@ -131,23 +217,105 @@ class Schedule:
         return sum(len(iterations) for iterations in self.epochs)
 
 
-class ScheduleModel(torch.nn.Module):
-    """One small MLP head per optimizer, seeded; every head's output feeds every head's loss."""
+class ScheduleHead(torch.nn.Module):
+    """A small seeded MLP, an optional parameter it never uses, and the parameters added to it later."""
 
-    def __init__(self, heads: int) -> None:
+    def __init__(self, seed: int, spec: HeadSpec) -> None:
         super().__init__()
-        self.heads = torch.nn.ModuleList(make_model(seed=40 + i, sizes=(4, 6, 2)) for i in range(heads))
+        self.unused = torch.nn.Parameter(torch.zeros(3)) if spec.unused else None
+        self.net = make_model(seed=seed, sizes=(4, 6, 2))
+        self.late = torch.nn.ParameterList()
+        for index in spec.frozen:
+            self.freezable()[index].requires_grad_(False)
 
-    def head_parameters(self, head: int) -> list[torch.nn.Parameter]:
-        """The parameters of head ``head``: what its optimizer owns."""
-        return list(self.heads[head].parameters())
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The MLP's output plus every added parameter."""
+        out: torch.Tensor = self.net(x)
+        for param in self.late:
+            out = out + param
+        return out
+
+    def freezable(self) -> list[torch.Tensor]:
+        """The parameters a schedule may freeze or unfreeze, indexed as :data:`FREEZABLE`."""
+        first, second = self.net[0], self.net[2]
+        assert isinstance(first, torch.nn.Linear) and isinstance(second, torch.nn.Linear)
+        return [first.weight, first.bias, second.weight]
+
+    def add_late(self) -> torch.nn.Parameter:
+        """A new parameter on the head's device and in its dtype, used by the forward pass from now on."""
+        like = next(self.net.parameters())
+        param = torch.nn.Parameter(torch.full((2,), LATE_VALUE, device=like.device, dtype=like.dtype))
+        self.late.append(param)
+        return param
+
+    def groups(self, spec: HeadSpec) -> list[list[torch.Tensor]]:
+        """The parameters of the optimizer's groups when it is built (the unused one first)."""
+        first, second = self.net[0], self.net[2]
+        assert isinstance(first, torch.nn.Linear) and isinstance(second, torch.nn.Linear)
+        unused: list[torch.Tensor] = [] if self.unused is None else [self.unused]
+        layer_one: list[torch.Tensor] = [first.weight, first.bias]
+        layer_two: list[torch.Tensor] = [second.weight, second.bias]
+        if spec.groups == 1:
+            return [unused + layer_one + layer_two]
+        return [unused + layer_one, layer_two]
 
 
-def make_optimizer(kind: OptimizerKind, params: Sequence[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """The bare optimizer of a kind, with the hyper-parameters that every schedule uses."""
-    if kind == "sgd":
-        return torch.optim.SGD(params, lr=0.1, momentum=0.9)
-    return torch.optim.Adam(params, lr=0.05)
+class ScheduleModel(torch.nn.Module):
+    """One head per optimizer, seeded; every head's output feeds every head's loss."""
+
+    def __init__(self, heads: Sequence[HeadSpec]) -> None:
+        super().__init__()
+        self.heads = torch.nn.ModuleList(ScheduleHead(40 + i, spec) for i, spec in enumerate(heads))
+
+    def head(self, index: int) -> ScheduleHead:
+        """Head ``index``."""
+        head = self.heads[index]
+        assert isinstance(head, ScheduleHead)
+        return head
+
+
+_HYPER: dict[OptimizerKind, dict[str, object]] = {
+    "sgd": {"lr": 0.1, "foreach": False},
+    "sgd_momentum": {"lr": 0.1, "momentum": 0.9, "foreach": False},
+    "sgd_foreach": {"lr": 0.1, "momentum": 0.9, "foreach": True},
+    "adam": {"lr": 0.05, "foreach": False},
+    "adam_foreach": {"lr": 0.05, "foreach": True},
+    "adam_fused": {"lr": 0.05, "fused": True},
+    "adamw": {"lr": 0.05, "weight_decay": 0.1, "foreach": False},
+}
+
+
+def make_optimizer(spec: HeadSpec, groups: Sequence[Sequence[torch.Tensor]]) -> torch.optim.Optimizer:
+    """The bare optimizer of a head: its kind's hyper-parameters; a second group with half the lr and weight decay."""
+    hyper = dict(_HYPER[spec.kind])
+    lr = hyper.pop("lr")
+    assert isinstance(lr, float)
+    param_groups: list[dict[str, object]] = [{"params": list(groups[0])}]
+    if len(groups) > 1:
+        param_groups.append({"params": list(groups[1]), "lr": lr / 2, "weight_decay": 0.01})
+    if spec.kind.startswith("sgd"):
+        return torch.optim.SGD(param_groups, lr=lr, **hyper)  # type: ignore[arg-type]
+    if spec.kind == "adamw":
+        return torch.optim.AdamW(param_groups, lr=lr, **hyper)  # type: ignore[arg-type]
+    return torch.optim.Adam(param_groups, lr=lr, **hyper)  # type: ignore[arg-type]
+
+
+def late_group(spec: HeadSpec, param: torch.Tensor) -> dict[str, object]:
+    """The parameter group that ``add_group`` adds: the new parameter, with twice the kind's lr."""
+    lr = _HYPER[spec.kind]["lr"]
+    assert isinstance(lr, float)
+    return {"params": [param], "lr": 2 * lr}
+
+
+def apply_structure(
+    event: Event, schedule: Schedule, model: ScheduleModel, optimizers: Sequence[torch.optim.Optimizer]
+) -> None:
+    """Apply a ``freeze``, ``unfreeze`` or ``add_group`` event to a model and its (wrapped or bare) optimizers."""
+    head = model.head(event.head)
+    if event.kind in ("freeze", "unfreeze"):
+        head.freezable()[event.param].requires_grad_(event.kind == "unfreeze")
+    elif event.kind == "add_group":
+        optimizers[event.head].add_param_group(late_group(schedule.heads[event.head], head.add_late()))
 
 
 def schedule_batches(schedule: Schedule) -> list[Batch]:
@@ -171,81 +339,222 @@ def schedule_loss(
     return loss * math.inf if non_finite else loss
 
 
+_KIND_NAMES: dict[OptimizerKind, str] = {
+    "sgd": "SGD",
+    "sgd_momentum": "SGD momentum",
+    "sgd_foreach": "SGD foreach",
+    "adam": "Adam",
+    "adam_foreach": "Adam foreach",
+    "adam_fused": "Adam fused",
+    "adamw": "AdamW",
+}
+_FORM_NAMES: dict[CallForm, str] = {
+    "closure": "closure, wrapper.backward",
+    "closure_plain_backward": "closure, loss.backward",
+    "toggle_model": "toggle_model block, then step()",
+}
+_EVENT_FACTS: dict[EventKind, tuple[str, str]] = {
+    "freeze": ("parameters", "frozen after wrap"),
+    "unfreeze": ("parameters", "unfrozen after wrap"),
+    "add_group": ("param_groups", "added after wrap"),
+    "pickle": ("copies", "pickle"),
+    "deepcopy": ("copies", "deepcopy"),
+}
+
+
+def _optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [param for group in optimizer.param_groups for param in group["params"]]
+
+
 class ScheduleOracle:
     """The plain-PyTorch run of a schedule: bare optimizers, plain autocast, one plain ``GradScaler``.
 
-    :meth:`iteration` runs one iteration and returns each call's outcome; afterwards ``model``, ``optimizers``,
-    ``scaler``, ``steps`` and ``scales`` hold what an implementation must match.
+    :meth:`begin` applies an iteration's events, :meth:`call` runs one call and returns its outcome, :meth:`end`
+    ends the iteration (the scaler's update). Afterwards ``model``, ``optimizers``, ``scaler``, ``steps``,
+    ``last_outcomes`` and ``scales`` hold what an implementation must match.
     """
 
     def __init__(self, schedule: Schedule, cell: Cell) -> None:
         self.schedule, self.cell = schedule, cell
-        self.model = ScheduleModel(len(schedule.optimizers)).to(device=cell_device(cell), dtype=cell_dtype(cell))
+        self.model = ScheduleModel(schedule.heads).to(device=cell_device(cell), dtype=cell_dtype(cell))
         self.optimizers = [
-            make_optimizer(kind, self.model.head_parameters(i)) for i, kind in enumerate(schedule.optimizers)
+            make_optimizer(spec, self.model.head(i).groups(spec)) for i, spec in enumerate(schedule.heads)
         ]
-        self.scaler = oracle_scaler(cell)
+        self.scaler: GradScaler | None
+        if schedule.grad_scaler is not None and cell.precision == "16-mixed":
+            self.scaler = GradScaler(cell_device(cell).type, **schedule.grad_scaler.as_kwargs())
+        else:
+            self.scaler = oracle_scaler(cell)
         self.batches = schedule_batches(schedule)
         self.pending = [0] * len(self.optimizers)
         """Micro-steps in each optimizer's open window."""
         self.steps = [0] * len(self.optimizers)
         """Real steps taken by each optimizer (skipped ones do not count)."""
+        self.last_outcomes: list[StepOutcome | None] = [None] * len(self.optimizers)
+        """Each optimizer's last call's outcome."""
         self.scales: list[float] = []
         """The loss scale of every backward pass so far (1.0 without a scaler)."""
+        self.facts: set[tuple[str, str]] = set()
+        """What the schedule exercised, as ``(dimension, value)`` pairs of ``dimensions.DIMENSIONS``."""
+        self._stepped = False
+        self._epoch = 0
+        self._copied = False
+        self._record_schedule()
+
+    def _record_schedule(self) -> None:
+        facts, schedule = self.facts, self.schedule
+        facts.add(("wrappers", str(len(schedule.heads))))
+        facts.add(("outcome_read", "after every call of every wrapper"))
+        for spec in schedule.heads:
+            facts.add(("optimizer", _KIND_NAMES[spec.kind]))
+            facts.add(("param_groups", "1" if spec.groups == 1 else "2 with other hyper-parameters"))
+            if spec.frozen:
+                facts.add(("parameters", "frozen"))
+        if schedule.clipping is not None:
+            facts.add(("clipping", schedule.clipping[0]))
+        if self.scaler is not None:
+            facts.add(("loss_scale", "initial"))
+            if schedule.grad_scaler is not None:
+                facts.add(("loss_scale", "settings given to the factory"))
+        if schedule.resume_after:
+            facts.add(("copies", "checkpoint"))
 
     def iteration(self, position: IterationPosition) -> list[StepOutcome]:
-        """Run one iteration; return each call's outcome, in call order."""
-        outcomes = [self._call(position, call) for call in position.calls]
-        if self.scaler is not None and any(outcome is not StepOutcome.ACCUMULATED for outcome in outcomes):
-            old = self.scaler.get_scale()
-            self.scaler.update()
-            new = self.scaler.get_scale()
-            if new != old:
-                with torch.no_grad():
-                    for index, pending in enumerate(self.pending):
-                        for param in self.model.head_parameters(index) if pending else ():
-                            if param.grad is not None:
-                                param.grad.mul_(new / old)
+        """Run one iteration whole; return each call's outcome, in call order."""
+        self.begin(position)
+        outcomes = [self.call(position, call) for call in position.calls]
+        self.end(position)
         return outcomes
+
+    def begin(self, position: IterationPosition) -> None:
+        """Apply the iteration's structural events (copies are the implementation's business)."""
+        if position.epoch != self._epoch:
+            self._epoch = position.epoch
+            if any(self.pending):
+                self.facts.add(("window", "open across epochs"))
+        self.facts.add(("position", "inside batch()" if position.batch_idx is not None else "outside batch()"))
+        for event in position.events:
+            apply_structure(event, self.schedule, self.model, self.optimizers)
+            self.facts.add(_EVENT_FACTS[event.kind])
+            self._copied |= event.kind in ("pickle", "deepcopy")
+
+    def end(self, position: IterationPosition) -> None:
+        """End the iteration: the scaler's one update if an optimizer stepped, open windows rescaled."""
+        if self.scaler is not None and self._stepped:
+            self._update()
+
+    def _update(self) -> None:
+        assert self.scaler is not None
+        self._stepped = False
+        old = self.scaler.get_scale()
+        self.scaler.update()
+        new = self.scaler.get_scale()
+        if new != old:
+            self.facts.add(("loss_scale", "grown" if new > old else "backed off"))
+            if self._copied:
+                self.facts.add(("copies", "copy then overflow or growth"))
+            if any(self.pending):
+                self.facts.add(("window", "open across a scale change"))
+            with torch.no_grad():
+                for index, pending in enumerate(self.pending):
+                    for param in _optimizer_params(self.optimizers[index]) if pending else ():
+                        if param.grad is not None:
+                            param.grad.mul_(new / old)
 
     def _closes(self, position: IterationPosition, call: Call) -> bool:
         if call.make_optimizer_step is not None:
             return call.make_optimizer_step
         n = self.schedule.accumulate_grad_batches
+        if position.batch_idx is None:
+            return self.pending[call.optimizer] + 1 >= n
         return (position.batch_idx + 1) % n == 0 or position.is_last
 
-    def _call(self, position: IterationPosition, call: Call) -> StepOutcome:
+    def call(self, position: IterationPosition, call: Call) -> StepOutcome:
+        """One call: its forward and backward pass, then accumulation or the real step; its outcome."""
         index = call.optimizer
         optimizer = self.optimizers[index]
+        self._record_call(position, call)
         if call.zero_grad_first and self.pending[index] == 0:
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=call.set_to_none)
         self._backward(position, call)
         if not self._closes(position, call):
             self.pending[index] += 1
+            self.last_outcomes[index] = StepOutcome.ACCUMULATED
             return StepOutcome.ACCUMULATED
-        params = self.model.head_parameters(index)
+        params = _optimizer_params(optimizer)
         window = self.pending[index] + 1
+        self._record_real_step(position, call, window)
         with torch.no_grad():
             for param in params:
                 if param.grad is not None:
                     param.grad /= window
         finite = True
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+            finite = all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None)
+        self._clip(params)
         if self.scaler is None:
             optimizer.step()
         else:
-            self.scaler.unscale_(optimizer)
-            finite = all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None)
             self.scaler.step(optimizer)
+            self._stepped = True
         optimizer.zero_grad(set_to_none=True)
         oracle_step_done(self.cell)
         self.pending[index] = 0
         self.steps[index] += finite
-        return StepOutcome.STEPPED if finite else StepOutcome.SKIPPED_NON_FINITE
+        outcome = StepOutcome.STEPPED if finite else StepOutcome.SKIPPED_NON_FINITE
+        self.last_outcomes[index] = outcome
+        if self.scaler is not None and position.batch_idx is None:
+            self._update()  # not generated: the spec leaves AMP-003 outside any batch open (see the generator)
+        return outcome
+
+    def _record_call(self, position: IterationPosition, call: Call) -> None:
+        facts, index = self.facts, call.optimizer
+        facts.add(("make_optimizer_step", str(call.make_optimizer_step)))
+        facts.add(("call_form", _FORM_NAMES[call.form]))
+        if call.zero_grad_first:
+            facts.add(("zero_grad", f"set_to_none={call.set_to_none}"))
+            if self.pending[index]:
+                facts.add(("zero_grad", "with a window open"))
+            if any(pending for i, pending in enumerate(self.pending) if i != index):
+                facts.add(("zero_grad", "of another wrapper"))
+        if call.raises_first:
+            facts.add(("faults", "raising toggle_model block" if call.form == "toggle_model" else "raising closure"))
+
+    def _record_real_step(self, position: IterationPosition, call: Call, window: int) -> None:
+        facts, n = self.facts, self.schedule.accumulate_grad_batches
+        facts.add(("window", "1 micro-step" if window == 1 else "k >= 2 micro-steps"))
+        if any(pending for i, pending in enumerate(self.pending) if i != call.optimizer):
+            facts.add(("window", "open while another optimizer steps"))
+        if position.batch_idx is not None:
+            on_schedule = (position.batch_idx + 1) % n == 0
+            if call.make_optimizer_step is True and not on_schedule and not position.is_last:
+                facts.add(("window", "cut short by True"))
+            if call.make_optimizer_step is None and position.is_last and not on_schedule:
+                facts.add(("window", "partial, flushed by the last batch"))
+        params = _optimizer_params(self.optimizers[call.optimizer])
+        if any(param.grad is None for param in params):
+            facts.add(("parameters", "no gradient in a window"))
+
+    def _clip(self, params: list[torch.Tensor]) -> None:
+        if self.schedule.clipping is None:
+            return
+        algorithm, value = self.schedule.clipping
+        with_grads = [param for param in params if param.grad is not None]
+        if algorithm == "norm":
+            torch.nn.utils.clip_grad_norm_(with_grads, value)
+        else:
+            torch.nn.utils.clip_grad_value_(with_grads, value)
 
     def _backward(self, position: IterationPosition, call: Call) -> None:
-        """The call's forward and backward pass, with only its own head requiring grad."""
+        """The call's forward and backward pass, with only its own optimizer's parameters requiring grad."""
+        own = {id(param) for param in _optimizer_params(self.optimizers[call.optimizer])}
         others = [
-            param for i in range(len(self.optimizers)) if i != call.optimizer for param in self.model.head_parameters(i)
+            param
+            for i, optimizer in enumerate(self.optimizers)
+            if i != call.optimizer
+            for param in _optimizer_params(optimizer)
+            if id(param) not in own and param.requires_grad
         ]
         for param in others:
             param.requires_grad_(False)

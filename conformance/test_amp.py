@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, cast
 
 import pytest
 import torch
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
     assert_params_close,
@@ -21,9 +22,11 @@ from lightning_optimizer.conformance.harness import (
     oracle_scaler,
     oracle_step_done,
     run_steps,
+    tolerance_for,
 )
 from lightning_optimizer.conformance.oracles import WindowOracle, expected_outcomes, oracle_copy
-from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
+from lightning_optimizer.conformance.outcomes import not_applicable
+from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
 A, S, SKIP = StepOutcome.ACCUMULATED, StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE
@@ -88,6 +91,7 @@ def _oracle_loss(
 
 @pytest.mark.requirement("AMP-001")
 @pytest.mark.cells(precisions=("16-mixed",))
+@pytest.mark.varies(loss_scale=("initial",), call_form=("backward, then step()",))
 def test_16_mixed_autocasts_and_scales_the_loss(make_context: MakeContext, cell: Cell) -> None:
     """16-mixed runs the forward pass in float16 and backpropagates a loss scaled by a power of two."""
     context = make_context()
@@ -114,6 +118,13 @@ def test_16_mixed_autocasts_and_scales_the_loss(make_context: MakeContext, cell:
 
 @pytest.mark.requirement("AMP-003", "AMP-004", "STEP-004")
 @pytest.mark.cells(precisions=("16-mixed",))
+@pytest.mark.varies(
+    wrappers=("2",),
+    loss_scale=("backed off",),
+    call_form=("backward, then step()",),
+    make_optimizer_step=("True",),
+    outcome_read=("after its own call",),
+)
 def test_overflow_in_one_optimizer_skips_only_that_one(make_context: MakeContext, cell: Cell) -> None:
     """Batch 0: A's gradients are infinite, B's finite. A skips, B steps with its true gradient; then both step.
 
@@ -164,6 +175,11 @@ def test_overflow_in_one_optimizer_skips_only_that_one(make_context: MakeContext
 
 @pytest.mark.requirement("AMP-006", "AMP-003")
 @pytest.mark.cells(precisions=("16-mixed",))
+@pytest.mark.varies(
+    window=("k >= 2 micro-steps", "open while another optimizer steps", "open across a scale change"),
+    wrappers=("2",),
+    loss_scale=("backed off",),
+)
 def test_open_window_survives_a_scale_change(make_context: MakeContext, cell: Cell) -> None:
     """A accumulates over batches 0 and 1 while B overflows in batch 0 (the scale backs off in between).
 
@@ -195,6 +211,7 @@ def test_open_window_survives_a_scale_change(make_context: MakeContext, cell: Ce
 
 @pytest.mark.requirement("AMP-002", "ACC-001")
 @pytest.mark.cells(precisions=("16-mixed",))
+@pytest.mark.varies(window=("k >= 2 micro-steps",), make_optimizer_step=("None",), loss_scale=("initial",))
 def test_accumulation_over_four_micro_batches(make_context: MakeContext, cell: Cell) -> None:
     """Windows of four fp16 micro-batches equal the oracle that divides, then unscales once."""
     context = make_context(accumulate_grad_batches=4)
@@ -232,6 +249,12 @@ def _clipping_oracle(cell: Cell, batches: list[Any], clip: Callable[[list[torch.
 
 
 @pytest.mark.requirement("CLIP-002", "AMP-002")
+@pytest.mark.varies(
+    clipping=("unscale_gradients() by hand",),
+    window=("1 micro-step",),
+    call_form=("backward, then step()", "closure, wrapper.backward"),
+    make_optimizer_step=("True", "False"),
+)
 def test_manual_clip_after_unscale_gradients(make_context: MakeContext, cell: Cell) -> None:
     """``unscale_gradients()``, a hand-written clip, then ``step()``: unscaled once, clipped once."""
     context = make_context()
@@ -272,6 +295,7 @@ def test_manual_clip_after_unscale_gradients(make_context: MakeContext, cell: Ce
 
 @pytest.mark.requirement("CLIP-001")
 @pytest.mark.parametrize("algorithm", ["norm", "value"])
+@pytest.mark.varies(clipping=("norm", "value"), window=("1 micro-step",), loss_scale=("initial",))
 def test_configured_clipping(make_context: MakeContext, cell: Cell, algorithm: str) -> None:
     """``gradient_clip_val`` clips the unscaled gradients right before each real step."""
     context = make_context(gradient_clip_val=0.02, gradient_clip_algorithm=algorithm)
@@ -295,6 +319,7 @@ def test_configured_clipping(make_context: MakeContext, cell: Cell, algorithm: s
 @pytest.mark.requirement("AMP-005")
 @pytest.mark.features("closure_evaluating_optimizers")
 @pytest.mark.cells(precisions=("16-mixed",))
+@pytest.mark.varies(optimizer=("LBFGS",), faults=("invalid argument",))
 def test_lbfgs_is_refused_under_16_mixed(make_context: MakeContext, cell: Cell) -> None:
     """16-mixed with LBFGS raises ``TypeError`` before the closure runs."""
     context = make_context()
@@ -314,6 +339,7 @@ def test_lbfgs_is_refused_under_16_mixed(make_context: MakeContext, cell: Cell) 
 @pytest.mark.features("lr_schedulers")
 @pytest.mark.cells(precisions=("16-mixed",))
 @pytest.mark.parametrize("built_on", ["wrapper", "inner"])
+@pytest.mark.varies(optimizer=("Adam",), window=("1 micro-step",), loss_scale=("initial",))
 def test_skipped_step_does_not_make_a_scheduler_warn(make_context: MakeContext, cell: Cell, built_on: str) -> None:
     """A skipped first step, then ``scheduler.step()``: no warning, parameters and state untouched."""
     context = make_context()
@@ -334,6 +360,11 @@ def test_skipped_step_does_not_make_a_scheduler_warn(make_context: MakeContext, 
 
 @pytest.mark.requirement("PREC-003")
 @pytest.mark.cells(precisions=("bf16-mixed",))
+@pytest.mark.varies(
+    window=("1 micro-step",),
+    make_optimizer_step=("True",),
+    call_form=("backward, then step()", "closure, wrapper.backward"),
+)
 def test_bf16_mixed_is_autocast_only(make_context: MakeContext, cell: Cell) -> None:
     """bf16-mixed: float32 parameters, bfloat16 forward, the true (unscaled) gradient, never a skip."""
     context = make_context()
@@ -359,6 +390,7 @@ def test_bf16_mixed_is_autocast_only(make_context: MakeContext, cell: Cell) -> N
 
 @pytest.mark.requirement("PREC-002")
 @pytest.mark.cells(precisions=("bf16-true",))
+@pytest.mark.varies(optimizer=("Adam",), window=("1 micro-step",))
 def test_bf16_true_keeps_model_and_state_in_bf16(make_context: MakeContext, cell: Cell) -> None:
     """bf16-true: bfloat16 parameters, forward pass and Adam state."""
     context = make_context()
@@ -368,3 +400,801 @@ def test_bf16_true_keeps_model_and_state_in_bf16(make_context: MakeContext, cell
     run_steps(context, model, wrapper, make_batches(1), cell, lambda i: True)
     dtypes = {v.dtype for s in wrapper.optimizer.state.values() for k, v in s.items() if k != "step"}
     assert dtypes == {torch.bfloat16}, f"bf16-true optimizer state is in {sorted(map(str, dtypes))}"
+
+
+# -- clipping, unscaling and loss scaling along windows, groups, wrappers, scale changes and optimizer kinds --------
+
+CLIP_LR = 5.0
+"""A clipped step moves the parameters by up to ``CLIP_LR * CLIP_VALUE``: a wrong clip shows in every cell."""
+CLIP_VALUE = 0.02
+HAND_CLIP = 0.05
+SMALL_SCALE = GradScalerSettings(init_scale=2.0**4)
+"""The clipping checks' loss scaler: the gradients of ``CLIPPED_LOSS_FACTOR`` losses stay finite in fp16 from the
+first step, so that every window really is clipped (none is skipped for an overflow)."""
+GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
+"""A loss scale that doubles after every iteration in which an optimizer stepped without an overflow."""
+GROWTH_LOSS_FACTOR = 0.1
+"""At the ``GROWING`` scales fp16 gradients of these losses stay finite, and a window's mean is large enough that a
+micro-step counted at the wrong scale moves the parameters far beyond XLA's tolerance, and rounding does not."""
+GROWTH_LR = 0.5
+
+EAGER_DEVICES = ("cpu", "cuda")
+"""Where the checks run whose rules take no XLA-specific path (one XLA device reduces nothing across replicas): XLA
+compiles a graph for each new sequence of operations, and the clipping and unscaling checks over windows on XLA
+are ``test_configured_clipping_over_windows`` and the ones of one window."""
+
+ClipFunction = Callable[[list[torch.Tensor]], object]
+PrepareHook = Callable[[list[torch.Tensor]], object]
+
+
+class _Thirds(torch.nn.Module):
+    """Three independent parts, one optimizer each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = make_model(seed=21)
+        self.b = make_model(seed=22)
+        self.c = make_model(seed=23)
+
+
+def _scaler_setting(cell: Cell, settings: GradScalerSettings) -> dict[str, GradScalerSettings]:
+    """The factory's ``grad_scaler`` argument: ``settings`` in 16-mixed cells, nothing in the others."""
+    return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
+
+
+def _plain_scaler(cell: Cell, settings: GradScalerSettings) -> GradScaler | None:
+    """The oracle's own ``torch.amp.GradScaler`` with ``settings`` under 16-mixed, ``None`` otherwise."""
+    if cell.precision != "16-mixed":
+        return None
+    return GradScaler(cell_device(cell).type, **settings.as_kwargs())
+
+
+def _clipper(algorithm: str, value: float) -> ClipFunction:
+    def clip(params: list[torch.Tensor]) -> None:
+        if algorithm == "norm":
+            torch.nn.utils.clip_grad_norm_(params, value)
+        else:
+            torch.nn.utils.clip_grad_value_(params, value)
+
+    return clip
+
+
+def _params_of(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [param for group in optimizer.param_groups for param in group["params"]]
+
+
+def _grads(params: Iterable[torch.Tensor]) -> list[torch.Tensor | None]:
+    return [None if param.grad is None else param.grad.detach().clone() for param in params]
+
+
+def _divide_grads(params: Iterable[torch.Tensor], window_length: int) -> None:
+    """The window's mean: every present gradient divided by the window's length, in place."""
+    with torch.no_grad():
+        for param in params:
+            if param.grad is not None:
+                param.grad.div_(window_length)
+
+
+def _rescale_grads(params: Iterable[torch.Tensor], factor: float) -> None:
+    """An open window brought to a new loss scale: every present gradient multiplied by ``factor``, in place."""
+    with torch.no_grad():
+        for param in params:
+            if param.grad is not None:
+                param.grad.mul_(factor)
+
+
+def _assert_grads_unchanged(params: Iterable[torch.Tensor], before: list[torch.Tensor | None], what: str) -> None:
+    for i, (param, old) in enumerate(zip(params, before, strict=True)):
+        now = param.grad
+        if old is None:
+            assert now is None, f"{what}: parameter {i} had no gradient and now has one"
+            continue
+        assert now is not None, f"{what}: the gradient of parameter {i} was removed"
+        if not torch.equal(now, old):
+            diff = (now.double() - old.double()).abs().max().item()
+            raise AssertionError(f"{what}: the gradient of parameter {i} changed (max abs change {diff:.3g})")
+
+
+def _assert_grads_close(
+    grads: Iterable[torch.Tensor | None], expected: list[torch.Tensor | None], cell: Cell, what: str
+) -> None:
+    tol = tolerance_for(cell)
+    for i, (grad, want) in enumerate(zip(grads, expected, strict=True)):
+        assert want is not None, "the oracle's window has a parameter without gradient"
+        assert grad is not None, f"{what}: parameter {i} has no gradient"
+        got_cpu, want_cpu = grad.detach().double().cpu(), want.double().cpu()
+        if not torch.allclose(got_cpu, want_cpu, rtol=tol.rtol, atol=tol.atol):
+            ratio = (got_cpu.norm() / want_cpu.norm()).item()
+            raise AssertionError(
+                f"{what}: the gradient of parameter {i} differs from the oracle's on {cell.id} "
+                f"(max abs diff {(got_cpu - want_cpu).abs().max().item():.3g}, norm {ratio:.4g} x the oracle's)"
+            )
+
+
+def _snapshot(into: list[list[torch.Tensor | None]]) -> PrepareHook:
+    """A hook that records the prepared gradients of a window into ``into``."""
+
+    def record(params: list[torch.Tensor]) -> None:
+        into.append(_grads(params))
+
+    return record
+
+
+def _scaled_backward(scaler: GradScaler | None, loss: torch.Tensor) -> None:
+    (loss if scaler is None else scaler.scale(loss)).backward()
+
+
+def _oracle_real_step(
+    optimizer: torch.optim.Optimizer,
+    window_length: int,
+    scaler: GradScaler | None,
+    *,
+    clip: ClipFunction | None = None,
+    after_prepare: PrepareHook | None = None,
+) -> None:
+    """The documented loop's real step: divide by the window's length, ``unscale_``, clip, (inspect), step, zero."""
+    params = _params_of(optimizer)
+    _divide_grads(params, window_length)
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    if clip is not None:
+        clip(params)
+    if after_prepare is not None:
+        after_prepare(params)
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _oracle_update(scaler: GradScaler | None, open_windows: Iterable[torch.Tensor]) -> None:
+    """End of an iteration in which an optimizer stepped: one ``update``; windows still open go to the new scale."""
+    if scaler is None:
+        return
+    old = scaler.get_scale()
+    scaler.update()
+    new = scaler.get_scale()
+    if new != old:
+        _rescale_grads(open_windows, new / old)
+
+
+def _oracle_windows(
+    cell: Cell,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: list[Any],
+    windows: list[list[int]],
+    scaler: GradScaler | None,
+    *,
+    factor: float,
+    clip: ClipFunction | None = None,
+    after_prepare: PrepareHook | None = None,
+    blow_up: frozenset[int] = frozenset(),
+) -> list[bool]:
+    """One optimizer, one real step per window; returns whether each window stepped (16-mixed: no back-off)."""
+    stepped = []
+    for window in windows:
+        for batch_idx in window:
+            _scaled_backward(scaler, _oracle_loss(model, batches[batch_idx], cell, batch_idx in blow_up, factor))
+        scale = None if scaler is None else scaler.get_scale()
+        _oracle_real_step(optimizer, len(window), scaler, clip=clip, after_prepare=after_prepare)
+        _oracle_update(scaler, ())
+        stepped.append(scaler is None or scaler.get_scale() >= cast(float, scale))
+        oracle_step_done(cell)
+    return stepped
+
+
+CLIP_SCHEDULE: tuple[bool | None, ...] = (None, True, None, None, None)
+"""``make_optimizer_step`` per batch with ``accumulate_grad_batches=3``; the windows are ``CLIP_WINDOWS``."""
+CLIP_WINDOWS = [[0, 1], [2], [3, 4]]
+"""Worked out by hand: cut short by True at batch 1, closed by the schedule at 2, flushed by the last batch 4."""
+
+
+@pytest.mark.requirement("CLIP-001", "ACC-001", "AMP-002")
+@pytest.mark.varies(
+    window=("1 micro-step", "k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch"),
+    make_optimizer_step=("True", "None"),
+    clipping=("norm", "value"),
+    loss_scale=("initial", "settings given to the factory"),
+    call_form=("closure, wrapper.backward",),
+    optimizer=("SGD",),
+)
+@pytest.mark.parametrize("algorithm", ["norm", "value"])
+def test_configured_clipping_over_windows(make_context: MakeContext, cell: Cell, algorithm: str) -> None:
+    """Windows of 2, 1 and 2 (cut short, scheduled, flushed): each window's mean is unscaled, clipped, applied."""
+    context = make_context(
+        accumulate_grad_batches=3,
+        gradient_clip_val=CLIP_VALUE,
+        gradient_clip_algorithm=algorithm,
+        **_scaler_setting(cell, SMALL_SCALE),
+    )
+    base = make_model()
+    oracle_model = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=CLIP_LR))
+    batches = make_batches(len(CLIP_SCHEDULE))
+    outcomes = []
+    for batch_idx, batch in enumerate(batches):
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+            loss = partial(_loss, context, model, batch, cell, factor=CLIPPED_LOSS_FACTOR)
+            wrapper.step(_closure(wrapper, loss), make_optimizer_step=CLIP_SCHEDULE[batch_idx])
+            outcomes.append(wrapper.last_outcome)
+    oracle_optimizer = torch.optim.SGD(oracle_model.parameters(), lr=CLIP_LR)
+    stepped = _oracle_windows(
+        cell,
+        oracle_model,
+        oracle_optimizer,
+        batches,
+        CLIP_WINDOWS,
+        _plain_scaler(cell, SMALL_SCALE),
+        factor=CLIPPED_LOSS_FACTOR,
+        clip=_clipper(algorithm, CLIP_VALUE),
+    )
+    assert outcomes == expected_outcomes([A, S, S, A, S], stepped), (
+        f"outcomes were {outcomes} for windows {CLIP_WINDOWS} (accumulate_grad_batches=3)"
+    )
+    assert_params_close(
+        model,
+        oracle_model,
+        cell,
+        f"clipping by {algorithm} at {CLIP_VALUE} of the windows {CLIP_WINDOWS} (mean, unscale, clip, step)",
+    )
+
+
+def _grouped_sgd(part: torch.nn.Module, wrap: Callable[[torch.optim.SGD], Any]) -> Any:
+    """SGD over a two-layer part in three groups with other learning rates and momenta, the third added after wrap.
+
+    Groups: the first layer; the second layer's weight; its bias, added (to the wrapper) after ``wrap``.
+    """
+    first, second = (layer for layer in part.children() if isinstance(layer, torch.nn.Linear))
+    groups: list[dict[str, Any]] = [
+        {"params": list(first.parameters())},
+        {"params": [second.weight], "lr": 2.0, "momentum": 0.9},
+    ]
+    optimizer = wrap(torch.optim.SGD(groups, lr=CLIP_LR))
+    optimizer.add_param_group({"params": [second.bias], "lr": 1.0, "momentum": 0.5})
+    return optimizer
+
+
+@pytest.mark.requirement("CLIP-001", "ACC-001", "STEP-004")
+@pytest.mark.cells(devices=EAGER_DEVICES)
+@pytest.mark.varies(
+    window=("1 micro-step", "k >= 2 micro-steps", "open while another optimizer steps"),
+    make_optimizer_step=("True", "False", "None"),
+    wrappers=("2",),
+    param_groups=("2 with other hyper-parameters", "added after wrap"),
+    clipping=("norm",),
+    loss_scale=("settings given to the factory",),
+    call_form=("closure, wrapper.backward",),
+    optimizer=("SGD", "SGD momentum"),
+    outcome_read=("after every call of every wrapper",),
+)
+def test_configured_clipping_spans_groups_and_spares_other_windows(make_context: MakeContext, cell: Cell) -> None:
+    """A's clip takes the total norm over all its groups (one added after wrap); B's open window is not touched."""
+    context = make_context(gradient_clip_val=CLIP_VALUE, **_scaler_setting(cell, SMALL_SCALE))
+    model = context.prepare_module(_Halves())
+    assert isinstance(model, _Halves)
+    opt_a = _grouped_sgd(model.a, context.wrap)
+    opt_b = context.wrap(torch.optim.SGD(model.b.parameters(), lr=CLIP_LR))
+    oracle = oracle_copy(_Halves(), cell)
+    assert isinstance(oracle, _Halves)
+    oracle_a = _grouped_sgd(oracle.a, lambda optimizer: optimizer)
+    oracle_b = torch.optim.SGD(oracle.b.parameters(), lr=CLIP_LR)
+    scaler = _plain_scaler(cell, SMALL_SCALE)
+    clip = _clipper("norm", CLIP_VALUE)
+    batches = make_batches(3)
+    outcomes = []
+    for batch_idx, batch in enumerate(batches):
+        b_closes = batch_idx == len(batches) - 1
+        with context.batch(batch_idx, is_last=b_closes):
+            loss_b = partial(_loss, context, model.b, batch, cell, factor=CLIPPED_LOSS_FACTOR)
+            opt_b.step(_closure(opt_b, loss_b), make_optimizer_step=b_closes)
+            outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
+            b_before = None if b_closes else _grads(model.b.parameters())
+            loss_a = partial(_loss, context, model.a, batch, cell, factor=CLIPPED_LOSS_FACTOR)
+            opt_a.step(_closure(opt_a, loss_a))
+            outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
+            if b_before is not None:
+                _assert_grads_unchanged(
+                    model.b.parameters(), b_before, f"batch {batch_idx}: B's open window across A's clipped step"
+                )
+        _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, factor=CLIPPED_LOSS_FACTOR))
+        if b_closes:
+            _oracle_real_step(oracle_b, len(batches), scaler, clip=clip)
+        _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=CLIPPED_LOSS_FACTOR))
+        _oracle_real_step(oracle_a, 1, scaler, clip=clip)
+        _oracle_update(scaler, () if b_closes else oracle.b.parameters())
+        oracle_step_done(cell)
+    want = [(None, A), (S, A), (S, A), (S, A), (S, S), (S, S)]
+    assert outcomes == want, f"(A, B) outcomes after each call were {outcomes}, expected {want}"
+    assert_params_close(model.a, oracle.a, cell, "A: three groups (one added after wrap) clipped by their total norm")
+    assert_params_close(model.b, oracle.b, cell, "B: a window of three, clipped on its own real step")
+
+
+UNSCALE_SCHEDULE: tuple[bool | None, ...] = (None, None, True, None, True, False, None)
+"""``make_optimizer_step`` per batch of the ``unscale_gradients()`` check, with ``accumulate_grad_batches=3``."""
+UNSCALE_CLOSING = (2, 4, 6)
+UNSCALE_WINDOWS = [[0, 1, 2], [3, 4], [5, 6]]
+"""Worked out by hand: full (closed by True), cut short by True, kept open by False and flushed by the last batch."""
+
+
+@pytest.mark.requirement("CLIP-002", "AMP-002", "ACC-001")
+@pytest.mark.cells(devices=EAGER_DEVICES)
+@pytest.mark.varies(
+    window=("k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch"),
+    make_optimizer_step=("True", "False", "None"),
+    clipping=("unscale_gradients() by hand",),
+    call_form=("backward, then step()",),
+    loss_scale=("settings given to the factory",),
+)
+def test_unscale_gradients_over_windows(make_context: MakeContext, cell: Cell) -> None:
+    """Backward, then step: ``unscale_gradients()`` on a window's last micro-step gives its unscaled mean; a clip."""
+    context = make_context(accumulate_grad_batches=3, **_scaler_setting(cell, SMALL_SCALE))
+    base = make_model()
+    oracle_model = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=CLIP_LR))
+    batches = make_batches(7)
+    prepared: list[list[torch.Tensor | None]] = []
+    hand_clip = _clipper("norm", HAND_CLIP)
+
+    def inspect_then_clip(params: list[torch.Tensor]) -> None:
+        prepared.append(_grads(params))
+        hand_clip(params)
+
+    stepped = _oracle_windows(
+        cell,
+        oracle_model,
+        torch.optim.SGD(oracle_model.parameters(), lr=CLIP_LR),
+        batches,
+        UNSCALE_WINDOWS,
+        _plain_scaler(cell, SMALL_SCALE),
+        factor=CLIPPED_LOSS_FACTOR,
+        after_prepare=inspect_then_clip,
+    )
+    outcomes = []
+    for batch_idx, batch in enumerate(batches):
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+            wrapper.backward(_loss(context, model, batch, cell, factor=CLIPPED_LOSS_FACTOR))
+            if batch_idx in UNSCALE_CLOSING:
+                window = UNSCALE_WINDOWS[UNSCALE_CLOSING.index(batch_idx)]
+                wrapper.unscale_gradients()
+                _assert_grads_close(
+                    _grads(model.parameters()),
+                    prepared[UNSCALE_CLOSING.index(batch_idx)],
+                    cell,
+                    f"after unscale_gradients() on the last micro-step of the window {window} (its mean over "
+                    f"{len(window)} micro-steps, unscaled)",
+                )
+                hand_clip(list(model.parameters()))
+            wrapper.step(make_optimizer_step=UNSCALE_SCHEDULE[batch_idx])
+            outcomes.append(wrapper.last_outcome)
+    assert outcomes == expected_outcomes([A, A, S, A, S, A, S], stepped), (
+        f"outcomes were {outcomes} for windows {UNSCALE_WINDOWS}"
+    )
+    assert_params_close(model, oracle_model, cell, f"unscale_gradients(), clip_grad_norm_, step() on {UNSCALE_WINDOWS}")
+
+
+def _unscaling_closure(
+    wrapper: Any, loss: Callable[[], torch.Tensor], params: list[torch.Tensor], into: list[list[torch.Tensor | None]]
+) -> Callable[[], None]:
+    """A closing step's closure: backward, ``unscale_gradients()``, and a copy of the prepared gradients."""
+
+    def closure() -> None:
+        wrapper.backward(loss())
+        wrapper.unscale_gradients()
+        into.append(_grads(params))
+
+    return closure
+
+
+@pytest.mark.requirement("CLIP-002", "CLIP-001", "AMP-002", "STEP-004")
+@pytest.mark.cells(devices=EAGER_DEVICES)
+@pytest.mark.varies(
+    window=("1 micro-step", "k >= 2 micro-steps", "open while another optimizer steps"),
+    make_optimizer_step=("True", "False"),
+    wrappers=("2",),
+    clipping=("norm", "unscale_gradients() by hand"),
+    call_form=("backward, then step()", "closure, wrapper.backward"),
+    loss_scale=("settings given to the factory",),
+    optimizer=("SGD", "SGD momentum"),
+    outcome_read=("after every call of every wrapper",),
+)
+def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContext, cell: Cell) -> None:
+    """A's ``unscale_gradients()`` gives A's mean, unscaled and clipped as configured; B's open window is untouched.
+
+    A: windows of two; batch 1 backward, ``unscale_gradients()``, step; batch 3 the same inside the closing step's
+    closure. B (momentum): a window of three, open across A's batch 1, then one of one.
+    """
+    context = make_context(gradient_clip_val=CLIP_VALUE, **_scaler_setting(cell, SMALL_SCALE))
+    model = context.prepare_module(_Halves())
+    assert isinstance(model, _Halves)
+    opt_a = context.wrap(torch.optim.SGD(model.a.parameters(), lr=CLIP_LR))
+    opt_b = context.wrap(torch.optim.SGD(model.b.parameters(), lr=CLIP_LR, momentum=0.9))
+    oracle = oracle_copy(_Halves(), cell)
+    assert isinstance(oracle, _Halves)
+    oracle_a = torch.optim.SGD(oracle.a.parameters(), lr=CLIP_LR)
+    oracle_b = torch.optim.SGD(oracle.b.parameters(), lr=CLIP_LR, momentum=0.9)
+    scaler = _plain_scaler(cell, SMALL_SCALE)
+    clip = _clipper("norm", CLIP_VALUE)
+    a_closes, b_closes = (False, True, False, True), (False, False, True, True)
+    a_params: list[torch.Tensor] = list(model.a.parameters())
+    a_length = b_length = 0
+    outcomes = []
+    for batch_idx, batch in enumerate(make_batches(4)):
+        with context.batch(batch_idx, is_last=batch_idx == 3):
+            opt_b.backward(_loss(context, model.b, batch, cell, factor=CLIPPED_LOSS_FACTOR))
+            opt_b.step(make_optimizer_step=b_closes[batch_idx])
+            outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
+            _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, factor=CLIPPED_LOSS_FACTOR))
+            b_length += 1
+            if b_closes[batch_idx]:
+                _oracle_real_step(oracle_b, b_length, scaler, clip=clip)
+                b_length = 0
+            b_before = _grads(model.b.parameters()) if b_length else None
+            loss_a = partial(_loss, context, model.a, batch, cell, factor=CLIPPED_LOSS_FACTOR)
+            prepared: list[list[torch.Tensor | None]] = []
+            if not a_closes[batch_idx]:
+                opt_a.backward(loss_a())
+                opt_a.step(make_optimizer_step=False)
+            elif batch_idx == 1:
+                opt_a.backward(loss_a())
+                opt_a.unscale_gradients()
+                prepared.append(_grads(a_params))
+                if b_before is not None:
+                    _assert_grads_unchanged(
+                        model.b.parameters(),
+                        b_before,
+                        f"batch {batch_idx}: B's open window after A's unscale_gradients()",
+                    )
+                opt_a.step(make_optimizer_step=True)
+            else:
+                opt_a.step(_unscaling_closure(opt_a, loss_a, a_params, prepared), make_optimizer_step=True)
+            outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
+            if b_before is not None:
+                _assert_grads_unchanged(
+                    model.b.parameters(), b_before, f"batch {batch_idx}: B's open window after A's step"
+                )
+            _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=CLIPPED_LOSS_FACTOR))
+            a_length += 1
+            if a_closes[batch_idx]:
+                want: list[list[torch.Tensor | None]] = []
+                _oracle_real_step(oracle_a, a_length, scaler, clip=clip, after_prepare=_snapshot(want))
+                form = "backward, then" if batch_idx == 1 else "in the closure of"
+                _assert_grads_close(
+                    prepared[0],
+                    want[0],
+                    cell,
+                    f"batch {batch_idx}: A's gradients after unscale_gradients() ({form} the closing step): the mean "
+                    f"of {a_length} micro-steps, unscaled, clipped to norm {CLIP_VALUE} as configured",
+                )
+                a_length = 0
+        if a_closes[batch_idx] or b_closes[batch_idx]:
+            open_windows = [*(oracle.a.parameters() if a_length else ()), *(oracle.b.parameters() if b_length else ())]
+            _oracle_update(scaler, open_windows)
+        oracle_step_done(cell)
+    want_outcomes = [(None, A), (A, A), (A, A), (S, A), (S, S), (A, S), (A, S), (S, S)]
+    assert outcomes == want_outcomes, f"(A, B) outcomes after each call were {outcomes}, expected {want_outcomes}"
+    assert_params_close(model.a, oracle.a, cell, "A: windows of two, unscale_gradients() then step()")
+    assert_params_close(model.b, oracle.b, cell, "B: a window of three open across A's unscale_gradients(), then one")
+
+
+def _hooked(loss: torch.Tensor, seen: list[torch.Tensor]) -> torch.Tensor:
+    """``loss``, recording the gradient that reaches it in backward: the factor the loss was scaled by."""
+    loss.register_hook(lambda grad: seen.append(grad.detach().float().reshape(())))
+    return loss
+
+
+def _recording(loss: Callable[[], torch.Tensor], seen: list[torch.Tensor]) -> Callable[[], torch.Tensor]:
+    def hooked_loss() -> torch.Tensor:
+        return _hooked(loss(), seen)
+
+    return hooked_loss
+
+
+def _scales(seen: list[torch.Tensor]) -> list[float]:
+    return [float(value.item()) for value in seen]
+
+
+@pytest.mark.requirement("AMP-006", "AMP-003", "AMP-004", "AMP-001", "STEP-004")
+# torch_xla 2.9 compiles GradScaler's scale update once per process with the first scaler's growth_interval and
+# growth_factor baked in: later scalers with other settings grow as the first one did. Growth is checked eagerly.
+@pytest.mark.cells(devices=EAGER_DEVICES, precisions=("16-mixed",))
+@pytest.mark.varies(
+    window=("1 micro-step", "k >= 2 micro-steps", "open while another optimizer steps", "open across a scale change"),
+    make_optimizer_step=("True", "None"),
+    wrappers=("3",),
+    loss_scale=("backed off", "grown", "settings given to the factory"),
+    call_form=("closure, wrapper.backward", "backward, then step()"),
+    optimizer=("SGD momentum",),
+    outcome_read=("after every call of every wrapper",),
+)
+def test_open_window_across_scale_growth_and_back_off(make_context: MakeContext, cell: Cell) -> None:
+    """Growth, B's overflow, growth: A's open window keeps its true mean, C its true gradient after B's overflow.
+
+    A (closure form, accumulating by the schedule of three, closed by True in batch 3) is idle in batch 2: its window
+    of three stays open across the growth after batch 0, the back-off after batch 1 and the growth after batch 2 (in
+    which it took no micro-step). B and C backpropagate, then step, every batch; B's loss is infinite in batch 1.
+    The scale each backward used (the gradient reaching the loss) follows the oracle's ``get_scale()``: one update
+    per iteration after every optimizer that stepped, growing when none overflowed.
+    """
+    context = make_context(accumulate_grad_batches=3, grad_scaler=GROWING)
+    model = context.prepare_module(_Thirds())
+    assert isinstance(model, _Thirds)
+    parts = (model.a, model.b, model.c)
+    opt_a, opt_b, opt_c = (context.wrap(torch.optim.SGD(p.parameters(), lr=GROWTH_LR, momentum=0.9)) for p in parts)
+    oracle = oracle_copy(_Thirds(), cell)
+    assert isinstance(oracle, _Thirds)
+    oracle_a, oracle_b, oracle_c = (
+        torch.optim.SGD(p.parameters(), lr=GROWTH_LR, momentum=0.9) for p in (oracle.a, oracle.b, oracle.c)
+    )
+    scaler = GradScaler(cell_device(cell).type, **GROWING.as_kwargs())
+    batches = make_batches(4)
+    a_plan: dict[int, bool | None] = {0: None, 1: None, 3: True}
+    seen: list[torch.Tensor] = []
+    expected_scales: list[float] = []
+    outcomes, want_outcomes = [], []
+    last: list[StepOutcome | None] = [None, None, None]
+    a_length = 0
+    for batch_idx, batch in enumerate(batches):
+        blow_up, a_idle, a_closes = batch_idx == 1, batch_idx not in a_plan, batch_idx == 3
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+            if not a_idle:
+                loss_a = partial(_loss, context, model.a, batch, cell, factor=GROWTH_LOSS_FACTOR)
+                opt_a.step(_closure(opt_a, _recording(loss_a, seen)), make_optimizer_step=a_plan[batch_idx])
+                outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
+                last[0] = S if a_closes else A
+                want_outcomes.append(tuple(last))
+            opt_b.backward(_hooked(_loss(context, model.b, batch, cell, blow_up, GROWTH_LOSS_FACTOR), seen))
+            opt_c.backward(_hooked(_loss(context, model.c, batch, cell, factor=GROWTH_LOSS_FACTOR), seen))
+            opt_b.step(make_optimizer_step=True)
+            outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
+            last[1] = SKIP if blow_up else S
+            want_outcomes.append(tuple(last))
+            opt_c.step(make_optimizer_step=True)
+            outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
+            last[2] = S
+            want_outcomes.append(tuple(last))
+        expected_scales += [scaler.get_scale()] * (2 if a_idle else 3)
+        if not a_idle:
+            _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=GROWTH_LOSS_FACTOR))
+            a_length += 1
+        _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, blow_up, GROWTH_LOSS_FACTOR))
+        _scaled_backward(scaler, _oracle_loss(oracle.c, batch, cell, factor=GROWTH_LOSS_FACTOR))
+        if a_closes:
+            _oracle_real_step(oracle_a, a_length, scaler)
+            a_length = 0
+        _oracle_real_step(oracle_b, 1, scaler)
+        _oracle_real_step(oracle_c, 1, scaler)
+        _oracle_update(scaler, oracle.a.parameters() if a_length else ())
+        oracle_step_done(cell)
+    assert outcomes == want_outcomes, f"(A, B, C) outcomes after each call were {outcomes}, expected {want_outcomes}"
+    scales = _scales(seen)
+    assert scales == expected_scales, (
+        f"the loss scales of the backward passes (A, B, C per batch; A idle in batch 2) were {scales}, expected "
+        f"the plain GradScaler's {expected_scales} ({GROWING}: one update per iteration, growth after each "
+        "without an overflow)"
+    )
+    assert_params_close(model.a, oracle.a, cell, "A: a window of three open across growth, back-off and growth")
+    assert_params_close(model.b, oracle.b, cell, "B: steps every batch, skipped in batch 1")
+    assert_params_close(model.c, oracle.c, cell, "C: steps every batch after B's overflow in the same iteration")
+
+
+def _state_entries(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    return [dict(optimizer.state[param]) if param in optimizer.state else {} for param in _params_of(optimizer)]
+
+
+def _assert_state_close(actual: list[dict[str, Any]], expected: list[dict[str, Any]], cell: Cell, what: str) -> None:
+    tol = tolerance_for(cell)
+    for i, (got, want) in enumerate(zip(actual, expected, strict=True)):
+        assert sorted(got) == sorted(want), (
+            f"{what}: parameter {i}'s optimizer state has {sorted(got)}, expected {sorted(want)}"
+        )
+        for key, value in want.items():
+            mine = got[key]
+            if key == "step":
+                assert float(mine) == float(value), (
+                    f"{what}: parameter {i}'s step count is {float(mine)}, expected {float(value)}"
+                )
+            elif isinstance(value, torch.Tensor):
+                assert isinstance(mine, torch.Tensor), f"{what}: parameter {i}'s state {key!r} is not a tensor"
+                if not torch.allclose(mine.double().cpu(), value.double().cpu(), rtol=tol.rtol, atol=tol.atol):
+                    raise AssertionError(f"{what}: parameter {i}'s state {key!r} differs from the oracle's")
+
+
+def _assert_skip_left_state(
+    actual: list[dict[str, Any]], before: list[dict[str, Any]], oracle: list[dict[str, Any]], cell: Cell, what: str
+) -> None:
+    """After a skipped step, the state is as before it, or as the plain loop's.
+
+    A fused optimizer's inner step runs and skips inside: it creates its state with step 0, which is no step either.
+    """
+    try:
+        _assert_state_close(actual, before, cell, what)
+    except AssertionError:
+        _assert_state_close(actual, oracle, cell, f"{what} (neither as before the skip nor as the plain loop's)")
+
+
+def _adam(kind: str, params: Iterable[torch.Tensor], cell: Cell) -> torch.optim.Adam:
+    if kind == "fused" and cell.device not in ("cpu", "cuda"):
+        not_applicable("torch's fused Adam runs on cpu and cuda only")
+    return torch.optim.Adam(
+        params, lr=0.05, fused=True if kind == "fused" else None, foreach=True if kind == "foreach" else None
+    )
+
+
+@pytest.mark.requirement("AMP-004", "AMP-002", "CLIP-002", "STEP-004")
+@pytest.mark.cells(devices=EAGER_DEVICES, precisions=("16-mixed",))
+@pytest.mark.varies(
+    window=("1 micro-step", "k >= 2 micro-steps"),
+    make_optimizer_step=("None",),
+    optimizer=("Adam foreach", "Adam fused"),
+    call_form=("backward, then step()",),
+    clipping=("unscale_gradients() by hand",),
+    loss_scale=("initial", "backed off"),
+)
+@pytest.mark.parametrize("window", [1, 3])
+@pytest.mark.parametrize("kind", ["fused", "foreach"])
+def test_skip_with_fused_and_foreach_adam(make_context: MakeContext, cell: Cell, kind: str, window: int) -> None:
+    """An overflow in the window's first micro-step skips it (fused Adam skips inside its step); the next one steps.
+
+    Backward, then step; ``unscale_gradients()`` on each window's last micro-step (the real window's gradients are
+    the oracle's unscaled mean). The skipped window leaves parameters and Adam's state as a plain loop's, and does
+    not count: after the next window, Adam's step count and moments are the plain fused or foreach Adam's.
+    """
+    context = make_context(accumulate_grad_batches=window)
+    base = make_model()
+    oracle_model = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper = context.wrap(_adam(kind, model.parameters(), cell))
+    oracle_optimizer = _adam(kind, oracle_model.parameters(), cell)
+    batches = make_batches(2 * window)
+    windows = [list(range(window)), list(range(window, 2 * window))]
+    prepared: list[list[torch.Tensor | None]] = []
+    states: list[list[dict[str, Any]]] = []
+
+    def after_prepare(params: list[torch.Tensor]) -> None:
+        prepared.append(_grads(params))
+
+    scaler = oracle_scaler(cell)
+    for indices in windows:
+        _oracle_windows(
+            cell,
+            oracle_model,
+            oracle_optimizer,
+            batches,
+            [indices],
+            scaler,
+            factor=LOSS_FACTOR,
+            after_prepare=after_prepare,
+            blow_up=frozenset({0}),
+        )
+        states.append(
+            [
+                {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+                for s in _state_entries(oracle_optimizer)
+            ]
+        )
+    params = list(model.parameters())
+    before = [param.detach().clone() for param in params]
+    outcomes = []
+    for batch_idx, batch in enumerate(batches):
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+            wrapper.backward(_loss(context, model, batch, cell, blow_up=batch_idx == 0))
+            if (batch_idx + 1) % window == 0:
+                wrapper.unscale_gradients()
+                if batch_idx == len(batches) - 1:
+                    _assert_grads_close(
+                        _grads(params), prepared[1], cell, f"unscale_gradients() on {windows[1]} ({kind} Adam)"
+                    )
+            wrapper.step()
+            outcomes.append(wrapper.last_outcome)
+        if batch_idx == window - 1:
+            for i, (param, old) in enumerate(zip(params, before, strict=True)):
+                assert torch.equal(param.detach(), old), (
+                    f"the skipped window {windows[0]} changed parameter {i} ({kind} Adam)"
+                )
+            _assert_skip_left_state(
+                _state_entries(wrapper.optimizer),
+                [{} for _ in params],
+                states[0],
+                cell,
+                f"{kind} Adam after the window {windows[0]} skipped for an infinite loss",
+            )
+    want = [*[A] * (window - 1), SKIP, *[A] * (window - 1), S]
+    assert outcomes == want, f"{kind} Adam: outcomes were {outcomes}, expected {want} (an overflow in micro-step 0)"
+    assert_params_close(model, oracle_model, cell, f"{kind} Adam: a skipped window, then a real one")
+    _assert_state_close(
+        _state_entries(wrapper.optimizer), states[1], cell, f"{kind} Adam's state after the skipped and the real window"
+    )
+
+
+@pytest.mark.requirement("SCHED-002", "AMP-004")
+@pytest.mark.features("lr_schedulers")
+@pytest.mark.cells(devices=EAGER_DEVICES, precisions=("16-mixed",))
+@pytest.mark.varies(
+    optimizer=("Adam fused",),
+    window=("1 micro-step",),
+    make_optimizer_step=("None",),
+    call_form=("closure, wrapper.backward",),
+    loss_scale=("initial",),
+)
+@pytest.mark.parametrize("built_on", ["wrapper", "inner"])
+def test_skipped_fused_step_does_not_make_a_scheduler_warn(
+    make_context: MakeContext, cell: Cell, built_on: str
+) -> None:
+    """A fused Adam's skipped first step (it skips inside its inner step), then ``scheduler.step()``: no warning."""
+    context = make_context()
+    base = make_model()
+    oracle_model = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper = context.wrap(_adam("fused", model.parameters(), cell))
+    oracle_optimizer = _adam("fused", oracle_model.parameters(), cell)
+    batch = make_batches(1)[0]
+    _oracle_windows(
+        cell,
+        oracle_model,
+        oracle_optimizer,
+        [batch],
+        [[0]],
+        oracle_scaler(cell),
+        factor=LOSS_FACTOR,
+        blow_up=frozenset({0}),
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        target = cast(torch.optim.Optimizer, wrapper) if built_on == "wrapper" else wrapper.optimizer
+        scheduler = torch.optim.lr_scheduler.StepLR(target, step_size=1, gamma=0.5)
+        with context.batch(0):
+            wrapper.step(lambda: wrapper.backward(_loss(context, model, batch, cell, True)))
+        scheduler.step()
+    assert wrapper.last_outcome is SKIP, f"infinite gradients gave {wrapper.last_outcome} with fused Adam"
+    assert all(torch.equal(p.detach(), q) for p, q in zip(model.parameters(), before, strict=True)), (
+        "a skipped fused Adam step changed the parameters"
+    )
+    _assert_skip_left_state(
+        _state_entries(wrapper.optimizer),
+        [{} for _ in before],
+        _state_entries(oracle_optimizer),
+        cell,
+        "fused Adam after a step skipped for an infinite loss",
+    )
+
+
+@pytest.mark.requirement("PREC-003", "ACC-001", "STEP-004")
+@pytest.mark.cells(precisions=("bf16-mixed",))
+@pytest.mark.varies(
+    window=("k >= 2 micro-steps",),
+    make_optimizer_step=("None",),
+    call_form=("closure, wrapper.backward",),
+    optimizer=("SGD momentum",),
+)
+def test_bf16_mixed_windows_are_unscaled_and_never_skip(make_context: MakeContext, cell: Cell) -> None:
+    """bf16-mixed windows of three: losses unscaled (1 reaches them), the oracle's mean, an infinite window steps."""
+    context = make_context(accumulate_grad_batches=3)
+    base = make_model()
+    oracle_model = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9))
+    batches = make_batches(6)
+    oracle_optimizer = torch.optim.SGD(oracle_model.parameters(), lr=0.5, momentum=0.9)
+    _oracle_windows(cell, oracle_model, oracle_optimizer, batches, [[0, 1, 2]], None, factor=CLIPPED_LOSS_FACTOR)
+    seen: list[torch.Tensor] = []
+    outcomes = []
+    before: list[torch.Tensor] = []
+    for batch_idx, batch in enumerate(batches):
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+            loss = partial(_loss, context, model, batch, cell, batch_idx == 3, CLIPPED_LOSS_FACTOR)
+            wrapper.step(_closure(wrapper, _recording(loss, seen)))
+            outcomes.append(wrapper.last_outcome)
+        if batch_idx == 2:
+            assert_params_close(model, oracle_model, cell, "bf16-mixed: a window of three (mean, no loss scaling)")
+            before = [p.detach().clone() for p in model.parameters()]
+    assert outcomes == [A, A, S, A, A, S], f"bf16-mixed has no scaler and never skips; outcomes were {outcomes}"
+    scales = _scales(seen)
+    assert scales == [1.0] * len(batches), f"bf16-mixed scaled its losses by {scales}; it has no loss scaler"
+    assert any(not torch.equal(p.detach(), q) for p, q in zip(model.parameters(), before, strict=True)), (
+        "bf16-mixed left the parameters unchanged after a window with an infinite loss: a skipped step"
+    )

@@ -1,62 +1,297 @@
-"""Checks of DDP cells (world size 2): one gradient all-reduce per window, the same parameters on every rank."""
+"""Checks of DDP cells (world size 2): one gradient all-reduce per window, the same parameters on every rank.
+
+Each check runs one epoch of seven batches with ``accumulate_grad_batches=3`` on every rank (the scenario
+``train_epoch_on_shards``), then compares, after every batch and for every prepared module: the ranks with each
+other (bit for bit), and rank 0 with a plain PyTorch loop on the global batch (every rank's shard), stepping at
+the windows worked out by hand below. Each module's all-reduces are recorded by its own communication hook: one
+round (one call per bucket) in the micro-step that closes each window of its optimizer, none elsewhere.
+"""
 
 from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
 
-from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, assert_params_close, make_model
-from lightning_optimizer.conformance.oracles import WindowOracle, expected_outcomes, oracle_copy
+from lightning_optimizer.conformance.harness import (
+    REORDERED_TOLERANCES,
+    assert_params_close,
+    cell_device,
+    cell_dtype,
+    mse,
+    oracle_autocast,
+    oracle_scaler,
+)
+from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.conformance.ranks import RankPool
-from lightning_optimizer.conformance.scenarios import ACCUMULATE, BATCHES, rank_batches
+from lightning_optimizer.conformance.scenarios import (
+    EPOCH,
+    LOSS_FACTOR,
+    build_model,
+    build_optimizer,
+    global_batches,
+)
 from lightning_optimizer.spec import Cell, StepOutcome
 
 A, S = StepOutcome.ACCUMULATED, StepOutcome.STEPPED
-WINDOWS = [list(range(start, start + ACCUMULATE)) for start in range(0, BATCHES, ACCUMULATE)]
 
 
-def _check_ranks(results: list[dict[str, object]], cell: Cell, form: str) -> None:
-    first, *others = results
-    for rank, result in enumerate(others, start=1):
-        for i, (a, b) in enumerate(zip(first["params"], result["params"], strict=True)):  # type: ignore[call-overload]
-            assert torch.equal(a, b), f"{form}: parameter {i} differs between rank 0 and rank {rank}"
-    for rank, result in enumerate(results):
-        assert result["all_reduces"] == len(WINDOWS), (
-            f"{form}: rank {rank} ran {result['all_reduces']} gradient all-reduces for {len(WINDOWS)} windows of "
-            f"{ACCUMULATE} micro-steps; micro-steps that do not close a window must run under no_sync()"
-        )
-    global_batches = [
-        (torch.cat([shard[0] for shard in shards]), torch.cat([shard[1] for shard in shards]))
-        for shards in zip(*(rank_batches(rank) for rank in range(cell.world_size)), strict=True)
-    ]
-    base = make_model()
-    reference_model = oracle_copy(base, cell)
-    oracle = WindowOracle(reference_model, torch.optim.SGD(reference_model.parameters(), lr=0.1, momentum=0.9), cell)
-    oracle.train_windows(global_batches, WINDOWS)
-    expected = expected_outcomes([A, A, S] * len(WINDOWS), oracle.stepped)
-    assert first["outcomes"] == expected, f"{form}: outcomes {first['outcomes']}, expected {expected}"
-    got = oracle_copy(base, cell)
-    with torch.no_grad():
-        for param, value in zip(got.parameters(), first["params"], strict=True):  # type: ignore[call-overload]
-            param.copy_(value)
-    assert_params_close(
-        got,
-        reference_model,
+@dataclass(frozen=True)
+class _Plan:
+    """One prepared module's part of the epoch: its ``make_optimizer_step`` per batch and its windows."""
+
+    module: str
+    make_optimizer_step: tuple[bool | None, ...]
+    windows: tuple[tuple[int, ...], ...]
+    """Worked out by hand from the rule (accumulate_grad_batches=3, the last batch flushes)."""
+
+    @property
+    def closing(self) -> dict[int, int]:
+        """The batch that closes each window, and the window's length."""
+        return {window[-1]: len(window) for window in self.windows}
+
+
+SCHEDULE_CUT_SHORT_KEPT_OPEN = _Plan(
+    "a",
+    (None, None, None, None, True, False, None),
+    # {0, 1, 2}: the schedule closes it at batch 2; {3, 4}: True cuts it short; False at batch 5 keeps it open
+    # where the schedule would close it, and the last batch (is_last) flushes the partial {5, 6}.
+    ((0, 1, 2), (3, 4), (5, 6)),
+)
+EVERY_SECOND_BATCH = _Plan(
+    "b",
+    (False, True, False, True, False, True, None),
+    # True/False every second batch ({0, 1}, {2, 3}, {4, 5}: False at batch 2 keeps the window open where the
+    # schedule would close); the last batch, left to the schedule, flushes a window of one micro-step {6}.
+    ((0, 1), (2, 3), (4, 5), (6,)),
+)
+assert all(len(plan.make_optimizer_step) == EPOCH for plan in (SCHEDULE_CUT_SHORT_KEPT_OPEN, EVERY_SECOND_BATCH))
+
+FORMS = {"closure": "closure form", "toggle": "toggle_model block, then step()"}
+SYNC_RULES = {
+    "closure": "micro-steps that do not close a window must run their closure under no_sync(), and each that closes "
+    "one must sync [DDP-001]",
+    "toggle": "toggle_model(sync_grad=False) must suppress the sync of every DDP module of the context, and "
+    "sync_grad=True must let it sync [TOGGLE-003]",
+}
+
+
+def _plain_backward(plans: Sequence[_Plan], cell: Cell) -> list[bool]:
+    """The second module's closure calls ``loss.backward()`` itself, outside 16-mixed (where the wrapper scales)."""
+    return [j > 0 and cell.precision != "16-mixed" for j in range(len(plans))]
+
+
+def _run(ranks: RankPool, cell: Cell, form: str, plans: Sequence[_Plan]) -> list[dict[str, Any]]:
+    return ranks.run(
+        "train_epoch_on_shards",
         cell,
-        f"{form}: DDP vs one process on the global batch",
-        REORDERED_TOLERANCES[cell.precision],
+        form=form,
+        modules=[plan.module for plan in plans],
+        make_optimizer_step=[list(plan.make_optimizer_step) for plan in plans],
+        sync_at=[sorted(plan.closing) for plan in plans],
+        plain_backward=_plain_backward(plans, cell),
     )
 
 
-@pytest.mark.requirement("DDP-001", "DDP-002")
+def _oracle(cell: Cell, plans: Sequence[_Plan]) -> list[list[torch.nn.Module]]:
+    """Plain PyTorch on the global batch: each module a bare SGD, stepped on its windows' mean; copies per batch.
+
+    Under 16-mixed one plain ``GradScaler`` scales every loss, each optimizer is unscaled and stepped at the end
+    of its window, and the scaler is updated once per batch in which an optimizer stepped.
+    """
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    models = [oracle_copy(build_model(plan.module), cell) for plan in plans]
+    optimizers = [build_optimizer(plan.module, model.parameters()) for plan, model in zip(plans, models, strict=True)]
+    scaler = oracle_scaler(cell)
+    after: list[list[torch.nn.Module]] = []
+    for batch_idx, batch in enumerate(global_batches(cell.world_size)):
+        stepped = False
+        for plan, model, optimizer in zip(plans, models, optimizers, strict=True):
+            with oracle_autocast(cell):
+                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
+            (loss if scaler is None else scaler.scale(loss)).backward()
+            length = plan.closing.get(batch_idx)
+            if length is None:
+                continue
+            with torch.no_grad():
+                for param in model.parameters():
+                    assert param.grad is not None
+                    param.grad /= length
+            if scaler is None:
+                optimizer.step()
+            else:
+                scaler.unscale_(optimizer)
+                finite = all(
+                    param.grad is None or bool(torch.isfinite(param.grad).all()) for param in model.parameters()
+                )
+                assert finite, f"the check's own oracle overflowed at batch {batch_idx}: its losses are too large"
+                scaler.step(optimizer)
+                stepped = True
+            optimizer.zero_grad(set_to_none=True)
+        if scaler is not None and stepped:
+            scaler.update()
+        after.append([copy.deepcopy(model) for model in models])
+    return after
+
+
+def _expected_outcomes(plans: Sequence[_Plan], batch_idx: int, called: int) -> list[StepOutcome | None]:
+    """Every wrapper's ``last_outcome`` after module ``called``'s call in batch ``batch_idx``."""
+    expected: list[StepOutcome | None] = []
+    for j, plan in enumerate(plans):
+        last = batch_idx if j <= called else batch_idx - 1
+        expected.append(None if last < 0 else S if last in plan.closing else A)
+    return expected
+
+
+def _check_reduces(calls: Sequence[Sequence[Any]], plan: _Plan, what: str, rule: str) -> None:
+    """One all-reduce round (one call per bucket, the last flagged last) at each window's last batch, none else."""
+    by_batch: dict[int, list[tuple[int, bool]]] = {}
+    for batch_idx, index, is_last in calls:
+        by_batch.setdefault(batch_idx, []).append((index, bool(is_last)))
+    expected = sorted(plan.closing)
+    windows = ", ".join("{" + ", ".join(map(str, window)) + "}" for window in plan.windows)
+    assert sorted(by_batch) == expected, (
+        f"{what}: gradient all-reduces in batches {sorted(by_batch)}, expected one round in each batch that "
+        f"closes a window of its optimizer, {expected} (windows {windows}); {rule}"
+    )
+    for batch_idx, round_calls in by_batch.items():
+        indices = [index for index, _ in round_calls]
+        buckets = len(indices)
+        one_round = sorted(indices) == list(range(buckets)) and all(
+            is_last == (index == buckets - 1) for index, is_last in round_calls
+        )
+        assert one_round, (
+            f"{what}: batch {batch_idx} ran the hook on buckets {indices} (last-bucket flags "
+            f"{[flag for _, flag in round_calls]}), expected one all-reduce round: each bucket once, the last "
+            "flagged last"
+        )
+
+
+def _load(cell: Cell, module: str, values: list[torch.Tensor]) -> torch.nn.Module:
+    model = oracle_copy(build_model(module), cell)
+    with torch.no_grad():
+        for param, value in zip(model.parameters(), values, strict=True):
+            param.copy_(value)
+    return model
+
+
+def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[_Plan]) -> None:
+    results = _run(ranks, cell, form, plans)
+    label = FORMS[form]
+    modules = [f"module {plan.module!r}" for plan in plans]
+    for rank, result in enumerate(results):
+        for j, (plan, name) in enumerate(zip(plans, modules, strict=True)):
+            _check_reduces(result["reduces"][j], plan, f"{label}, {name}, rank {rank}", SYNC_RULES[form])
+    first, *others = results
+    for batch_idx in range(EPOCH):
+        for j, name in enumerate(modules):
+            for rank, result in enumerate(others, start=1):
+                pairs = zip(first["params"][batch_idx][j], result["params"][batch_idx][j], strict=True)
+                for i, (a, b) in enumerate(pairs):
+                    assert torch.equal(a, b), (
+                        f"{label}, {name}: parameter {i} differs between rank 0 and rank {rank} after batch "
+                        f"{batch_idx}; after every real step the ranks must hold identical parameters [DDP-002]"
+                    )
+    for batch_idx in range(EPOCH):
+        for j in range(len(plans)):
+            expected = _expected_outcomes(plans, batch_idx, j)
+            got = first["outcomes"][batch_idx][j]
+            assert got == expected, (
+                f"{label}: after {modules[j]}'s step() in batch {batch_idx}, the wrappers' last_outcome are "
+                f"{got}, expected {expected} (windows: "
+                + "; ".join(f"{name} {list(plan.windows)}" for name, plan in zip(modules, plans, strict=True))
+                + ")"
+            )
+    oracle = _oracle(cell, plans)
+    for batch_idx in range(EPOCH):
+        for j, (plan, name) in enumerate(zip(plans, modules, strict=True)):
+            assert_params_close(
+                _load(cell, plan.module, first["params"][batch_idx][j]),
+                oracle[batch_idx][j],
+                cell,
+                f"{label}, {name}, after batch {batch_idx} (windows {list(plan.windows)}): DDP vs one process on "
+                "the global batch [DDP-002]",
+                REORDERED_TOLERANCES[cell.precision],
+            )
+
+
+ONE_MODULE = (SCHEDULE_CUT_SHORT_KEPT_OPEN,)
+TWO_MODULES = (SCHEDULE_CUT_SHORT_KEPT_OPEN, EVERY_SECOND_BATCH)
+WINDOWS = ("k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch")
+TWO_MODULE_WINDOWS = (*WINDOWS, "1 micro-step", "open while another optimizer steps")
+
+
+@pytest.mark.requirement("DDP-001", "DDP-002", "STEP-004")
 @pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,))
+@pytest.mark.varies(
+    window=WINDOWS,
+    make_optimizer_step=("True", "False", "None"),
+    call_form=("closure, wrapper.backward",),
+    modules=("1 prepared module",),
+    wrappers=("1",),
+    outcome_read=("after its own call",),
+    reduction=("result", "count per window"),
+    position=("inside batch()",),
+    optimizer=("SGD momentum",),
+)
 def test_closure_form_syncs_once_per_window(ranks: RankPool, cell: Cell) -> None:
-    """Closure form: the wrapper runs non-closing micro-steps under ``no_sync``; ranks agree with the oracle."""
-    _check_ranks(ranks.run("train_windows_on_shards", cell, form="closure"), cell, "closure form")
+    """Closure form: non-closing micro-steps (False included) under ``no_sync``; cut-short and flushed windows sync."""
+    _check_epoch(ranks, cell, "closure", ONE_MODULE)
 
 
-@pytest.mark.requirement("TOGGLE-003", "DDP-002")
+@pytest.mark.requirement("TOGGLE-003", "DDP-002", "STEP-004")
 @pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,))
+@pytest.mark.varies(
+    window=WINDOWS,
+    make_optimizer_step=("True", "False", "None"),
+    call_form=("toggle_model block, then step()",),
+    modules=("1 prepared module",),
+    wrappers=("1",),
+    outcome_read=("after its own call",),
+    reduction=("result", "count per window"),
+    position=("inside batch()",),
+    optimizer=("SGD momentum",),
+)
 def test_backward_then_step_syncs_through_toggle_model(ranks: RankPool, cell: Cell) -> None:
-    """Backward-then-step form with ``toggle_model(sync_grad=...)``: one all-reduce per window as well."""
-    _check_ranks(ranks.run("train_windows_on_shards", cell, form="backward-then-step"), cell, "backward-then-step")
+    """Backward-then-step form with ``toggle_model(sync_grad=...)``: one all-reduce per window, of every shape."""
+    _check_epoch(ranks, cell, "toggle", ONE_MODULE)
+
+
+@pytest.mark.requirement("DDP-001", "DDP-002", "STEP-004")
+@pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,))
+@pytest.mark.varies(
+    window=TWO_MODULE_WINDOWS,
+    make_optimizer_step=("True", "False", "None"),
+    call_form=("closure, wrapper.backward", "closure, loss.backward"),
+    modules=("2 prepared modules",),
+    wrappers=("2",),
+    outcome_read=("after its own call", "after every call of every wrapper"),
+    reduction=("result", "count per window"),
+    position=("inside batch()",),
+    optimizer=("SGD", "SGD momentum"),
+)
+def test_closure_form_syncs_each_module_once_per_window(ranks: RankPool, cell: Cell) -> None:
+    """Two prepared modules with their own cadences: each all-reduces once per window of its own optimizer."""
+    _check_epoch(ranks, cell, "closure", TWO_MODULES)
+
+
+@pytest.mark.requirement("TOGGLE-003", "DDP-002", "STEP-004")
+@pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,))
+@pytest.mark.varies(
+    window=TWO_MODULE_WINDOWS,
+    make_optimizer_step=("True", "False", "None"),
+    call_form=("toggle_model block, then step()",),
+    modules=("2 prepared modules",),
+    wrappers=("2",),
+    outcome_read=("after its own call", "after every call of every wrapper"),
+    reduction=("result", "count per window"),
+    position=("inside batch()",),
+    optimizer=("SGD", "SGD momentum"),
+)
+def test_toggle_model_suppresses_sync_of_every_module(ranks: RankPool, cell: Cell) -> None:
+    """Two prepared modules: ``toggle_model(sync_grad=False)`` keeps every DDP module of the context from syncing."""
+    _check_epoch(ranks, cell, "toggle", TWO_MODULES)

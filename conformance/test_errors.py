@@ -5,12 +5,25 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 import torch
 
-from lightning_optimizer.conformance.harness import make_batches, make_model, run_steps
+from lightning_optimizer.conformance.harness import (
+    assert_params_close,
+    cell_device,
+    cell_dtype,
+    make_batches,
+    make_model,
+    mse,
+    oracle_autocast,
+    oracle_scaler,
+    oracle_step_done,
+    run_steps,
+)
+from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.spec import Cell, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -37,6 +50,7 @@ def _assert_unchanged(model: torch.nn.Module, wrapper: Any, grads: list[torch.Te
 
 @pytest.mark.requirement("ERR-001")
 @pytest.mark.parametrize("closure", [3, "loss", [lambda: None]], ids=["int", "str", "list"])
+@pytest.mark.varies(faults=("invalid argument",), window=("k >= 2 micro-steps",))
 def test_non_callable_closure(make_context: MakeContext, cell: Cell, closure: object) -> None:
     """A closure that is not callable raises ``TypeError`` and changes nothing."""
     model, wrapper, grads = _open_window(make_context, cell)
@@ -47,6 +61,7 @@ def test_non_callable_closure(make_context: MakeContext, cell: Cell, closure: ob
 
 @pytest.mark.requirement("ERR-002")
 @pytest.mark.parametrize("value", [1, 0, "yes", 1.0, torch.tensor(True)], ids=["1", "0", "yes", "1.0", "tensor"])
+@pytest.mark.varies(faults=("invalid argument",), window=("k >= 2 micro-steps",))
 def test_non_bool_make_optimizer_step(make_context: MakeContext, cell: Cell, value: object) -> None:
     """A ``make_optimizer_step`` that is not a ``bool`` or ``None`` raises ``TypeError`` and changes nothing."""
     model, wrapper, grads = _open_window(make_context, cell)
@@ -59,6 +74,7 @@ def test_non_bool_make_optimizer_step(make_context: MakeContext, cell: Cell, val
 
 @pytest.mark.requirement("CTX-001")
 @pytest.mark.parametrize("value", [0, -1, 2.0, True, "2"], ids=["0", "-1", "2.0", "True", "str"])
+@pytest.mark.varies(faults=("invalid argument",))
 def test_invalid_accumulate_grad_batches(make_context: MakeContext, cell: Cell, value: object) -> None:
     """``accumulate_grad_batches`` that is not a positive ``int`` is refused at construction."""
     with pytest.raises((TypeError, ValueError), match="accumulate_grad_batches"):
@@ -67,6 +83,7 @@ def test_invalid_accumulate_grad_batches(make_context: MakeContext, cell: Cell, 
 
 @pytest.mark.requirement("ERR-003")
 @pytest.mark.parametrize(("field", "value"), [("precision", "fp17"), ("device", "tpu")])
+@pytest.mark.varies(faults=("invalid argument",))
 def test_unknown_precision_or_device(
     implementation: ImplementationInfo[Any], cell: Cell, field: str, value: str
 ) -> None:
@@ -80,6 +97,7 @@ def test_unknown_precision_or_device(
 
 
 @pytest.mark.requirement("ERR-004")
+@pytest.mark.varies(faults=("invalid argument",), wrappers=("1",))
 def test_wrapping_a_wrapper(make_context: MakeContext, cell: Cell) -> None:
     """Wrapping a wrapper raises ``TypeError``."""
     context = make_context()
@@ -92,6 +110,7 @@ def test_wrapping_a_wrapper(make_context: MakeContext, cell: Cell) -> None:
 
 
 @pytest.mark.requirement("ERR-005")
+@pytest.mark.varies(faults=("refused load",), optimizer=("Adam",))
 def test_state_dict_of_another_layout(make_context: MakeContext, cell: Cell) -> None:
     """A state dict for another parameter layout raises ``ValueError``; the inner state is unchanged."""
     context = make_context()
@@ -107,3 +126,203 @@ def test_state_dict_of_another_layout(make_context: MakeContext, cell: Cell) -> 
     for index, entry in before["state"].items():
         for key, value in entry.items():
             assert torch.equal(after["state"][index][key], value), f"state[{index}][{key!r}] changed by a refused load"
+
+
+class _Halves(torch.nn.Module):
+    """Two independent halves, one optimizer each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = make_model(seed=41)
+        self.b = make_model(seed=42)
+
+
+def _snapshot(model: torch.nn.Module) -> dict[str, Any]:
+    """Parameters, gradients (all present) and flags of ``model``, on the CPU (one transfer on XLA)."""
+    params = list(model.parameters())
+    grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+    flat = torch.cat([t.detach().flatten() for t in (*params, *grads)]).cpu()
+    return {
+        "the parameters and the windows' gradients": flat,
+        "which parameters have a gradient": [p.grad is not None for p in params],
+        "the requires_grad flags": [p.requires_grad for p in params],
+    }
+
+
+def _same_tensors(got: Any, want: Any) -> bool:
+    return torch.equal(got, want) if isinstance(want, torch.Tensor) else bool(got == want)
+
+
+LOSS_FACTOR = 1e-3
+"""Keeps 16-mixed's scaled float16 gradients finite at the default initial scale: every real step is taken."""
+
+
+@pytest.mark.requirement("ERR-001", "ERR-002", "STEP-004")
+# The checks and windows work alike on every device; on XLA the two halves' steps would only add compile time.
+@pytest.mark.cells(devices=("cpu", "cuda"))
+@pytest.mark.varies(
+    wrappers=("2",),
+    window=("k >= 2 micro-steps", "open while another optimizer steps"),
+    faults=("invalid argument",),
+    outcome_read=("after every call of every wrapper",),
+)
+def test_bad_arguments_leave_both_windows(make_context: MakeContext, cell: Cell) -> None:
+    """With two windows open, a refused ``step`` of either changes nothing of either window; both close on time."""
+    context = make_context(accumulate_grad_batches=2)
+    base = _Halves()
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    assert isinstance(model, _Halves) and isinstance(oracle, _Halves)
+    halves = {"a": model.a, "b": model.b}
+    wrappers = {name: context.wrap(torch.optim.SGD(half.parameters(), lr=0.1)) for name, half in halves.items()}
+    batches = make_batches(2, seed=3)
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    calls: list[str] = []
+
+    def closure_for(name: str, batch_idx: int) -> Callable[[], None]:
+        def closure() -> None:
+            calls.append(name)
+            with context.autocast():
+                loss = mse(halves[name], batches[batch_idx], device, dtype) * LOSS_FACTOR
+            wrappers[name].backward(loss)
+
+        return closure
+
+    with context.batch(0):
+        for name in halves:
+            wrappers[name].step(closure_for(name, 0))
+    before = _snapshot(model)
+    with context.batch(1):
+        for name, other in (("a", "b"), ("b", "a")):
+            bad: list[tuple[str, dict[str, Any]]] = [
+                ("closure=3", {"closure": 3}),
+                ("make_optimizer_step='yes'", {"closure": closure_for(name, 1), "make_optimizer_step": "yes"}),
+                ("make_optimizer_step=1", {"closure": closure_for(name, 1), "make_optimizer_step": 1}),
+            ]
+            for what, arguments in bad:
+                calls.clear()
+                with pytest.raises(TypeError):
+                    wrappers[name].step(**arguments)
+                assert calls == [], f"wrapper {name}'s step({what}): a closure ran"
+                assert wrappers[other].last_outcome is StepOutcome.ACCUMULATED, (
+                    f"wrapper {name}'s step({what}) changed wrapper {other}'s last_outcome to "
+                    f"{wrappers[other].last_outcome}"
+                )
+            after = _snapshot(model)
+            for part in before:
+                assert _same_tensors(after[part], before[part]), (
+                    f"wrapper {name}'s refused calls ({', '.join(what for what, _ in bad)}), with both windows "
+                    f"open, changed {part}"
+                )
+        for name in halves:
+            wrappers[name].step(closure_for(name, 1))
+            assert wrappers[name].last_outcome is StepOutcome.STEPPED, (
+                f"after refused calls, wrapper {name}'s window did not close on time: {wrappers[name].last_outcome}"
+            )
+
+    # The oracle by hand: each half one SGD step on the mean of its two micro-batches, one scaler for both.
+    scaler = oracle_scaler(cell)
+    for half in (oracle.a, oracle.b):
+        optimizer = torch.optim.SGD(half.parameters(), lr=0.1)
+        for batch in batches:
+            with oracle_autocast(cell):
+                loss = mse(half, batch, device, dtype) * LOSS_FACTOR
+            (loss if scaler is None else scaler.scale(loss)).backward()
+        with torch.no_grad():
+            for param in half.parameters():
+                assert param.grad is not None
+                param.grad /= 2
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+    if scaler is not None:
+        scaler.update()
+    oracle_step_done(cell)
+    assert_params_close(model, oracle, cell, "two windows that closed after refused calls")
+
+
+def _expect_value_error(what: str, call: Callable[[], object]) -> None:
+    try:
+        call()
+    except ValueError:
+        return
+    raise AssertionError(f"{what} was accepted; expected a ValueError")
+
+
+def _other_device(cell: Cell) -> torch.device | None:
+    """A device other than the cell's that this machine has, if any."""
+    if cell.device != "cpu":
+        return torch.device("cpu")
+    return torch.device("cuda") if torch.cuda.is_available() else None
+
+
+def _wrong_parameters(cell: Cell) -> list[tuple[str, torch.nn.Parameter]]:
+    """Floating-point parameters that a context of ``cell`` must refuse: other dtypes, another device."""
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    wrong = [
+        (f"a {other} parameter on {device}", torch.nn.Parameter(torch.ones(3, device=device, dtype=other)))
+        for other in (torch.float64, torch.float32, torch.bfloat16)
+        if other != dtype
+    ]
+    other_device = _other_device(cell)
+    if other_device is not None:
+        parameter = torch.nn.Parameter(torch.ones(3, device=other_device, dtype=dtype))
+        wrong.append((f"a {dtype} parameter on {other_device}", parameter))
+    return wrong
+
+
+@pytest.mark.requirement("ERR-007", "PROXY-003")
+@pytest.mark.varies(
+    param_groups=("1", "2 with other hyper-parameters", "added after wrap"), faults=("invalid argument",)
+)
+def test_parameters_off_the_context_device_or_dtype(make_context: MakeContext, cell: Cell) -> None:
+    """``wrap`` and ``add_param_group`` refuse a parameter off the device or dtype, before anything changes."""
+    context = make_context()
+    model = context.prepare_module(make_model())
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    wrong = _wrong_parameters(cell)
+    for what, parameter in wrong:
+        groups: list[tuple[str, list[dict[str, Any]]]] = [
+            ("alone", [{"params": [parameter]}]),
+            ("in a second group", [{"params": list(model.parameters())}, {"params": [parameter], "lr": 0.01}]),
+        ]
+        for where, param_groups in groups:
+            optimizer = torch.optim.SGD(param_groups, lr=0.1)
+            _expect_value_error(f"wrap of an optimizer holding {what} {where}", partial(context.wrap, optimizer))
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+    inner = wrapper.optimizer
+    groups_before = list(inner.param_groups)
+    params_before = [list(group["params"]) for group in groups_before]
+    fine = torch.nn.Parameter(torch.ones(3, device=device, dtype=dtype))
+    for what, parameter in wrong:
+        refused: list[tuple[str, dict[str, Any]]] = [
+            ("alone", {"params": [parameter]}),
+            ("after a fitting one", {"params": [fine, parameter], "lr": 0.01}),
+            ("as a bare tensor", {"params": parameter}),
+        ]
+        for where, group in refused:
+            shown = f"add_param_group of {what} {where}"
+            _expect_value_error(shown, partial(wrapper.add_param_group, group))
+            assert len(inner.param_groups) == len(groups_before) and all(
+                got is want and list(got["params"]) == params
+                for got, want, params in zip(inner.param_groups, groups_before, params_before, strict=True)
+            ), f"{shown} was refused, but the inner optimizer's param_groups changed"
+    wrapper.add_param_group({"params": (p for p in [fine]), "lr": 0.5})  # a one-shot iterable, as torch allows
+    assert len(inner.param_groups) == 2, f"a valid add_param_group left {len(inner.param_groups)} groups, not 2"
+    added = inner.param_groups[1]["params"]
+    assert len(added) == 1 and added[0] is fine, f"the added group holds {len(added)} parameters, not the one given"
+    batch = make_batches(1)[0]
+
+    def closure() -> None:
+        with context.autocast():
+            # (a gradient of fine.sum() would be an expanded tensor, which torch_xla 2.9 mis-scales in place)
+            loss = mse(model, batch, device, dtype) * LOSS_FACTOR + (fine * fine).sum() / 2
+        wrapper.backward(loss)
+
+    wrapper.step(closure, make_optimizer_step=True)
+    assert wrapper.last_outcome is StepOutcome.STEPPED, f"the step with the added group: {wrapper.last_outcome}"
+    want = torch.full((3,), 0.5, dtype=dtype)  # 1 - lr 0.5 x gradient 1 (a power-of-two scale unscales exactly)
+    assert torch.equal(fine.detach().cpu(), want), f"the added group's parameter is {fine.tolist()}, not 0.5s"
+    assert fine.grad is None, "the added group's gradient survived the real step"

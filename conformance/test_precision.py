@@ -15,6 +15,7 @@ MakeContext = Callable[..., TrainingContext]
 
 @pytest.mark.requirement("PREC-001")
 @pytest.mark.cells(precisions=("64-true", "32-true"))
+@pytest.mark.varies(modules=("1 prepared module",))
 def test_true_precision_has_no_autocast(make_context: MakeContext, cell: Cell) -> None:
     """64-true and 32-true keep float64 and float32 parameters and compute the forward pass in that dtype."""
     context = make_context()

@@ -1,47 +1,67 @@
 """Property checks: generated training schedules against the plain-PyTorch schedule oracle.
 
 Hypothesis generates whole loops (:class:`~lightning_optimizer.conformance.schedule_oracle.Schedule`): one to
-three optimizers, ``make_optimizer_step`` ``True``/``False``/``None`` per call, ``accumulate_grad_batches`` 1 to
-4, epochs whose length leaves partial windows, the closure form (``wrapper.backward`` or ``loss.backward()``) and
-the backward-then-step form, ``zero_grad()`` calls, injected non-finite losses under 16-mixed, closures that
-raise, and checkpoints resumed between iterations. After every iteration the
-implementation's outcomes, parameters and loss scales must be the oracle's; at the end, its optimizer state.
+three optimizers of every kind the oracle knows (SGD, with momentum, foreach and fused variants, Adam, AdamW), one
+or two parameter groups with other hyper-parameters, parameters the forward pass never uses and parameters frozen
+before wrapping; ``accumulate_grad_batches`` 1 to 4; configured clipping by norm or by value; under 16-mixed,
+loss-scaler settings (given to the factory) that make the scale grow within a few iterations, and injected
+non-finite losses that make it back off; epochs whose length leaves partial windows, and (outside 16-mixed)
+iterations outside any ``context.batch``; per call ``make_optimizer_step`` ``True``/``False``/``None``, the
+closure form (``wrapper.backward`` or ``loss.backward()``) or the backward-then-step form, ``zero_grad()`` with
+``set_to_none`` either way; between iterations parameters frozen and unfrozen after wrap, parameter groups added
+after wrap, copies of the whole training state (pickle, deepcopy) that go on while the original must stay as it
+was, closures that raise, and checkpoints resumed in fresh objects.
+
+After every call the implementation's outcome, every wrapper's ``last_outcome`` and every parameter's gradient (the
+open windows') must be the oracle's; after every iteration its parameters, gradients and loss scales; at the end
+its optimizer state and loss-scaler state. The closure runs once per call, under the context's autocast.
 
 The suite runs a fixed, derandomised budget per cell (``CI_EXAMPLES``; ``--property-examples=N`` runs ``N``
 schedules per check, and shrinks a failing one to a minimal example). The checks run on the eager devices at
 world size 1: on XLA every generated schedule compiles new graphs (minutes per cell), and the DDP ranks run in
 the rank pool's processes, where the DDP checks cover what world size 2 adds (``no_sync``, identical ranks).
+``GENERATED`` is what the generator draws (the checks' ``varies`` marker); ``tests/test_dimensions.py`` checks that
+the CI budget reaches every value of it.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import io
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+import pickle
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 import torch
 
-from lightning_optimizer.conformance.harness import Batch, assert_params_close, tolerance_for
+from lightning_optimizer.conformance.harness import Batch, assert_params_close, cell_device, tolerance_for
 from lightning_optimizer.conformance.outcomes import unavailable
 from lightning_optimizer.conformance.schedule_oracle import (
     CALL_FORMS,
+    FREEZABLE,
     OPTIMIZER_KINDS,
     Call,
     CallForm,
+    Clipping,
+    Event,
+    EventKind,
+    HeadSpec,
+    Iteration,
     IterationPosition,
     Schedule,
     ScheduleModel,
     ScheduleOracle,
+    apply_structure,
     make_optimizer,
     schedule_batches,
     schedule_loss,
 )
-from lightning_optimizer.spec import Cell, OptimizerWrapper, StepOutcome, TrainingContext
+from lightning_optimizer.spec import Cell, GradScalerSettings, OptimizerWrapper, StepOutcome, TrainingContext
 
 try:
     import hypothesis.configuration
@@ -59,10 +79,42 @@ MakeContext = Callable[..., TrainingContext]
 REAL_STEP = (StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE)
 EAGER = ("cpu", "cuda")
 
-CI_EXAMPLES = {"oracle": 40, "faults": 25, "resume": 20}
+CI_EXAMPLES = {"oracle": 60, "faults": 30, "resume": 25}
 """Generated schedules per check and cell in a plain run (besides the explicit examples)."""
 
+CLIPPINGS: tuple[Clipping, ...] = (("norm", 1.5e-3), ("value", 5e-4))
+"""Thresholds that clip some of the schedule model's window gradients (norms ~1e-3 to 6e-3) and not others."""
+
 _GRAD_SCALER_KEYS = frozenset({"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"})
+
+GENERATED: dict[str, tuple[str, ...]] = {
+    "window": (
+        "1 micro-step",
+        "k >= 2 micro-steps",
+        "cut short by True",
+        "partial, flushed by the last batch",
+        "open across epochs",
+        "open while another optimizer steps",
+        "open across a scale change",
+    ),
+    "make_optimizer_step": ("True", "False", "None"),
+    "position": ("inside batch()", "outside batch()"),
+    "wrappers": ("1", "2", "3"),
+    "param_groups": ("1", "2 with other hyper-parameters", "added after wrap"),
+    "optimizer": ("SGD", "SGD momentum", "SGD foreach", "Adam", "Adam foreach", "Adam fused", "AdamW"),
+    "parameters": ("frozen", "frozen after wrap", "unfrozen after wrap", "no gradient in a window"),
+    "call_form": ("closure, wrapper.backward", "closure, loss.backward", "toggle_model block, then step()"),
+    "zero_grad": ("set_to_none=True", "set_to_none=False", "with a window open", "of another wrapper"),
+    "outcome_read": ("after every call of every wrapper",),
+    "clipping": ("norm", "value"),
+    "loss_scale": ("initial", "backed off", "grown", "settings given to the factory"),
+    "copies": ("pickle", "deepcopy", "copy then overflow or growth"),
+}
+"""What the generator of the oracle check draws, as ``dimensions.DIMENSIONS`` names it."""
+FAULTS_GENERATED = GENERATED | {"faults": ("raising closure", "raising toggle_model block")}
+"""The generator of the check with raising closures draws those too."""
+RESUME_GENERATED = GENERATED | {"copies": ("checkpoint",)}
+"""The resume check's generator: checkpoints instead of copies."""
 
 
 class ScheduleFault(RuntimeError):
@@ -79,19 +131,37 @@ class _Subject:
     context: TrainingContext
     model: ScheduleModel
     wrappers: list[OptimizerWrapper[Any]]
+    known_outcomes: list[bool] = field(default_factory=list)
+    """Per wrapper: whether its ``last_outcome`` is pinned (it was called since it was built, resumed or copied)."""
+
+    def __post_init__(self) -> None:
+        self.known_outcomes = [False] * len(self.wrappers)
 
     @classmethod
-    def build(cls, make_context: MakeContext, schedule: Schedule) -> _Subject:
-        context = make_context(accumulate_grad_batches=schedule.accumulate_grad_batches)
-        model = context.prepare_module(ScheduleModel(len(schedule.optimizers)))
+    def build(cls, make_context: MakeContext, schedule: Schedule, cell: Cell) -> _Subject:
+        kwargs: dict[str, Any] = {"accumulate_grad_batches": schedule.accumulate_grad_batches}
+        if schedule.clipping is not None:
+            kwargs.update(gradient_clip_algorithm=schedule.clipping[0], gradient_clip_val=schedule.clipping[1])
+        if schedule.grad_scaler is not None and cell.precision == "16-mixed":
+            kwargs.update(grad_scaler=schedule.grad_scaler)
+        context = make_context(**kwargs)
+        model = context.prepare_module(ScheduleModel(schedule.heads))
         assert isinstance(model, ScheduleModel), f"prepare_module returned a {type(model).__name__} at world size 1"
         wrappers = [
-            context.wrap(make_optimizer(kind, model.head_parameters(i))) for i, kind in enumerate(schedule.optimizers)
+            context.wrap(make_optimizer(spec, model.head(i).groups(spec))) for i, spec in enumerate(schedule.heads)
         ]
         return cls(context, model, wrappers)
 
-    def resumed(self, make_context: MakeContext, schedule: Schedule) -> _Subject:
-        """Checkpoint (model, each wrapper's ``state_dict``, the context's), then load it into fresh objects."""
+    def apply(self, event: Event, schedule: Schedule) -> None:
+        """A structural event (freeze, unfreeze, add_group) through the wrappers, as a user's loop does it."""
+        # The wrappers are torch.optim.Optimizer instances at run time [PROXY-001].
+        apply_structure(event, schedule, self.model, cast(list[torch.optim.Optimizer], self.wrappers))
+
+    def resumed(self, make_context: MakeContext, schedule: Schedule, cell: Cell, structure: list[Event]) -> _Subject:
+        """Checkpoint (model, each wrapper's ``state_dict``, the context's), then load it into fresh objects.
+
+        The fresh objects repeat the structure the loop built so far (frozen flags, added groups) before loading.
+        """
         buffer = io.BytesIO()
         state = {
             "model": self.model.state_dict(),
@@ -99,7 +169,9 @@ class _Subject:
             "context": self.context.state_dict(),
         }
         torch.save(state, buffer)
-        fresh = _Subject.build(make_context, schedule)
+        fresh = _Subject.build(make_context, schedule, cell)
+        for event in structure:
+            fresh.apply(event, schedule)
         saved = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
         fresh.model.load_state_dict(saved["model"])
         for wrapper, optimizer_state in zip(fresh.wrappers, saved["optimizers"], strict=True):
@@ -107,18 +179,29 @@ class _Subject:
         fresh.context.load_state_dict(saved["context"])
         return fresh
 
+    def copied(self, how: str) -> _Subject:
+        """A copy of the whole training state (context, model, wrappers), by pickle or deepcopy."""
+        state = (self.context, self.model, self.wrappers)
+        context, model, wrappers = pickle.loads(pickle.dumps(state)) if how == "pickle" else copy.deepcopy(state)
+        return _Subject(context, model, wrappers)
+
     def call(self, call: Call, batch: Batch, cell: Cell, scales: list[float]) -> StepOutcome | None:
         """One call of the schedule (after a first attempt that raises, when the call says so)."""
         wrapper = self.wrappers[call.optimizer]
         if call.zero_grad_first:
-            wrapper.zero_grad()
+            if call.set_to_none:
+                wrapper.zero_grad()
+            else:
+                wrapper.zero_grad(set_to_none=False)
         if call.raises_first:
             self._raising_attempt(call, batch, cell)
         self._attempt(call, batch, cell, scales, raising=False)
+        self.known_outcomes[call.optimizer] = True
         return wrapper.last_outcome
 
     def _attempt(self, call: Call, batch: Batch, cell: Cell, scales: list[float], *, raising: bool) -> None:
         wrapper = self.wrappers[call.optimizer]
+        runs: list[int] = []
 
         def record_scale(grad: torch.Tensor) -> None:
             # The gradient reaching the loss is the factor the loss was scaled by before its backward pass.
@@ -136,12 +219,18 @@ class _Subject:
                 wrapper.backward(loss)
             return loss
 
+        def closure() -> torch.Tensor:
+            runs.append(1)
+            _assert_closure_autocast(cell, call)
+            return forward_backward()
+
         if call.form == "toggle_model":
             with wrapper.toggle_model():
                 forward_backward()
             wrapper.step(make_optimizer_step=call.make_optimizer_step)
         else:
-            wrapper.step(forward_backward, make_optimizer_step=call.make_optimizer_step)
+            wrapper.step(closure, make_optimizer_step=call.make_optimizer_step)
+            assert len(runs) == 1, f"{call}: the closure ran {len(runs)} times in one step() call, not once [CLOS-001]"
 
     def _raising_attempt(self, call: Call, batch: Batch, cell: Cell) -> None:
         """The attempt raises; flags, parameters and every gradient must be exactly as before [CLOS-003]."""
@@ -163,34 +252,95 @@ class _Subject:
                 assert unchanged, f"{what}: the gradient of parameter {i} changed"
 
 
+def _assert_closure_autocast(cell: Cell, call: Call) -> None:
+    """Inside the closure, before it enters ``context.autocast()`` itself, the context's autocast is on [CLOS-001]."""
+    device_type = cell_device(cell).type
+    enabled = torch.is_autocast_enabled(device_type)
+    want = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}.get(cell.precision)
+    if want is None:
+        assert not enabled, f"{call}: autocast is on inside the closure in {cell.precision} [CLOS-001]"
+        return
+    dtype = torch.get_autocast_dtype(device_type)
+    assert enabled and dtype == want, (
+        f"{call}: the closure must run inside the context's autocast region ({want}); inside it autocast is "
+        f"{'on with ' + str(dtype) if enabled else 'off'} [CLOS-001]"
+    )
+
+
 def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bit for bit, a NaN matching a NaN (an overflowed window's gradients are not finite)."""
     return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
-def _values(outcomes: list[StepOutcome] | list[StepOutcome | None]) -> list[str | None]:
+def _values(outcomes: Sequence[StepOutcome | None]) -> list[str | None]:
     return [None if outcome is None else outcome.value for outcome in outcomes]
 
 
 def _where(position: IterationPosition) -> str:
+    if position.batch_idx is None:
+        return f"iteration {position.index} (epoch {position.epoch}, outside any batch)"
     last = ", the epoch's last" if position.is_last else ""
     return f"iteration {position.index} (epoch {position.epoch}, batch {position.batch_idx}{last})"
 
 
-def _assert_scales(got: list[float], want: list[float], scaled: bool, what: str) -> None:
-    """The loss scale of each backward pass: 1 without a scaler; with one, the oracle's up to a constant factor."""
+def _scale_factor(got: list[float], want: list[float]) -> float:
+    """The constant ratio of the implementation's loss scales to the oracle's (1.0 before any scaled backward)."""
+    return got[0] / want[0] if got and want else 1.0
+
+
+def _assert_scales(got: list[float], want: list[float], scaled: bool, exact: bool, what: str) -> None:
+    """The loss scale of each backward pass: 1 without a scaler; with one, the oracle's up to a constant factor.
+
+    With settings given to the factory (``exact``) the scales are the oracle's themselves.
+    """
     assert len(got) == len(want), f"{what}: {len(got)} backward passes were seen, the schedule makes {len(want)}"
     if not got:
         return
     if not scaled:
         assert all(scale == 1.0 for scale in got), f"{what}: losses were scaled by {got} without a loss scaler"
         return
-    factor = got[0] / want[0]
+    factor = 1.0 if exact else _scale_factor(got, want)
     relative = [scale / factor for scale in got]
     assert relative == want, (
-        f"{what}: the loss scales of the backward passes were {got}; the scaler updated once per iteration after "
-        f"every optimizer that stepped gives {[scale * factor for scale in want]}"
+        f"{what}: the loss scales of the backward passes were {got}; the scaler "
+        + ("built with the settings given to the factory, " if exact else "")
+        + f"updated once per iteration after every optimizer that stepped gives {[scale * factor for scale in want]}"
     )
+
+
+def _assert_grads(subject: _Subject, oracle: ScheduleOracle, cell: Cell, factor: float, what: str) -> None:
+    """Every parameter's gradient is the oracle's: ``None`` where its is, the open windows' (scaled) sums elsewhere.
+
+    Gradients are compared relative to their own size (the parameter tolerances assume values of order one).
+    """
+    tol = tolerance_for(cell)
+    named = zip(subject.model.named_parameters(), oracle.model.named_parameters(), strict=True)
+    for (name, got), (_, want) in named:
+        if want.grad is None:
+            assert got.grad is None, f"{what}: {name} has a gradient; the oracle's is None (its window is closed)"
+            continue
+        assert got.grad is not None, f"{what}: {name} has no gradient; the oracle's open window holds one"
+        mine, theirs = got.grad.detach().double().cpu() / factor, want.grad.detach().double().cpu()
+        size = float(theirs[theirs.isfinite()].abs().max()) if bool(theirs.isfinite().any()) else 0.0
+        close = torch.allclose(mine, theirs, rtol=tol.rtol, atol=tol.atol * max(size, 1e-30), equal_nan=True)
+        if not close:
+            diff = float((mine - theirs).abs().nan_to_num(posinf=float("inf")).max())
+            raise AssertionError(
+                f"{what}: the gradient of {name} differs from the oracle's (max abs diff {diff:.3g} on gradients of "
+                f"size {size:.3g}): an open window's gradients must be the sum of its micro-batches' gradients"
+                + (f", at the current loss scale (x{factor:g} the oracle's)" if factor != 1.0 else "")
+            )
+
+
+def _assert_outcomes(subject: _Subject, oracle: ScheduleOracle, what: str) -> None:
+    """Every wrapper's ``last_outcome`` is its own last call's, whichever wrapper was called last [STEP-004]."""
+    got = [wrapper.last_outcome for wrapper in subject.wrappers]
+    for index, known in enumerate(subject.known_outcomes):
+        if known:
+            assert got[index] is oracle.last_outcomes[index], (
+                f"{what}: optimizer {index}'s last_outcome reads {_values([got[index]])[0]}, but its own last call "
+                f"gave {_values([oracle.last_outcomes[index]])[0]} (last_outcomes of all: {_values(got)})"
+            )
 
 
 def _grad_scaler_states(state: object) -> list[dict[str, Any]]:
@@ -208,7 +358,14 @@ def _assert_final_state(subject: _Subject, oracle: ScheduleOracle, cell: Cell, s
     """The inner optimizers' state (Adam's step counts included) and the loss scaler's state are the oracle's."""
     tol = tolerance_for(cell)
     for index, (wrapper, optimizer) in enumerate(zip(subject.wrappers, oracle.optimizers, strict=True)):
-        got, want = wrapper.optimizer.state_dict()["state"], optimizer.state_dict()["state"]
+        got_dict, want_dict = wrapper.optimizer.state_dict(), optimizer.state_dict()
+        groups = zip(got_dict["param_groups"], want_dict["param_groups"], strict=True)
+        for group, (mine_group, their_group) in enumerate(groups):
+            differ = {key: mine_group.get(key) for key, value in their_group.items() if mine_group.get(key) != value}
+            assert not differ, (
+                f"optimizer {index}, parameter group {group}: {differ}, the oracle's group is {their_group}"
+            )
+        got, want = got_dict["state"], want_dict["state"]
         assert set(got) == set(want), f"optimizer {index}: state for parameters {sorted(got)}, expected {sorted(want)}"
         for param, entry in want.items():
             keys = sorted(got[param])
@@ -234,65 +391,171 @@ def _assert_final_state(subject: _Subject, oracle: ScheduleOracle, cell: Cell, s
             f"{want_state['_growth_tracker']} (one update per iteration in which an optimizer stepped)"
         )
         if scales:
-            factor = scales[0] / oracle.scales[0]
+            factor = _scale_factor(scales, oracle.scales)
             assert found[0]["scale"] == want_state["scale"] * factor, (
                 f"the loss scaler's final scale is {found[0]['scale']}, expected {want_state['scale'] * factor} "
                 f"(the oracle's, times the ratio {factor} of the first loss scales)"
             )
 
 
+@dataclass
+class _Snapshot:
+    """An original's whole observable state when a copy of it was taken: it must not change afterwards."""
+
+    subject: _Subject
+    taken: str
+    params: list[torch.Tensor]
+    grads: list[torch.Tensor | None]
+    state: object
+
+    @classmethod
+    def of(cls, subject: _Subject, taken: str) -> _Snapshot:
+        params = [param.detach().clone() for param in subject.model.parameters()]
+        grads = [None if param.grad is None else param.grad.detach().clone() for param in subject.model.parameters()]
+        return cls(subject, taken, params, grads, _cloned(subject.context.state_dict()))
+
+    def assert_unchanged(self) -> None:
+        """The original's parameters, gradients and context state are as they were [PICKLE-001]."""
+        what = f"the original of the copy taken {self.taken}, after the copy trained on"
+        for i, (param, value, grad) in enumerate(
+            zip(self.subject.model.parameters(), self.params, self.grads, strict=True)
+        ):
+            assert _identical(param.detach(), value), f"{what}: its parameter {i} changed"
+            same = param.grad is None if grad is None else param.grad is not None and _identical(param.grad, grad)
+            assert same, f"{what}: the gradient of its parameter {i} changed"
+        problem = _difference(_cloned(self.subject.context.state_dict()), self.state, "context.state_dict()")
+        assert problem is None, f"{what}: {problem}"
+
+
+def _cloned(state: object) -> object:
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        return {key: _cloned(value) for key, value in state.items()}
+    if isinstance(state, list | tuple):
+        return [_cloned(value) for value in state]
+    return copy.deepcopy(state)
+
+
+def _difference(got: object, want: object, path: str) -> str | None:
+    """Where two (cloned) state dicts differ, or ``None``."""
+    if isinstance(want, torch.Tensor):
+        same = isinstance(got, torch.Tensor) and _identical(got, want)
+        return None if same else f"{path} changed"
+    if isinstance(want, dict):
+        if not isinstance(got, dict) or set(got) != set(want):
+            return f"{path} changed its keys"
+        for key, value in want.items():
+            problem = _difference(got[key], value, f"{path}[{key!r}]")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return f"{path} changed its length"
+        for i, (mine, theirs) in enumerate(zip(got, want, strict=True)):
+            problem = _difference(mine, theirs, f"{path}[{i}]")
+            if problem is not None:
+                return problem
+        return None
+    return None if got == want else f"{path} changed from {want!r} to {got!r}"
+
+
 def _run_schedule(make_context: MakeContext, cell: Cell, schedule: Schedule) -> list[list[torch.Tensor]]:
     """Run ``schedule`` on the implementation and the oracle side by side; return the parameters per iteration."""
     oracle = ScheduleOracle(schedule, cell)
-    subject = _Subject.build(make_context, schedule)
+    subject = _Subject.build(make_context, schedule, cell)
     batches = schedule_batches(schedule)
     scales: list[float] = []
-    steps = [0] * len(schedule.optimizers)
+    steps = [0] * len(schedule.heads)
     trajectory = []
+    structure: list[Event] = []
+    originals: list[_Snapshot] = []
+    exact = schedule.grad_scaler is not None and oracle.scaler is not None
     for position in schedule.iterations():
-        expected = oracle.iteration(position)
-        outcomes = []
         where = _where(position)
-        with subject.context.batch(position.batch_idx, is_last=position.is_last):
+        oracle.begin(position)
+        for event in position.events:
+            if event.kind in ("pickle", "deepcopy"):
+                originals.append(_Snapshot.of(subject, f"by {event.kind} before {where}"))
+                subject = subject.copied(event.kind)
+            else:
+                subject.apply(event, schedule)
+                structure.append(event)
+        if position.batch_idx is None:
+            block: AbstractContextManager[None] = nullcontext()
+        else:
+            block = subject.context.batch(position.batch_idx, is_last=position.is_last)
+        with block:
             for call in position.calls:
+                expected = oracle.call(position, call)
                 outcome = subject.call(call, batches[position.index], cell, scales)
-                outcomes.append(outcome)
+                what = f"{where}, {call} (accumulate_grad_batches={schedule.accumulate_grad_batches})"
+                assert outcome is expected, f"{what}: outcome {_values([outcome])[0]}, expected {expected.value}"
                 steps[call.optimizer] += outcome is StepOutcome.STEPPED
                 if outcome in REAL_STEP:
-                    own = subject.model.head_parameters(call.optimizer)
+                    own = [p for g in subject.wrappers[call.optimizer].param_groups for p in g["params"]]
                     assert all(param.grad is None for param in own), (
-                        f"{where}: optimizer {call.optimizer}'s gradients survived its real step"
+                        f"{what}: optimizer {call.optimizer}'s gradients survived its real step"
                     )
-        assert outcomes == expected, (
-            f"{where}: outcomes {_values(outcomes)}, expected {_values(expected)} "
-            f"for the calls {list(position.calls)} (accumulate_grad_batches={schedule.accumulate_grad_batches})"
-        )
-        assert_params_close(subject.model, oracle.model, cell, f"{where}, calls {list(position.calls)}")
-        _assert_scales(scales, oracle.scales, oracle.scaler is not None, where)
+                _assert_outcomes(subject, oracle, what)
+                _assert_grads(subject, oracle, cell, 1.0 if exact else _scale_factor(scales, oracle.scales), what)
+        oracle.end(position)
+        what = f"{where}, calls {list(position.calls)}"
+        assert_params_close(subject.model, oracle.model, cell, what)
+        _assert_scales(scales, oracle.scales, oracle.scaler is not None, exact, where)
+        _assert_grads(subject, oracle, cell, 1.0 if exact else _scale_factor(scales, oracle.scales), f"end of {what}")
+        _assert_outcomes(subject, oracle, f"end of {what}")
         trajectory.append([param.detach().cpu().clone() for param in subject.model.parameters()])
         if position.index in schedule.resume_after:
-            subject = subject.resumed(make_context, schedule)
+            subject = subject.resumed(make_context, schedule, cell, structure)
     assert steps == oracle.steps, f"real steps taken per optimizer: {steps}; skipped ones do not count: {oracle.steps}"
     _assert_final_state(subject, oracle, cell, scales)
+    for original in originals:
+        original.assert_unchanged()
     return trajectory
 
 
 # -- schedules -----------------------------------------------------------------------------------------------
 
 
-def _draw_schedule(draw: DrawFn, cell: Cell, *, faults: bool, resumes: bool) -> Schedule:
-    """A random schedule; non-finite losses only under 16-mixed, raising attempts and checkpoints when asked."""
+def _draw_schedule(draw: DrawFn, cell: Cell, *, faults: bool, resumes: bool, copies: bool) -> Schedule:
+    """A random schedule along every dimension of ``GENERATED``, plus raising attempts and checkpoints when asked."""
     sixteen_mixed = cell.precision == "16-mixed"
     count = draw(st.integers(1, 3))
-    optimizers = tuple(draw(st.sampled_from(OPTIMIZER_KINDS)) for _ in range(count))
+    heads = tuple(
+        HeadSpec(
+            kind=draw(st.sampled_from(OPTIMIZER_KINDS)),
+            groups=draw(st.integers(1, 2)),
+            unused=draw(st.integers(0, 3)) == 0,
+            frozen=frozenset(draw(st.sets(st.sampled_from(FREEZABLE), max_size=1))),
+        )
+        for _ in range(count)
+    )
     accumulate = draw(st.integers(1, 4))
     lengths = draw(st.lists(st.integers(1, 7), min_size=1, max_size=2))
-    # 16-mixed: a plain loss.backward() would skip the loss scaling that the wrapper owes [ACC-002].
+    # 16-mixed: a plain loss.backward() would skip the loss scaling that the wrapper owes [ACC-002]; and outside
+    # any batch the spec leaves open when the scaler updates (AMP-003), so 16-mixed schedules stay inside batches.
     forms = tuple(form for form in CALL_FORMS if not (sixteen_mixed and form == "closure_plain_backward"))
+    added: set[int] = set()
     epochs = []
     for length in lengths:
         iterations = []
         for _ in range(length):
+            events = []
+            if draw(st.integers(0, 4)) == 0:
+                kinds: list[EventKind] = [
+                    "freeze",
+                    "unfreeze",
+                    "add_group",
+                    *(("pickle", "deepcopy") if copies else ()),
+                ]
+                kind = draw(st.sampled_from(kinds))
+                head = draw(st.integers(0, count - 1))
+                if kind == "add_group" and head in added:
+                    kind = "unfreeze"
+                added |= {head} if kind == "add_group" else set()
+                events.append(Event(kind, head, draw(st.sampled_from(FREEZABLE))))
             order = draw(st.permutations(range(count)))
             calls = tuple(
                 Call(
@@ -300,17 +563,25 @@ def _draw_schedule(draw: DrawFn, cell: Cell, *, faults: bool, resumes: bool) -> 
                     make_optimizer_step=draw(st.sampled_from((None, True, False, None))),
                     form=draw(st.sampled_from(forms)),
                     zero_grad_first=draw(st.booleans()),
+                    set_to_none=draw(st.booleans()),
                     non_finite=sixteen_mixed and draw(st.integers(0, 7)) == 0,
                     raises_first=faults and draw(st.integers(0, 3)) == 0,
                 )
                 for optimizer in order
                 if draw(st.integers(0, 3)) > 0
             )
-            iterations.append(calls)
+            in_batch = sixteen_mixed or draw(st.integers(0, 5)) > 0
+            iterations.append(Iteration(calls, tuple(events), in_batch))
         epochs.append(tuple(iterations))
     last = max(sum(lengths) - 2, 0)
     resume_after = frozenset(draw(st.sets(st.integers(0, last), min_size=1, max_size=2))) if resumes else frozenset()
-    return Schedule(optimizers, accumulate, tuple(epochs), resume_after)
+    clipping = draw(st.sampled_from((None, None, *CLIPPINGS)))
+    grad_scaler = None
+    if sixteen_mixed and draw(st.booleans()):
+        grad_scaler = GradScalerSettings(
+            init_scale=2.0 ** draw(st.sampled_from((10, 13, 16))), growth_interval=draw(st.integers(1, 3))
+        )
+    return Schedule(heads, accumulate, tuple(epochs), resume_after, clipping, grad_scaler)
 
 
 def _explicit_schedule(cell: Cell, *, faults: bool, resumes: bool) -> Schedule:
@@ -339,7 +610,58 @@ def _explicit_schedule(cell: Cell, *, faults: bool, resumes: bool) -> Schedule:
             (Call(1), Call(0, raises_first=faults)),
         ),
     )
-    return Schedule(("sgd", "sgd", "adam"), 3, epochs, frozenset({1, 5}) if resumes else frozenset())
+    heads = (HeadSpec("sgd_momentum"), HeadSpec("sgd_momentum"), HeadSpec("adam"))
+    return Schedule(
+        heads,
+        3,
+        tuple(tuple(Iteration(calls) for calls in epoch) for epoch in epochs),
+        frozenset({1, 5}) if resumes else frozenset(),
+    )
+
+
+def _explicit_structure_schedule(cell: Cell, *, faults: bool, resumes: bool, copies: bool) -> Schedule:
+    """Two optimizers over heads that change shape as the loop runs, by hand.
+
+    Fused Adam with two parameter groups and a parameter it never gets a gradient for (first in its first group),
+    SGD with momentum (foreach) with one frozen parameter; clipping by norm over windows of two; a group added to
+    each optimizer after wrap, one while the other's window is open; a parameter frozen, then unfrozen, after wrap;
+    ``zero_grad(set_to_none=False)``; outside 16-mixed a window finished outside any batch; under 16-mixed a
+    loss scale that grows every iteration and backs off after an overflow, across open windows; with ``copies`` a
+    pickle and a deepcopy of the whole training state that go on training (overflowing and growing) while the
+    originals must stay as they were.
+    """
+    overflow = cell.precision == "16-mixed"
+    copy_events: tuple[Event, ...] = (Event("pickle"),) if copies else ()
+    deepcopy_events: tuple[Event, ...] = (Event("deepcopy"),) if copies else ()
+    first = (
+        Iteration((Call(0), Call(1, zero_grad_first=True, set_to_none=False))),
+        Iteration((Call(1, False), Call(0, raises_first=faults)), (Event("add_group", 1),)),
+        Iteration((Call(0, form="toggle_model"), Call(1, non_finite=overflow)), (Event("freeze", 0, 2), *copy_events)),
+        Iteration((Call(1, form="toggle_model", zero_grad_first=True), Call(0, True)), (Event("add_group", 0),)),
+        Iteration((Call(0), Call(1)), (Event("unfreeze", 0, 2), *deepcopy_events)),
+    )
+    loose = (
+        ()
+        if overflow
+        else (Iteration((Call(0), Call(1, False)), in_batch=False), Iteration((Call(1),), in_batch=False))
+    )
+    second = (
+        Iteration((Call(1, raises_first=faults), Call(0, zero_grad_first=True, set_to_none=False))),
+        Iteration((Call(0, non_finite=overflow), Call(1, True))),
+        Iteration((Call(0), Call(1))),
+    )
+    heads = (
+        HeadSpec("adam_fused", groups=2, unused=True),
+        HeadSpec("sgd_foreach", frozen=frozenset({1})),
+    )
+    return Schedule(
+        heads,
+        2,
+        (first + loose, second),
+        frozenset({2, 5}) if resumes else frozenset(),
+        ("norm", 1.5e-3),
+        GradScalerSettings(init_scale=2.0**12, growth_interval=1) if overflow else None,
+    )
 
 
 def _check_schedules(
@@ -351,13 +673,36 @@ def _check_schedules(
     *,
     faults: bool = False,
     resumes: bool = False,
+    copies: bool = False,
 ) -> None:
-    """Run ``check`` on the explicit schedule, then on generated ones (derandomised, no example database)."""
+    """Run ``check`` on the explicit schedules, then on generated ones (derandomised, no example database)."""
     if HYPOTHESIS_MISSING is not None:
         unavailable(HYPOTHESIS_MISSING)
     requested = request.config.getoption("property_examples", default=None)
+    with _quiet_process_state(tmp_path_factory.getbasetemp() / "hypothesis"):
+        schedules_of(cell, budget, requested, faults=faults, resumes=resumes, copies=copies, run=check)
+
+
+def schedules_of(
+    cell: Cell,
+    budget: str,
+    requested: int | None,
+    *,
+    faults: bool,
+    resumes: bool,
+    copies: bool,
+    run: Callable[[Schedule], None] | None = None,
+) -> list[Schedule]:
+    """The schedules a property check runs in ``cell`` (its explicit ones first), running ``run`` on each.
+
+    Without ``run`` it only draws them: the same schedules, as the derandomised generator draws them in the same
+    order whatever the check does with them (as long as none fails).
+    """
     phases = (Phase.explicit, Phase.generate) + ((Phase.shrink,) if requested else ())
-    strategy: SearchStrategy[Schedule] = st.composite(_draw_schedule)(cell, faults=faults, resumes=resumes)
+    strategy: SearchStrategy[Schedule] = st.composite(_draw_schedule)(
+        cell, faults=faults, resumes=resumes, copies=copies
+    )
+    seen: list[Schedule] = []
 
     @settings(
         max_examples=int(requested) if requested else CI_EXAMPLES[budget],
@@ -370,12 +715,15 @@ def _check_schedules(
         print_blob=False,
     )
     @example(schedule=_explicit_schedule(cell, faults=faults, resumes=resumes))
+    @example(schedule=_explicit_structure_schedule(cell, faults=faults, resumes=resumes, copies=copies))
     @given(schedule=strategy)
-    def run(schedule: Schedule) -> None:
-        check(schedule)
+    def generated(schedule: Schedule) -> None:
+        seen.append(schedule)
+        if run is not None:
+            run(schedule)
 
-    with _quiet_process_state(tmp_path_factory.getbasetemp() / "hypothesis"):
-        run()
+    generated()
+    return seen
 
 
 @contextmanager
@@ -409,39 +757,58 @@ def _quiet_process_state(storage: Path) -> Iterator[None]:
     "ACC-003",
     "ZERO-001",
     "ZERO-002",
+    "CLOS-001",
     "TOGGLE-001",
+    "TOGGLE-002",
+    "PROXY-003",
+    "CLIP-001",
+    "AMP-002",
     "AMP-003",
     "AMP-004",
     "AMP-006",
+    "PICKLE-001",
 )
 @pytest.mark.cells(devices=EAGER)
+@pytest.mark.varies(**GENERATED)
 def test_generated_schedules_match_the_oracle(
-    make_context: MakeContext, cell: Cell, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    make_context: MakeContext,
+    cell: Cell,
+    implementation: Any,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """Generated schedules: outcomes, parameters and loss scales after every iteration, state at the end."""
+    """Generated schedules: outcomes and gradients after every call, parameters and scales after every iteration."""
 
     def check(schedule: Schedule) -> None:
         _run_schedule(make_context, cell, schedule)
 
-    _check_schedules(request, tmp_path_factory, cell, "oracle", check)
+    copies = "pickling" in implementation.features
+    _check_schedules(request, tmp_path_factory, cell, "oracle", check, copies=copies)
 
 
 @pytest.mark.requirement("CLOS-003", "TOGGLE-002")
 @pytest.mark.cells(devices=EAGER)
+@pytest.mark.varies(**FAULTS_GENERATED)
 def test_generated_schedules_with_raising_closures(
-    make_context: MakeContext, cell: Cell, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    make_context: MakeContext,
+    cell: Cell,
+    implementation: Any,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """A call whose closure (or ``toggle_model`` block) raises changes nothing; the schedule then goes on."""
 
     def check(schedule: Schedule) -> None:
         _run_schedule(make_context, cell, schedule)
 
-    _check_schedules(request, tmp_path_factory, cell, "faults", check, faults=True)
+    copies = "pickling" in implementation.features
+    _check_schedules(request, tmp_path_factory, cell, "faults", check, faults=True, copies=copies)
 
 
 @pytest.mark.requirement("CKPT-001", "CKPT-002", "PROXY-003")
 @pytest.mark.features("checkpointing")
 @pytest.mark.cells(devices=EAGER)
+@pytest.mark.varies(**RESUME_GENERATED)
 def test_generated_schedules_resume_from_checkpoints(
     make_context: MakeContext, cell: Cell, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+import math
 import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,28 @@ import torch
 
 from lightning_optimizer.conformance.checkpointing import (
     EPOCH,
+    GROWTH,
+    PAIR_SCALES,
     build,
     checkpoints,
+    pair_checkpoints,
+    pair_resume,
+    pair_uninterrupted,
     params,
     resume,
     step_once,
     uninterrupted,
 )
-from lightning_optimizer.conformance.harness import make_batches, make_model, run_steps, tolerance_for
-from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
+from lightning_optimizer.conformance.harness import (
+    cell_device,
+    cell_dtype,
+    make_batches,
+    make_model,
+    oracle_autocast,
+    run_steps,
+    tolerance_for,
+)
+from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
 REAL_STEP = (StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE)
@@ -53,6 +67,7 @@ def _assert_identical(got: list[torch.Tensor], want: list[torch.Tensor], what: s
 
 @pytest.mark.requirement("CKPT-001")
 @pytest.mark.features("checkpointing")
+@pytest.mark.varies(optimizer=("SGD momentum",), window=("k >= 2 micro-steps", "partial, flushed by the last batch"))
 def test_state_dict_is_the_inner_format(make_context: MakeContext, cell: Cell) -> None:
     """``state_dict()`` equals the inner optimizer's, with its keys and per-parameter state."""
     context, model, wrapper = build(make_context)
@@ -68,6 +83,11 @@ def test_state_dict_is_the_inner_format(make_context: MakeContext, cell: Cell) -
 
 @pytest.mark.requirement("CKPT-002")
 @pytest.mark.features("checkpointing")
+@pytest.mark.varies(
+    copies=("checkpoint",),
+    window=("k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch"),
+    loss_scale=("backed off",),
+)
 def test_resume_at_every_micro_step_is_bit_identical(make_context: MakeContext, cell: Cell) -> None:
     """Save after any micro-step, resume in fresh objects: the same parameters bit for bit, the same loss scales."""
     want = uninterrupted(make_context, cell)
@@ -79,6 +99,11 @@ def test_resume_at_every_micro_step_is_bit_identical(make_context: MakeContext, 
 
 @pytest.mark.requirement("CKPT-002")
 @pytest.mark.features("checkpointing")
+@pytest.mark.varies(
+    copies=("fresh process",),
+    window=("k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch"),
+    loss_scale=("backed off",),
+)
 def test_resume_in_a_fresh_process(make_context: MakeContext, cell: Cell, tmp_path: Path, pytestconfig: Any) -> None:
     """Checkpoints saved after every micro-step, each resumed by one new Python process: identical trajectories.
 
@@ -112,6 +137,7 @@ def test_resume_in_a_fresh_process(make_context: MakeContext, cell: Cell, tmp_pa
 
 @pytest.mark.requirement("CKPT-003")
 @pytest.mark.features("checkpointing")
+@pytest.mark.varies(faults=("refused load",), wrappers=("1", "2"))
 def test_context_state_for_another_layout_is_refused(make_context: MakeContext, cell: Cell) -> None:
     """States saved with two optimizers, or with other parameter shapes, are refused and change nothing."""
     context = make_context(accumulate_grad_batches=2)
@@ -142,6 +168,7 @@ def test_context_state_for_another_layout_is_refused(make_context: MakeContext, 
 @pytest.mark.requirement("PICKLE-001")
 @pytest.mark.features("pickling")
 @pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+@pytest.mark.varies(copies=("pickle", "deepcopy"), window=("k >= 2 micro-steps", "cut short by True"))
 def test_copies_continue_independently(make_context: MakeContext, cell: Cell, how: str) -> None:
     """A copy taken with a window open continues the same trajectory; the original is unaffected."""
     context, model, wrapper = build(make_context)
@@ -162,3 +189,352 @@ def test_copies_continue_independently(make_context: MakeContext, cell: Cell, ho
     assert wrapper.last_outcome is clone.last_outcome, "the copy and the original took different outcomes"
     if clone.last_outcome is StepOutcome.STEPPED:
         assert not all(torch.equal(a, b) for a, b in zip(copied, before, strict=True)), "nothing stepped"
+
+
+# -- copies and checkpoints along more dimensions ---------------------------------------------------------------
+
+_NOT_XLA = ("cpu", "cuda")
+"""Where the checks below run: on XLA each new graph compiles (seconds), and torch_xla 2.9 reuses the compiled
+loss-scale update of the first ``GradScaler`` of the process for every later one (growth settings included), so
+scales worked by hand from the factory's settings hold there only in a fresh process."""
+
+GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
+"""Under 16-mixed: the scale doubles after every iteration in which an optimizer stepped and nothing overflowed."""
+
+
+def _scaler_settings(cell: Cell, settings: GradScalerSettings) -> dict[str, Any]:
+    """The factory's ``grad_scaler`` argument, in 16-mixed cells only."""
+    return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
+
+
+def _loss_of(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    batch: tuple[torch.Tensor, torch.Tensor],
+    cell: Cell,
+    *,
+    infinite: bool = False,
+    scales: list[torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The batch's mean squared error; under 16-mixed infinite when asked, and its loss scale recorded in ``scales``.
+
+    The gradient that reaches the loss in its backward pass is the factor the loss was multiplied by: its scale.
+    """
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    x, y = (t.to(device=device, dtype=dtype) for t in batch)
+    loss = torch.nn.functional.mse_loss(forward(x).to(dtype), y)
+    if cell.precision == "16-mixed":
+        if infinite:
+            loss = loss * math.inf
+        if scales is not None:
+            loss.register_hook(lambda grad: scales.append(grad.detach().clone()))
+    return loss
+
+
+def _grads_of(tensors: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    return [None if t.grad is None else t.grad.detach().cpu().clone() for t in tensors]
+
+
+def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor | None], what: str) -> None:
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert (a is None) == (b is None), f"{what}: the gradient of parameter {i} is {a}, was {b}"
+        if a is not None and b is not None:
+            assert torch.equal(a, b), f"{what}: the gradient of parameter {i} changed"
+
+
+def _assert_same_state(got: object, want: object, what: str, path: str = "state") -> None:
+    """Two state dicts hold the same structure and values (tensors bit for bit)."""
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor), f"{what}: {path} is {type(got).__name__}, was a tensor"
+        assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: {path} is {got.shape} {got.dtype}"
+        assert torch.equal(got.cpu(), want.cpu()), f"{what}: {path} changed"
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), f"{what}: {path} has keys {got}, had {sorted(want)}"
+        for key, value in want.items():
+            _assert_same_state(got[key], value, what, f"{path}[{key!r}]")
+    elif isinstance(want, list | tuple):
+        assert isinstance(got, list | tuple) and len(got) == len(want), f"{what}: {path} is {got}, was {want}"
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            _assert_same_state(a, b, what, f"{path}[{i}]")
+    else:
+        assert got == want, f"{what}: {path} is {got!r}, was {want!r}"
+
+
+def _growing_sgd(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, Any]:
+    context = make_context(accumulate_grad_batches=2, **_scaler_settings(cell, GROWING))
+    model = context.prepare_module(make_model())
+    return context, model, context.wrap(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+
+
+_COPY_BATCHES = make_batches(8, seed=6)
+_ORIGINAL_OVERFLOWS = 3
+"""Under 16-mixed, the batch of the original's run whose loss is infinite (it closes the window {2, 3})."""
+_ORIGINAL_SCALES = [2.0**10] * 2 + [2.0**11] * 2 + [2.0**10] * 2
+"""Under 16-mixed, the scale of the original's backward passes, batches 0..5, worked by hand from ``GROWING``:
+the window {0, 1} steps (growth), {2, 3} overflows (back-off), {4, 5} steps."""
+
+
+def _original_batch(
+    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch_idx: int, cell: Cell, scales: list[Any]
+) -> None:
+    with context.batch(batch_idx):
+
+        def closure() -> torch.Tensor:
+            with context.autocast():
+                loss = _loss_of(
+                    model, _COPY_BATCHES[batch_idx], cell, infinite=batch_idx == _ORIGINAL_OVERFLOWS, scales=scales
+                )
+            wrapper.backward(loss)
+            return loss
+
+        wrapper.step(closure)
+
+
+@pytest.mark.cells(devices=_NOT_XLA)
+@pytest.mark.requirement("PICKLE-001")
+@pytest.mark.features("pickling")
+@pytest.mark.varies(
+    copies=("pickle", "deepcopy", "copy then overflow or growth"),
+    loss_scale=("backed off", "grown", "settings given to the factory"),
+    window=("k >= 2 micro-steps",),
+    position=("inside batch()", "outside batch()"),
+    make_optimizer_step=("True", "False", "None"),
+    optimizer=("SGD momentum",),
+)
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, cell: Cell, how: str) -> None:
+    """A copy taken mid-window and its original step, overflow and grow apart: neither changes the other."""
+    sixteen = cell.precision == "16-mixed"
+    context, model, wrapper = _growing_sgd(make_context, cell)
+    scales: list[torch.Tensor] = []
+    for batch_idx in range(3):  # the window {0, 1} steps, {2, 3} is open
+        _original_batch(context, model, wrapper, batch_idx, cell, scales)
+    own = [p for group in wrapper.param_groups for p in group["params"]]
+    taken_params, taken_grads = params(model), _grads_of(own)
+    taken_state = copy.deepcopy(context.state_dict())
+    clone = pickle.loads(pickle.dumps(wrapper)) if how == "pickle" else copy.deepcopy(wrapper)
+    copied = [p for group in clone.param_groups for p in group["params"]]
+    names = [name for name, _ in model.named_parameters()]
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.func.functional_call(model, dict(zip(names, copied, strict=True)), (x,))
+        return out
+
+    copy_scales: list[torch.Tensor] = []
+
+    def copy_step(batch_idx: int, make_optimizer_step: bool, *, infinite: bool = False, record: bool = False) -> Any:
+        def closure() -> torch.Tensor:
+            with oracle_autocast(cell):
+                loss = _loss_of(
+                    forward, _COPY_BATCHES[batch_idx], cell, infinite=infinite, scales=copy_scales if record else None
+                )
+            clone.backward(loss)
+            return loss
+
+        clone.step(closure, make_optimizer_step=make_optimizer_step)
+        return clone.last_outcome
+
+    # The copy accumulates, overflows (16-mixed: its scale backs off), then steps twice (and may grow).
+    outcomes = [copy_step(3, False, record=True), copy_step(4, True, infinite=sixteen)]
+    outcomes += [copy_step(5, True), copy_step(6, True), copy_step(7, False, record=True)]
+    skipped = StepOutcome.SKIPPED_NON_FINITE if sixteen else StepOutcome.STEPPED
+    want = [StepOutcome.ACCUMULATED, skipped, StepOutcome.STEPPED, StepOutcome.STEPPED, StepOutcome.ACCUMULATED]
+    assert outcomes == want, f"the {how} copy's calls took {outcomes}, expected {want}"
+    what = f"after the {how} copy stepped, overflowed and grew"
+    _assert_identical(params(model), taken_params, f"{what}, the original's parameters")
+    _assert_same_grads(_grads_of(own), taken_grads, f"{what}, the original's open window")
+    _assert_same_state(context.state_dict(), taken_state, f"{what}, the original's context.state_dict()")
+
+    # The other way round: the original closes its window on an infinite loss, then steps again.
+    copy_params, copy_grads = [p.detach().cpu().clone() for p in copied], _grads_of(copied)
+    for batch_idx in range(3, 6):
+        _original_batch(context, model, wrapper, batch_idx, cell, scales)
+    what = f"after the original overflowed and stepped, the {how} copy's"
+    _assert_identical([p.detach().cpu() for p in copied], copy_params, f"{what} parameters")
+    _assert_same_grads(_grads_of(copied), copy_grads, f"{what} open window")
+    copy_step(0, True, record=True)
+    if sixteen:
+        got, seen = [float(s) for s in scales], [float(s) for s in copy_scales]
+        assert got == _ORIGINAL_SCALES, (
+            f"the original's backward passes were scaled by {got}; by the settings {GROWING} and its own overflow "
+            f"alone they are {_ORIGINAL_SCALES}: its {how} copy's overflow or growth reached it"
+        )
+        assert seen[0] == _ORIGINAL_SCALES[2], (
+            f"the {how} copy's first backward pass was scaled by {seen[0]}, the original's scale when it was copied "
+            f"is {_ORIGINAL_SCALES[2]}"
+        )
+        assert seen[2] == seen[1], (
+            f"the {how} copy's loss scale went from {seen[1]} to {seen[2]} while only the original stepped and "
+            "overflowed"
+        )
+    twin_context, twin_model, twin_wrapper = _growing_sgd(make_context, cell)
+    for batch_idx in range(6):
+        _original_batch(twin_context, twin_model, twin_wrapper, batch_idx, cell, [])
+    _assert_identical(params(model), params(twin_model), f"the original, next to a {how} copy, and a run without", cell)
+
+
+@pytest.mark.cells(devices=_NOT_XLA)
+@pytest.mark.requirement("PICKLE-001")
+@pytest.mark.features("pickling")
+@pytest.mark.varies(
+    copies=("pickle", "deepcopy"),
+    wrappers=("2",),
+    window=("1 micro-step", "k >= 2 micro-steps", "open while another optimizer steps"),
+    optimizer=("SGD momentum", "Adam"),
+    param_groups=("2 with other hyper-parameters",),
+)
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_copy_of_either_of_two_wrappers_continues_it(make_context: MakeContext, cell: Cell, how: str) -> None:
+    """Copies of each of two wrappers (windows open) close their own window as the originals do."""
+    context = make_context(accumulate_grad_batches=3, **_scaler_settings(cell, GradScalerSettings(init_scale=2.0**8)))
+    model = context.prepare_module(make_model())
+    first_weight, first_bias, last_weight, last_bias = model.parameters()
+    groups: list[dict[str, Any]] = [{"params": [first_weight]}, {"params": [first_bias], "lr": 0.05}]
+    wrappers: dict[str, Any] = {
+        "A": context.wrap(torch.optim.SGD(groups, lr=0.1, momentum=0.9)),
+        "B": context.wrap(torch.optim.Adam([last_weight, last_bias], lr=0.01)),
+    }
+    for batch_idx, make_b in ((0, True), (1, False)):  # A's window {0, 1} and B's {1} stay open; B stepped at 0
+        with context.batch(batch_idx):
+            for wrapper, make_step in ((wrappers["A"], None), (wrappers["B"], make_b)):
+
+                def closure(wrapper: Any = wrapper, batch_idx: int = batch_idx) -> torch.Tensor:
+                    with context.autocast():
+                        loss = _loss_of(model, _COPY_BATCHES[batch_idx], cell)
+                    wrapper.backward(loss)
+                    return loss
+
+                wrapper.step(closure, make_optimizer_step=make_step)
+    copies = {
+        name: pickle.loads(pickle.dumps(w)) if how == "pickle" else copy.deepcopy(w) for name, w in wrappers.items()
+    }
+    for name in ("B", "A"):
+        original, clone = wrappers[name], copies[name]
+        assert type(clone.optimizer) is type(original.optimizer), f"the {how} copy of {name} wraps another class"
+        got_lrs = [group["lr"] for group in clone.param_groups]
+        want_lrs = [group["lr"] for group in original.param_groups]
+        assert got_lrs == want_lrs, f"the {how} copy of {name} has groups with lr {got_lrs}, {name} {want_lrs}"
+        clone.step(make_optimizer_step=True)
+        original.step(make_optimizer_step=True)
+        assert clone.last_outcome is original.last_outcome is StepOutcome.STEPPED, (
+            f"{name} and its {how} copy closed their windows as {original.last_outcome} and {clone.last_outcome}"
+        )
+        mine = [p.detach().cpu() for group in clone.param_groups for p in group["params"]]
+        theirs = [p.detach().cpu() for group in original.param_groups for p in group["params"]]
+        _assert_identical(mine, theirs, f"the {how} copy of {name} closed its open window otherwise than {name}", cell)
+
+
+@pytest.mark.cells(devices=_NOT_XLA)
+@pytest.mark.requirement("CKPT-003")
+@pytest.mark.features("checkpointing")
+@pytest.mark.varies(
+    faults=("refused load",),
+    wrappers=("2", "3"),
+    loss_scale=("backed off", "settings given to the factory"),
+    window=("k >= 2 micro-steps", "open while another optimizer steps"),
+    optimizer=("SGD momentum", "Adam"),
+)
+def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContext, cell: Cell) -> None:
+    """After an overflow, with two windows open, states for other layouts are refused and change nothing at all."""
+    settings = GradScalerSettings(init_scale=2.0**8)
+    sixteen = cell.precision == "16-mixed"
+
+    def build(sizes: tuple[int, ...] = (4, 8, 2), third: bool = False) -> tuple[TrainingContext, torch.nn.Module, Any]:
+        context = make_context(accumulate_grad_batches=2, **_scaler_settings(cell, settings))
+        model = context.prepare_module(make_model(sizes=sizes))
+        first, last = list(model.parameters())[:2], list(model.parameters())[2:]
+        wrappers: list[Any] = [context.wrap(torch.optim.SGD(first, lr=0.1, momentum=0.9))]
+        wrappers.append(context.wrap(torch.optim.Adam(last, lr=0.01)))
+        if third:
+            wrappers.append(context.wrap(torch.optim.SGD(context.prepare_module(make_model(seed=2)).parameters())))
+        return context, model, wrappers
+
+    def run(
+        context: TrainingContext,
+        model: torch.nn.Module,
+        wrappers: Any,
+        plan: Mapping[int, tuple[bool, ...]],
+        scales: Any,
+    ) -> None:
+        for batch_idx, steps in plan.items():
+            with context.batch(batch_idx):
+                for index, (wrapper, make_step) in enumerate(zip(wrappers, steps, strict=False)):
+
+                    def closure(wrapper: Any = wrapper, index: int = index, batch_idx: int = batch_idx) -> torch.Tensor:
+                        with context.autocast():
+                            infinite = batch_idx == 0 and index == 0  # A's first step overflows
+                            loss = _loss_of(model, _COPY_BATCHES[batch_idx], cell, infinite=infinite, scales=scales)
+                        wrapper.backward(loss)
+                        return loss
+
+                    wrapper.step(closure, make_optimizer_step=make_step)
+
+    # A's window {0} overflows (16-mixed: skipped, the scale backs off); then A's {1} and B's {0, 1} stay open.
+    opening = {0: (True, False), 1: (False, False)}
+    closing = {2: (True, True)}
+    context, model, wrappers = build()
+    run(context, model, wrappers, opening, None)
+    grads, state = _grads_of(list(model.parameters())), copy.deepcopy(context.state_dict())
+    inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in wrappers]
+
+    one = make_context(accumulate_grad_batches=2, **_scaler_settings(cell, settings))
+    one_model = one.prepare_module(make_model())
+    one_wrapper = one.wrap(torch.optim.SGD(one_model.parameters(), lr=0.1))
+    run(one, one_model, [one_wrapper], {0: (False,)}, None)
+    wide, wide_model, wide_wrappers = build(sizes=(4, 8, 5, 2))
+    run(wide, wide_model, wide_wrappers, {0: (True, False)}, None)  # A's window closed, B's open: its shapes show
+    others = {"one optimizer": one, "B's parameters of other shapes": wide, "a third optimizer": build(third=True)[0]}
+    for what, other in others.items():
+        with pytest.raises(ValueError):
+            context.load_state_dict(other.state_dict())
+        _assert_same_grads(_grads_of(list(model.parameters())), grads, f"a refused load ({what})")
+        _assert_same_state(context.state_dict(), state, f"after a refused load ({what}), context.state_dict()")
+        for index, wrapper in enumerate(wrappers):
+            _assert_same_state(wrapper.optimizer.state_dict(), inner_states[index], f"a refused load ({what})")
+
+    scales: list[torch.Tensor] = []
+    run(context, model, wrappers, closing, scales)
+    outcomes = [wrapper.last_outcome for wrapper in wrappers]
+    assert outcomes == [StepOutcome.STEPPED] * 2, f"after the refused loads, the windows closed as {outcomes}"
+    if sixteen:
+        backed_off = settings.init_scale * settings.backoff_factor
+        got = [float(scale) for scale in scales]
+        assert got == [backed_off] * 2, (
+            f"after the refused loads the backward passes were scaled by {got}; the scale had backed off to "
+            f"{backed_off} after the overflow"
+        )
+    twin_context, twin_model, twin_wrappers = build()
+    run(twin_context, twin_model, twin_wrappers, {**opening, **closing}, None)
+    _assert_identical(params(model), params(twin_model), "after refused loads, against a run without them", cell)
+
+
+@pytest.mark.cells(devices=_NOT_XLA)
+@pytest.mark.requirement("CKPT-002")
+@pytest.mark.features("checkpointing")
+@pytest.mark.varies(
+    copies=("checkpoint",),
+    wrappers=("2",),
+    param_groups=("2 with other hyper-parameters", "added after wrap"),
+    loss_scale=("grown", "settings given to the factory"),
+    window=(
+        "1 micro-step",
+        "k >= 2 micro-steps",
+        "cut short by True",
+        "partial, flushed by the last batch",
+        "open while another optimizer steps",
+    ),
+    make_optimizer_step=("True", "False", "None"),
+    optimizer=("SGD momentum", "Adam"),
+)
+def test_resume_two_wrappers_with_a_growing_scale(make_context: MakeContext, cell: Cell) -> None:
+    """Two wrappers, two groups, a group added after wrap, a growing scale: every resume is the uninterrupted run."""
+    want = pair_uninterrupted(make_context, cell)
+    if cell.precision == "16-mixed":
+        assert want.scales == PAIR_SCALES, (
+            f"the backward passes were scaled by {want.scales}; the settings {GROWTH} with one update per "
+            f"iteration in which an optimizer stepped give {PAIR_SCALES}"
+        )
+    for done, checkpoint in enumerate(pair_checkpoints(make_context, cell)):
+        got = pair_resume(make_context, cell, checkpoint, start=done + 1)
+        what = f"two wrappers resumed after batch {done}"
+        _assert_identical(got.params, want.params, what, cell)
+        _assert_same_scales(got.scales, want.scales[2 * (done + 1) :], what)

@@ -48,6 +48,7 @@ def _search_root(module_name: str) -> Path | None:
 
 
 @pytest.mark.requirement("SURFACE-001", "SURFACE-002")
+@pytest.mark.varies(optimizer=("SGD", "Adam"))
 def test_static_surface(implementation: ImplementationInfo[Any], pytestconfig: pytest.Config, tmp_path: Path) -> None:
     """Mypy --strict on a snippet that assigns the factory's context and wrappers to the protocols."""
     module = pytestconfig.getoption("impl").partition(":")[0]

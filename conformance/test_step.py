@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
     REORDERED_TOLERANCES,
@@ -17,10 +19,12 @@ from lightning_optimizer.conformance.harness import (
     make_model,
     mse,
     oracle_autocast,
+    oracle_step_done,
     run_steps,
+    tolerance_for,
 )
 from lightning_optimizer.conformance.oracles import WindowOracle, expected_outcomes, oracle_copy
-from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
+from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
 A, S = StepOutcome.ACCUMULATED, StepOutcome.STEPPED
@@ -47,6 +51,9 @@ def _setup(
 
 
 @pytest.mark.requirement("STEP-001", "STEP-004")
+@pytest.mark.varies(
+    window=("1 micro-step", "cut short by True"), make_optimizer_step=("True",), optimizer=("SGD momentum",)
+)
 def test_true_steps_now(make_context: MakeContext, cell: Cell) -> None:
     """``make_optimizer_step=True`` steps on every call, even when the schedule would accumulate."""
     context, model, wrapper, oracle = _setup(make_context, cell, accumulate_grad_batches=4)
@@ -60,6 +67,7 @@ def test_true_steps_now(make_context: MakeContext, cell: Cell) -> None:
 
 
 @pytest.mark.requirement("STEP-002", "STEP-004")
+@pytest.mark.varies(make_optimizer_step=("False",), window=("k >= 2 micro-steps",), optimizer=("Adam",))
 def test_false_accumulates_only(make_context: MakeContext, cell: Cell) -> None:
     """``make_optimizer_step=False`` changes no parameter and no optimizer state; gradients add up."""
     context = make_context()
@@ -88,6 +96,11 @@ def test_false_accumulates_only(make_context: MakeContext, cell: Cell) -> None:
 
 
 @pytest.mark.requirement("STEP-003", "ACC-001", "ACC-003")
+@pytest.mark.varies(
+    window=("k >= 2 micro-steps", "partial, flushed by the last batch"),
+    make_optimizer_step=("None",),
+    position=("inside batch()",),
+)
 def test_schedule_flushes_last_partial_window(make_context: MakeContext, cell: Cell) -> None:
     """``accumulate_grad_batches=3`` over two epochs of 10 batches: windows 3, 3, 3, 1 in each epoch."""
     context, model, wrapper, oracle = _setup(make_context, cell, accumulate_grad_batches=3)
@@ -102,6 +115,7 @@ def test_schedule_flushes_last_partial_window(make_context: MakeContext, cell: C
 
 
 @pytest.mark.requirement("STEP-003")
+@pytest.mark.varies(window=("k >= 2 micro-steps",), make_optimizer_step=("None",), position=("outside batch()",))
 def test_schedule_outside_a_batch_counts_micro_steps(make_context: MakeContext, cell: Cell) -> None:
     """Without ``context.batch``, ``make_optimizer_step=None`` steps when the window is full."""
     context, model, wrapper, oracle = _setup(make_context, cell, accumulate_grad_batches=2)
@@ -125,6 +139,7 @@ def test_schedule_outside_a_batch_counts_micro_steps(make_context: MakeContext, 
 
 @pytest.mark.requirement("ACC-001")
 @pytest.mark.cells(precisions=NOT_LOSS_SCALED)
+@pytest.mark.varies(window=("k >= 2 micro-steps",), optimizer=("SGD",))
 def test_window_equals_concatenated_batch(make_context: MakeContext, cell: Cell) -> None:
     """Three equal micro-batches accumulated equal one step on their concatenation with a mean loss."""
     context, model, wrapper, oracle = _setup(make_context, cell, momentum=0.0)
@@ -142,6 +157,7 @@ def test_window_equals_concatenated_batch(make_context: MakeContext, cell: Cell)
 
 
 @pytest.mark.requirement("ACC-001", "STEP-001")
+@pytest.mark.varies(window=("k >= 2 micro-steps", "cut short by True"), make_optimizer_step=("True", "None"))
 def test_window_cut_short_applies_its_own_mean(make_context: MakeContext, cell: Cell) -> None:
     """With ``accumulate_grad_batches=4``, ``True`` after two micro-steps applies the mean of two."""
     context, model, wrapper, oracle = _setup(make_context, cell, accumulate_grad_batches=4)
@@ -155,6 +171,9 @@ def test_window_cut_short_applies_its_own_mean(make_context: MakeContext, cell: 
 
 @pytest.mark.requirement("ACC-002")
 @pytest.mark.cells(precisions=NOT_LOSS_SCALED)
+@pytest.mark.varies(
+    call_form=("closure, loss.backward",), window=("k >= 2 micro-steps", "partial, flushed by the last batch")
+)
 def test_plain_backward_gives_the_same_mean(make_context: MakeContext, cell: Cell) -> None:
     """Closures that call ``loss.backward()`` instead of ``wrapper.backward(loss)`` give the same steps."""
     context, model, wrapper, oracle = _setup(make_context, cell, accumulate_grad_batches=3)
@@ -165,6 +184,7 @@ def test_plain_backward_gives_the_same_mean(make_context: MakeContext, cell: Cel
 
 
 @pytest.mark.requirement("STEP-005")
+@pytest.mark.varies(step_kwargs=("without gradients",), window=("k >= 2 micro-steps",))
 def test_kwargs_reach_the_inner_step(make_context: MakeContext, cell: Cell) -> None:
     """Keyword arguments of ``step`` reach the inner optimizer's ``step`` on a real step."""
 
@@ -187,6 +207,7 @@ def test_kwargs_reach_the_inner_step(make_context: MakeContext, cell: Cell) -> N
 
 
 @pytest.mark.requirement("STEP-006")
+@pytest.mark.varies(make_optimizer_step=("False", "True"), step_kwargs=("without gradients",))
 def test_step_returns_the_closure_result(make_context: MakeContext, cell: Cell) -> None:
     """``step`` returns the closure's own result on accumulating and on real steps, ``None`` without one."""
     context = make_context()
@@ -199,6 +220,7 @@ def test_step_returns_the_closure_result(make_context: MakeContext, cell: Cell) 
 
 
 @pytest.mark.requirement("ZERO-001")
+@pytest.mark.varies(window=("k >= 2 micro-steps",), make_optimizer_step=("None",))
 def test_real_step_clears_gradients(make_context: MakeContext, cell: Cell) -> None:
     """After a real step every gradient of the wrapper's parameters is ``None``."""
     context, model, wrapper, _ = _setup(make_context, cell, accumulate_grad_batches=2)
@@ -208,6 +230,9 @@ def test_real_step_clears_gradients(make_context: MakeContext, cell: Cell) -> No
 
 
 @pytest.mark.requirement("ZERO-002", "ACC-001")
+@pytest.mark.varies(
+    zero_grad=("set_to_none=True", "set_to_none=False", "with a window open"), call_form=("backward, then step()",)
+)
 def test_zero_grad_keeps_an_open_window(make_context: MakeContext, cell: Cell) -> None:
     """The ``zero_grad(); backward(); step()`` loop accumulates correctly; with no window open it clears."""
     context, model, wrapper, oracle = _setup(make_context, cell, accumulate_grad_batches=2)
@@ -231,6 +256,7 @@ def test_zero_grad_keeps_an_open_window(make_context: MakeContext, cell: Cell) -
 
 
 @pytest.mark.requirement("CLOS-001")
+@pytest.mark.varies(window=("k >= 2 micro-steps",), make_optimizer_step=("None",))
 def test_closure_runs_once_per_call(make_context: MakeContext, cell: Cell) -> None:
     """The closure runs exactly once per ``step`` call, accumulating or stepping."""
     context, model, wrapper, _ = _setup(make_context, cell, accumulate_grad_batches=2)
@@ -252,6 +278,9 @@ def test_closure_runs_once_per_call(make_context: MakeContext, cell: Cell) -> No
 
 
 @pytest.mark.requirement("CLOS-003", "TOGGLE-002")
+@pytest.mark.varies(
+    faults=("raising closure",), make_optimizer_step=("True", "False", "None"), window=("k >= 2 micro-steps",)
+)
 def test_closure_that_raises_changes_nothing(make_context: MakeContext, cell: Cell) -> None:
     """A closure that raises, on a closing or an accumulating micro-step, leaves the window as it was."""
     context, model, wrapper, oracle = _setup(make_context, cell, accumulate_grad_batches=2)
@@ -299,50 +328,9 @@ def test_closure_that_raises_changes_nothing(make_context: MakeContext, cell: Ce
     assert_params_close(model, oracle.model, cell, "training after a closure raised mid-window")
 
 
-@pytest.mark.requirement("CLOS-002", "STEP-006")
-@pytest.mark.features("closure_evaluating_optimizers")
-# LBFGS's data-dependent loop recompiles on every evaluation under XLA (minutes per cell): eager devices only.
-@pytest.mark.cells(devices=("cpu", "cuda"), precisions=("64-true", "32-true"))
-def test_lbfgs_evaluates_the_closure_itself(make_context: MakeContext, cell: Cell) -> None:
-    """LBFGS steps as a bare LBFGS does with the same closure, and returns what LBFGS returns."""
-    context = make_context()
-    base = make_model()
-    oracle = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    wrapper = context.wrap(torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5))
-    oracle_opt = torch.optim.LBFGS(oracle.parameters(), lr=0.5, max_iter=5)
-    batch = make_batches(1)[0]
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    evaluations = []
-
-    def closure() -> torch.Tensor:
-        evaluations.append(1)
-        wrapper.zero_grad()
-        loss = mse(model, batch, device, dtype)
-        wrapper.backward(loss)
-        return loss
-
-    def oracle_closure() -> torch.Tensor:
-        oracle_opt.zero_grad()
-        loss = mse(oracle, batch, device, dtype)
-        loss.backward()
-        return loss
-
-    for _ in range(2):
-        got = wrapper.step(closure)
-        want = oracle_opt.step(oracle_closure)
-        torch.testing.assert_close(got, want, msg="step must return what LBFGS's own step returns")
-    assert len(evaluations) > 2, "LBFGS was not allowed to evaluate the closure several times"
-    assert_params_close(model, oracle, cell, "two LBFGS steps")
-    lbfgs_context = make_context(accumulate_grad_batches=2)
-    lbfgs_model = lbfgs_context.prepare_module(make_model())
-    lbfgs = torch.optim.LBFGS(lbfgs_model.parameters())
-    with pytest.raises(ValueError, match=r"(?i)accumulat"):
-        lbfgs_context.wrap(lbfgs).step(closure)
-
-
 @pytest.mark.requirement("BWD-001")
 @pytest.mark.cells(precisions=NOT_LOSS_SCALED)
+@pytest.mark.varies(backward_args=("retain_graph", "inputs"))
 def test_backward_forwards_its_arguments(make_context: MakeContext, cell: Cell) -> None:
     """``backward`` forwards ``retain_graph`` and ``inputs`` as ``loss.backward`` would."""
     context, model, wrapper, oracle = _setup(make_context, cell)
@@ -360,3 +348,292 @@ def test_backward_forwards_its_arguments(make_context: MakeContext, cell: Cell) 
     want = next(iter(oracle.model.parameters())).grad
     assert first.grad is not None and want is not None
     torch.testing.assert_close(first.grad, 2 * want, msg="two backward passes through a retained graph")
+
+
+SCALER_SETTINGS = GradScalerSettings(init_scale=2.0**10)
+"""The loss scaler that the checks below ask for under 16-mixed: at this scale the small model's float16 gradients
+stay finite, so every real step is taken; their oracles build a plain ``GradScaler`` with the same settings."""
+
+
+def _scaled_context(make_context: MakeContext, cell: Cell, **kwargs: Any) -> TrainingContext:
+    """A context for ``cell``; under 16-mixed its loss scaler gets :data:`SCALER_SETTINGS`."""
+    if cell.precision == "16-mixed":
+        kwargs["grad_scaler"] = SCALER_SETTINGS
+    return make_context(**kwargs)
+
+
+def _settings_scaler(cell: Cell) -> GradScaler | None:
+    """The oracle's plain ``GradScaler`` with :data:`SCALER_SETTINGS` under 16-mixed, ``None`` otherwise."""
+    if cell.precision != "16-mixed":
+        return None
+    return GradScaler(cell_device(cell).type, **SCALER_SETTINGS.as_kwargs())
+
+
+def _settings_oracle(cell: Cell, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> WindowOracle:
+    """A :class:`WindowOracle` whose 16-mixed scaler has :data:`SCALER_SETTINGS`."""
+    oracle = WindowOracle(model, optimizer, cell)
+    oracle.scaler = _settings_scaler(cell)
+    return oracle
+
+
+Backward = Callable[..., None]
+LossOf = Callable[[bool], torch.Tensor]
+"""Computes the check's loss on one model: per element (``True``) or its mean (``False``)."""
+
+
+def _twice(backward: Backward, loss: torch.Tensor, *first: Any, **first_kwargs: Any) -> None:
+    backward(loss, *first, **first_kwargs)
+    backward(loss)  # needs the graph that the first call retained
+
+
+def _with_create_graph(backward: Backward, loss: torch.Tensor) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that create_graph=True makes a reference cycle
+        backward(loss, create_graph=True)
+
+
+def _backward_forms(gradient: torch.Tensor) -> dict[str, Callable[[Backward, list[torch.Tensor], LossOf], None]]:
+    """Each call form of ``backward``, by how it reads, as a function of (backward, parameters, loss)."""
+    return {
+        "(per_element_loss, gradient)": lambda bw, params, loss: bw(loss(True), gradient),
+        "(per_element_loss, gradient=gradient)": lambda bw, params, loss: bw(loss(True), gradient=gradient),
+        "(loss, retain_graph=True) then (loss)": lambda bw, params, loss: _twice(bw, loss(False), retain_graph=True),
+        "(loss, None, True) then (loss)": lambda bw, params, loss: _twice(bw, loss(False), None, True),
+        "(loss, create_graph=True)": lambda bw, params, loss: _with_create_graph(bw, loss(False)),
+        "(loss, inputs=[first parameter])": lambda bw, params, loss: bw(loss(False), inputs=[params[0]]),
+        "(loss, None, None, False, [last parameter])": lambda bw, params, loss: bw(
+            loss(False), None, None, False, [params[-1]]
+        ),
+    }
+
+
+def _take_grads(model: torch.nn.Module) -> list[torch.Tensor | None]:
+    """The parameters' gradients, each parameter's ``grad`` set back to ``None``."""
+    grads = []
+    for param in model.parameters():
+        grads.append(param.grad)
+        param.grad = None
+    return grads
+
+
+@pytest.mark.requirement("BWD-001")
+@pytest.mark.varies(
+    backward_args=("gradient", "retain_graph", "create_graph", "inputs", "positional", "graph freed"),
+    loss_scale=("initial", "settings given to the factory"),
+)
+def test_backward_call_forms(make_context: MakeContext, cell: Cell) -> None:
+    """``w.backward`` does what ``loss.backward`` does in every call form, after scaling the loss under 16-mixed."""
+    context = _scaled_context(make_context, cell)
+    base = make_model()
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+    scaler = _settings_scaler(cell)
+    scale = 1.0 if scaler is None else SCALER_SETTINGS.init_scale
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    x, y = (t.to(device=device, dtype=dtype) for t in make_batches(1)[0])
+    gradient = torch.randn(y.shape, generator=torch.Generator().manual_seed(5)).to(device=device, dtype=dtype)
+    names = [name for name, _ in model.named_parameters()]
+    tolerance = tolerance_for(cell)
+
+    def loss_of(net: torch.nn.Module, autocast: Callable[[], Any]) -> LossOf:
+        def loss(per_element: bool) -> torch.Tensor:
+            with autocast():
+                squared: torch.Tensor = (net(x).to(dtype) - y) ** 2
+            return squared if per_element else squared.mean()
+
+        return loss
+
+    def oracle_backward(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        (loss if scaler is None else scaler.scale(loss)).backward(*args, **kwargs)
+
+    results = []
+    for form, run in _backward_forms(gradient).items():
+        try:
+            run(wrapper.backward, list(model.parameters()), loss_of(model, context.autocast))
+        except Exception as exc:
+            raise AssertionError(f"wrapper.backward{form} raised {exc!r}, where loss.backward{form} runs") from exc
+        run(oracle_backward, list(oracle.parameters()), loss_of(oracle, lambda: oracle_autocast(cell)))
+        results.append((form, _take_grads(model), _take_grads(oracle)))
+    oracle_step_done(cell)  # on XLA: every form's gradients, both sides, in one graph before they are read
+    for form, got, want in results:
+        for name, got_grad, want_grad in zip(names, got, want, strict=True):
+            what = f"after wrapper.backward{form}, parameter {name!r}"
+            if want_grad is None or got_grad is None:
+                assert got_grad is None and want_grad is None, (
+                    f"{what} has {'no' if got_grad is None else 'a'} gradient; loss.backward{form} gives "
+                    f"{'none' if want_grad is None else 'one'}"
+                )
+                continue
+            if "create_graph" in form:
+                assert got_grad.requires_grad, f"{what}: the gradient has no graph of its own (create_graph lost)"
+
+            def message(text: str, what: str = what, form: str = form) -> str:
+                return f"{what} differs from loss.backward{form}: {text}"
+
+            torch.testing.assert_close(
+                got_grad.detach().cpu() / scale,
+                want_grad.detach().cpu() / scale,
+                rtol=tolerance.rtol,
+                atol=tolerance.atol,
+                msg=message,
+            )
+
+    for backward, net, autocast in (
+        (wrapper.backward, model, context.autocast),
+        (oracle_backward, oracle, lambda: oracle_autocast(cell)),
+    ):
+        loss = loss_of(net, autocast)(False)
+        backward(loss)
+        try:
+            backward(loss)
+        except RuntimeError:
+            pass
+        else:
+            who = "wrapper.backward" if net is model else "the oracle's loss.backward (check precondition)"
+            raise AssertionError(
+                f"a second {who}(loss) through the same graph did not raise: the first call without retain_graph "
+                "kept the graph, where loss.backward() frees it"
+            )
+        _take_grads(net)
+
+
+class _RecordingSGD(torch.optim.SGD):
+    """SGD that records the keyword arguments of every call of its ``step``."""
+
+    def __init__(self, params: Any, **hyper: Any) -> None:
+        super().__init__(params, **hyper)
+        self.calls: list[dict[str, Any]] = []
+
+    def step(self, closure: Any = None, **kwargs: Any) -> Any:
+        """Record ``kwargs``, then step as SGD does."""
+        self.calls.append(dict(kwargs))
+        return super().step(closure)
+
+
+class _Marker:
+    """A closure's result that nothing else could return."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"<the result of closure {self.index}>"
+
+
+@pytest.mark.requirement("STEP-005", "STEP-006", "STEP-004")
+@pytest.mark.varies(
+    step_kwargs=("with gradients",),
+    window=("1 micro-step", "k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch"),
+    make_optimizer_step=("True", "False", "None"),
+    position=("inside batch()", "outside batch()"),
+    call_form=("closure, wrapper.backward", "backward, then step()"),
+    optimizer=("SGD momentum",),
+    loss_scale=("settings given to the factory",),
+)
+def test_kwargs_and_result_with_gradients(make_context: MakeContext, cell: Cell) -> None:
+    """With gradients: ``kwargs`` reach the inner step once per real step; ``step`` returns the closure's result."""
+    context = _scaled_context(make_context, cell, accumulate_grad_batches=2)
+    base = make_model()
+    reference_model = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    inner = _RecordingSGD(model.parameters(), lr=0.1, momentum=0.9)
+    wrapper = context.wrap(inner)
+    oracle = _settings_oracle(
+        cell, reference_model, torch.optim.SGD(reference_model.parameters(), lr=0.1, momentum=0.9)
+    )
+    batches = make_batches(6)
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    outcomes = []
+
+    def call(index: int, make_optimizer_step: bool | None = None) -> None:
+        marker = _Marker(index)
+
+        def closure() -> _Marker:
+            with context.autocast():
+                loss = mse(model, batches[index], device, dtype)
+            wrapper.backward(loss)
+            return marker
+
+        got = wrapper.step(closure, make_optimizer_step=make_optimizer_step, tag=index)
+        assert got is marker, (
+            f"micro-step {index} (make_optimizer_step={make_optimizer_step}): step returned {got!r}, not the "
+            f"closure's result {marker!r}"
+        )
+        outcomes.append(wrapper.last_outcome)
+
+    for batch_idx in range(3):  # windows [0, 1] and [2], the last flushed by the epoch's last batch
+        with context.batch(batch_idx, is_last=batch_idx == 2):
+            call(batch_idx)
+    call(3, make_optimizer_step=True)  # a window of one, cut short
+    call(4, make_optimizer_step=False)
+    with context.autocast():
+        loss = mse(model, batches[5], device, dtype)
+    wrapper.backward(loss)
+    got = wrapper.step(make_optimizer_step=True, tag=5)  # closes the window [4, 5]
+    assert got is None, f"step() without a closure, on a real step with gradients, returned {got!r}, not None"
+    outcomes.append(wrapper.last_outcome)
+    oracle.train_windows(batches, [[0, 1], [2], [3], [4, 5]])
+    assert all(oracle.stepped), "check precondition: the oracle's loss scaler skipped a step"
+    assert outcomes == [A, S, S, S, A, S], f"outcomes were {outcomes}"
+    expected = [{"tag": 1}, {"tag": 2}, {"tag": 3}, {"tag": 5}]
+    assert inner.calls == expected, (
+        f"the inner step received {inner.calls}; expected one call per real step with that step's keyword "
+        f"arguments, none on accumulating micro-steps: {expected}"
+    )
+    assert_params_close(model, oracle.model, cell, "four real steps with keyword arguments")
+
+
+AUTOCAST_DTYPES = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
+
+
+@pytest.mark.requirement("CLOS-001")
+@pytest.mark.varies(
+    window=("1 micro-step", "k >= 2 micro-steps", "partial, flushed by the last batch"),
+    make_optimizer_step=("True", "None"),
+    position=("inside batch()", "outside batch()"),
+)
+def test_closure_runs_once_in_the_autocast_region(make_context: MakeContext, cell: Cell) -> None:
+    """Each call runs its closure once, under the context's autocast, though the closure does not enter it."""
+    context = _scaled_context(make_context, cell, accumulate_grad_batches=2)
+    base = make_model()
+    reference_model = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    oracle = _settings_oracle(
+        cell, reference_model, torch.optim.SGD(reference_model.parameters(), lr=0.1, momentum=0.9)
+    )
+    batches = make_batches(4)
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    device_type = device.type
+    seen: list[tuple[int, bool, torch.dtype]] = []
+
+    def closure_for(index: int) -> Callable[[], torch.Tensor]:
+        def closure() -> torch.Tensor:
+            seen.append((index, torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)))
+            loss = mse(model, batches[index], device, dtype)  # no context.autocast(): the call's region must hold
+            wrapper.backward(loss)
+            return loss
+
+        return closure
+
+    for batch_idx in range(3):  # windows [0, 1] and [2], flushed by the epoch's last batch
+        with context.batch(batch_idx, is_last=batch_idx == 2):
+            wrapper.step(closure_for(batch_idx))
+    wrapper.step(closure_for(3), make_optimizer_step=True)  # a window of one, outside any batch
+    assert [index for index, _, _ in seen] == [0, 1, 2, 3], (
+        f"closure runs, by call: {[index for index, _, _ in seen]}; expected each of the four calls to run it once"
+    )
+    want = AUTOCAST_DTYPES.get(cell.precision)
+    for index, enabled, autocast_dtype in seen:
+        if want is None:
+            assert not enabled, f"call {index}: {cell.precision} ran the closure under {autocast_dtype} autocast"
+        else:
+            assert enabled and autocast_dtype == want, (
+                f"call {index}: the closure ran "
+                f"{f'under {autocast_dtype} autocast' if enabled else 'without autocast'}, expected {want} "
+                f"autocast on {device_type} (the context's autocast region)"
+            )
+    assert not torch.is_autocast_enabled(device_type), "autocast is still enabled after step() returned"
+    oracle.train_windows(batches, [[0, 1], [2], [3]])
+    assert_params_close(model, oracle.model, cell, "closures without context.autocast() of their own")

@@ -78,6 +78,7 @@ def check_surface(protocol: type, obj: object) -> list[str]:
 
 
 @pytest.mark.requirement("SURFACE-001")
+@pytest.mark.varies(optimizer=("SGD",))
 def test_wrapper_surface(make_context: Callable[..., TrainingContext], cell: Cell) -> None:
     """The wrapper that ``context.wrap`` returns has every member of ``OptimizerWrapper``."""
     context = make_context()
@@ -88,6 +89,7 @@ def test_wrapper_surface(make_context: Callable[..., TrainingContext], cell: Cel
 
 
 @pytest.mark.requirement("SURFACE-002")
+@pytest.mark.varies(optimizer=("SGD",))
 def test_context_surface(make_context: Callable[..., TrainingContext], cell: Cell) -> None:
     """The training context that the factory returns has every member of ``TrainingContext``."""
     context = make_context()

@@ -49,6 +49,7 @@ def _flags(model: torch.nn.Module) -> dict[str, bool]:
 
 
 @pytest.mark.requirement("TOGGLE-001", "TOGGLE-002")
+@pytest.mark.varies(wrappers=("2",), parameters=("shared by two optimizers", "frozen"), make_optimizer_step=("False",))
 def test_closure_sees_only_its_parameters(make_context: MakeContext, cell: Cell) -> None:
     """In A's closure B-only parameters do not require grad; shared and A's stay; all flags come back."""
     _, model, opt_a, _ = _two_wrappers(make_context)
@@ -65,6 +66,9 @@ def test_closure_sees_only_its_parameters(make_context: MakeContext, cell: Cell)
 
 
 @pytest.mark.requirement("TOGGLE-001", "TOGGLE-002")
+@pytest.mark.varies(
+    wrappers=("2",), parameters=("shared by two optimizers", "frozen"), faults=("raising toggle_model block",)
+)
 def test_toggle_model_block(make_context: MakeContext, cell: Cell) -> None:
     """``toggle_model()`` toggles for its block and restores exactly, also when the block raises."""
     _, model, _, opt_b = _two_wrappers(make_context)
@@ -79,6 +83,7 @@ def test_toggle_model_block(make_context: MakeContext, cell: Cell) -> None:
 
 
 @pytest.mark.requirement("TOGGLE-002", "CLOS-003")
+@pytest.mark.varies(wrappers=("2",), parameters=("shared by two optimizers", "frozen"), faults=("raising closure",))
 def test_raising_closure_restores_flags(make_context: MakeContext, cell: Cell) -> None:
     """A closure that raises leaves every flag as it was; user-frozen parameters stay frozen."""
     _, model, opt_a, _ = _two_wrappers(make_context)
@@ -112,6 +117,12 @@ def _gan_losses(model: _Gan, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[
 
 
 @pytest.mark.requirement("STEP-001", "STEP-002", "ACC-001", "TOGGLE-001")
+@pytest.mark.varies(
+    wrappers=("2",),
+    optimizer=("Adam", "SGD"),
+    window=("1 micro-step", "k >= 2 micro-steps", "open while another optimizer steps"),
+    make_optimizer_step=("True", "False"),
+)
 def test_gan_cadences(make_context: MakeContext, cell: Cell) -> None:
     """The seed's GAN: generator accumulating over 2 batches, discriminator every 4, for 8 batches."""
     context = make_context()
@@ -195,3 +206,120 @@ def test_gan_cadences(make_context: MakeContext, cell: Cell) -> None:
             scaler.update()
         oracle_step_done(cell)
     assert_params_close(model, oracle, cell, "the seed's GAN example over 8 batches")
+
+
+class _Trio(torch.nn.Module):
+    """Parameters for three optimizers: ``shared`` is A's and B's, ``d`` joins C by ``add_param_group``.
+
+    ``f_b`` (B's) is trainable when wrapped and frozen by the user afterwards; ``u_b`` (B's) is frozen when wrapped
+    and made trainable afterwards; ``loose`` belongs to no optimizer.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(5)
+        for name in ("a", "shared", "b", "f_b", "u_b", "c", "d", "loose"):
+            self.register_parameter(name, torch.nn.Parameter(torch.randn(3, generator=generator)))
+        self.get_parameter("u_b").requires_grad_(False)
+
+
+_HELD = {"A": ["a", "shared"], "B": ["b", "shared", "f_b", "u_b"], "C": ["c"]}
+"""The parameters each wrapper of :class:`_Trio` is built on (C gets ``d`` later)."""
+
+
+def _three_wrappers(make_context: MakeContext) -> tuple[_Trio, dict[str, Any]]:
+    context = make_context()
+    model = context.prepare_module(_Trio())
+    assert isinstance(model, _Trio)
+    held = {name: [model.get_parameter(p) for p in names] for name, names in _HELD.items()}
+    wrappers = {
+        "A": context.wrap(torch.optim.SGD(held["A"], lr=0.1)),
+        "B": context.wrap(torch.optim.SGD(held["B"], lr=0.1)),
+        "C": context.wrap(torch.optim.Adam(held["C"], lr=0.01)),
+    }
+    wrappers["C"].add_param_group({"params": [model.get_parameter("d")], "lr": 0.02})
+    model.get_parameter("f_b").requires_grad_(False)  # frozen by the user after wrap
+    model.get_parameter("u_b").requires_grad_(True)  # unfrozen by the user after wrap
+    return model, wrappers
+
+
+_OWNERS = {"a": "A", "shared": "AB", "b": "B", "f_b": "B", "u_b": "B", "c": "C", "d": "C", "loose": ""}
+"""Which wrappers hold each parameter of :class:`_Trio` (``d`` through ``add_param_group``)."""
+
+
+def _expected_inside(owner: str, flags: dict[str, bool]) -> dict[str, bool]:
+    """By the rule: parameters held only by the other wrappers are off; the owner's and loose ones keep their flag."""
+    return {name: flag and (owner in _OWNERS[name] or not _OWNERS[name]) for name, flag in flags.items()}
+
+
+def _raise_inside() -> None:
+    raise ValueError("closure failed")
+
+
+def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor | None]:
+    return {name: None if p.grad is None else p.grad.detach().clone() for name, p in model.named_parameters()}
+
+
+def _backward_everything(model: torch.nn.Module, wrapper: Any) -> None:
+    """Backpropagate a loss that involves every parameter: only those that require grad take a gradient."""
+    loss = sum((param * param).sum() for param in model.parameters())
+    assert isinstance(loss, torch.Tensor)
+    wrapper.backward(loss * 1e-3)
+
+
+def _assert_gradients_only_where_on(
+    before: dict[str, torch.Tensor | None], model: torch.nn.Module, on: dict[str, bool], what: str
+) -> None:
+    for name, param in model.named_parameters():
+        old, new = before[name], param.grad
+        changed = (old is None) != (new is None) or (old is not None and new is not None and not torch.equal(old, new))
+        assert changed == on[name], (
+            f"{what}: parameter {name!r} {'took' if changed else 'took no'} gradient, but it "
+            f"{'requires' if on[name] else 'must not require'} grad there"
+        )
+
+
+@pytest.mark.requirement("TOGGLE-001", "TOGGLE-002")
+@pytest.mark.varies(
+    wrappers=("3",),
+    parameters=("shared by two optimizers", "frozen", "frozen after wrap", "unfrozen after wrap"),
+    param_groups=("added after wrap",),
+    call_form=("closure, wrapper.backward", "toggle_model block, then step()"),
+    faults=("raising closure", "raising toggle_model block"),
+    make_optimizer_step=("False",),
+)
+def test_toggling_follows_flags_and_groups_changed_after_wrap(make_context: MakeContext, cell: Cell) -> None:
+    """Three wrappers, flags changed and a group added after wrap: the rule holds on today's flags and groups."""
+    model, wrappers = _three_wrappers(make_context)
+    for phase in ("after wrap", "after the user flipped f_b and u_b again"):
+        if phase != "after wrap":
+            model.get_parameter("f_b").requires_grad_(True)
+            model.get_parameter("u_b").requires_grad_(False)
+        flags = _flags(model)
+        for owner, wrapper in wrappers.items():
+            want = _expected_inside(owner, flags)
+            seen: dict[str, bool] = {}
+
+            def closure(seen: dict[str, bool] = seen, wrapper: Any = wrapper) -> None:
+                seen.update(_flags(model))
+                _backward_everything(model, wrapper)
+
+            before = _grads(model)
+            wrapper.step(closure, make_optimizer_step=False)
+            assert seen == want, f"{phase}: flags inside {owner}'s closure are {seen}, expected {want}"
+            assert _flags(model) == flags, f"{phase}: flags after {owner}'s closure are {_flags(model)}, not {flags}"
+            _assert_gradients_only_where_on(before, model, want, f"{phase}, {owner}'s closure")
+            before = _grads(model)
+            with wrapper.toggle_model():
+                inside = _flags(model)
+                _backward_everything(model, wrapper)
+            wrapper.step(make_optimizer_step=False)
+            assert inside == want, f"{phase}: flags inside {owner}.toggle_model() are {inside}, expected {want}"
+            assert _flags(model) == flags, f"{phase}: flags after {owner}.toggle_model() are {_flags(model)}"
+            _assert_gradients_only_where_on(before, model, want, f"{phase}, {owner}.toggle_model() block")
+            with pytest.raises(ValueError, match="closure failed"):
+                wrapper.step(_raise_inside, make_optimizer_step=False)
+            assert _flags(model) == flags, f"{phase}: flags after {owner}'s raising closure are {_flags(model)}"
+            with pytest.raises(KeyError), wrapper.toggle_model():
+                raise KeyError("inside the block")
+            assert _flags(model) == flags, f"{phase}: flags after {owner}'s raising block are {_flags(model)}"

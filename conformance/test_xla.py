@@ -1,63 +1,474 @@
-"""Checks of XLA cells: one gradient reduction per window, after its last backward, then one graph cut."""
+"""Checks of XLA cells: one gradient reduction per window, after its last backward, then one graph cut.
+
+The checks observe behaviour, not which torch_xla function an implementation calls. torch_xla is shown a world of
+two replicas (``torch_xla.runtime.world_size()`` answers 2, patched before the context is built) on its one real
+device. A reduction across replicas then really runs on that device, an XLA all-reduce summing over the one real
+replica: with the usual ``1 / world_size`` scale it halves the gradients, as if a second replica had contributed
+zero gradients. Whatever API an implementation reduces with (``xm.reduce_gradients``, ``xm.all_reduce`` of a list
+or of each tensor, bucketed or not), each real step must therefore apply half the window's mean gradient, which a
+plain-PyTorch oracle computes. When reductions and graph cuts happen is read from torch_xla's own metrics
+(``torch_xla.debug.metrics``): its all-reduce counters and ``MarkStep`` (every ``torch_xla.sync()``,
+``xm.mark_step()``, ``xm.optimizer_step(barrier=True)``), sampled around each call into the implementation and at
+each backward (a gradient hook). Whether the cut came after the inner step is read from the parameters: after a
+real step, reading them must run no computation (their update was executed by the cut).
+
+With clipping configured the clip must see, and keep, the reduced gradients. A pitfall there: after torch_xla's
+in-place all-reduce of gradients that were changed in place (accumulated over micro-steps, divided by the window's
+length), a fresh ``grad.detach()`` alias still reads the values from before the reduction, and torch_xla's own
+``clip_grad_norm_`` multiplies the gradients in place through such aliases: it writes the unreduced gradients back.
+Rebinding each gradient to a fresh tensor after the reduction (``p.grad = p.grad.clone()``), or reducing out of
+place, avoids it.
+
+XLA's CPU backend cannot all-reduce bfloat16 (``AllReduce for datatype 'bf16' is not supported``). There, in
+bf16-true, torch_xla is shown its one real replica: reductions are then no-ops that leave no trace, and the checks
+see the graph cuts and the parameters only.
+"""
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import pytest
 import torch
+from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.conformance.harness import make_batches, make_model, run_steps
+from lightning_optimizer.conformance.harness import (
+    Batch,
+    cell_device,
+    cell_dtype,
+    make_batches,
+    make_model,
+    mse,
+    oracle_autocast,
+    oracle_step_done,
+    tolerance_for,
+)
+from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.conformance.outcomes import not_applicable, unavailable
-from lightning_optimizer.spec import Cell, ImplementationInfo, TrainingContext
+from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, OptimizerWrapper, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
+CallForm = Literal["closure", "backward, then step()"]
+
+PRESENTED_WORLD_SIZE = 2
+"""The number of replicas torch_xla is told about; the second one contributes nothing to a reduction."""
+LR = 0.5
+"""Large enough that a window applied unreduced (twice the expected gradient) moves parameters far off."""
+CLIP_NORM = 0.7
+"""Between the 2-norm of the first window's reduced mean gradient (0.48) and twice that: the reduced gradient is not
+clipped, the unreduced one would be, and one clipped before its reduction comes out at half the threshold. The
+second window's reduced gradient is longer (2.6) and clipped: one clipped before its reduction is half as long."""
+SCALER = GradScalerSettings(init_scale=2.0**8)
+"""16-mixed: an initial scale at which this model's fp16 gradients stay finite, so that no step is skipped."""
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """torch_xla's counts so far: cross-replica reductions, graph cuts, executed computations."""
+
+    reductions: int
+    cuts: int
+    executions: int
+
+
+def _is_reduction(counter: str) -> bool:
+    """Whether a torch_xla counter counts all-reduces (``xla::AllReduceInPlace``, ``xla::AllReduce``, c10d's)."""
+    return counter.lower().replace("_", "").removeprefix("xla::").startswith("allreduce")
+
+
+def _counts() -> _Counts:
+    import torch_xla.debug.metrics
+
+    met: Any = torch_xla.debug.metrics  # torch_xla leaves these functions unannotated
+
+    def value(name: str) -> int:
+        return int(met.counter_value(name) or 0)
+
+    names = met.counter_names()
+    return _Counts(
+        reductions=sum(value(name) for name in names if _is_reduction(name)),
+        cuts=value("MarkStep"),
+        executions=value("ExecuteComputation"),
+    )
+
+
+def _settled_executions() -> int:
+    """Computations executed so far, once every launched one has run (a graph cut launches asynchronously)."""
+    import torch_xla.core.xla_model as xm
+
+    xm.wait_device_ops()
+    return _counts().executions
+
+
+def _present_replicas(monkeypatch: pytest.MonkeyPatch, cell: Cell) -> int:
+    """Show torch_xla a world of two replicas, where its backend can reduce the cell's gradients; the size shown."""
+    import torch_xla.runtime as xr
+
+    if cell.precision == "bf16-true" and xr.device_type() == "CPU":
+        return 1  # the CPU backend refuses (or crashes on) a bfloat16 all-reduce
+    monkeypatch.setattr(xr, "world_size", lambda: PRESENTED_WORLD_SIZE)
+    return PRESENTED_WORLD_SIZE
+
+
+@dataclass
+class _Iteration:
+    """What was observed in one iteration of the loop (one ``context.batch`` block)."""
+
+    batch_idx: int
+    form: CallForm
+    start: _Counts
+    step_start: _Counts
+    step_end: _Counts
+    end: _Counts
+    backwards: list[_Counts]
+    """The counts at each backward pass of the iteration (a gradient hook on the first parameter)."""
+    read_executions: int
+    """Computations that reading the parameters after the iteration ran (none once the graph was cut)."""
+    params: list[torch.Tensor] | None
+    """The parameters after the iteration, from the first real step on."""
+
+
+@dataclass(frozen=True)
+class _Epoch:
+    """One epoch of a check: the context's window length, the loop, and the windows worked out by hand."""
+
+    accumulate_grad_batches: int
+    batch_count: int
+    make_optimizer_step: Mapping[int, bool]
+    """``make_optimizer_step`` per batch index (``None`` where absent)."""
+    windows: tuple[tuple[int, ...], ...]
+    """The windows the spec's schedule gives for that loop (STEP-001..003), in order."""
+    backward_then_step: frozenset[int] = frozenset()
+    """Batches whose backward runs in a ``toggle_model()`` block before a bare ``step()``; the others use a closure."""
+
+    def form(self, batch_idx: int) -> CallForm:
+        """The call form of a batch."""
+        return "backward, then step()" if batch_idx in self.backward_then_step else "closure"
+
+
+def _run_epoch(
+    context: TrainingContext, model: torch.nn.Module, wrapper: OptimizerWrapper[Any], epoch: _Epoch, cell: Cell
+) -> list[_Iteration]:
+    """Drive one epoch of the implementation, counting reductions and graph cuts around each of its calls."""
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    batches = make_batches(epoch.batch_count)
+    backwards: list[_Counts] = []
+
+    def observe_backward(grad: torch.Tensor) -> None:
+        backwards.append(_counts())
+
+    def loss_of(batch: Batch) -> torch.Tensor:
+        with context.autocast():
+            return mse(model, batch, device, dtype)
+
+    handle = next(model.parameters()).register_hook(observe_backward)
+    iterations = []
+    try:
+        for batch_idx, batch in enumerate(batches):
+            make_optimizer_step, form = epoch.make_optimizer_step.get(batch_idx), epoch.form(batch_idx)
+            del backwards[:]
+            start = _counts()
+            with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+                if form == "closure":
+
+                    def closure(batch: Batch = batch) -> torch.Tensor:
+                        loss = loss_of(batch)
+                        wrapper.backward(loss)
+                        return loss
+
+                    step_start = _counts()
+                    wrapper.step(closure, make_optimizer_step=make_optimizer_step)
+                else:
+                    with wrapper.toggle_model():
+                        wrapper.backward(loss_of(batch))
+                    step_start = _counts()
+                    wrapper.step(make_optimizer_step=make_optimizer_step)
+                step_end = _counts()
+            end = _counts()
+            params, read = None, 0
+            if batch_idx >= epoch.windows[0][-1]:
+                # Before the first real step the parameters may still be pending casts of prepare_module.
+                settled = _settled_executions()
+                params = [param.detach().cpu().clone() for param in model.parameters()]
+                read = _counts().executions - settled
+            iterations.append(
+                _Iteration(batch_idx, form, start, step_start, step_end, end, list(backwards), read, params)
+            )
+    finally:
+        handle.remove()
+    return iterations
+
+
+def _check_reductions_and_cuts(iterations: Sequence[_Iteration], epoch: _Epoch, cell: Cell, world: int) -> None:
+    """Per iteration: reductions only in the closing step() after the window's last backward; one cut per window.
+
+    With one replica shown (``world`` 1) reductions leave no trace: only the graph cuts are checked.
+    """
+    reduces = world > 1
+    window_of = {batch_idx: window for window in epoch.windows for batch_idx in window}
+    for it in iterations:
+        window = window_of[it.batch_idx]
+        where = f"{cell.id}, batch {it.batch_idx} ({it.form} form) of window {list(window)}"
+        assert len(it.backwards) == 1, f"{where}: expected the batch's one backward pass, saw {len(it.backwards)}"
+        backward = it.backwards[0]
+        if it.batch_idx != window[-1]:
+            reductions, cuts = it.end.reductions - it.start.reductions, it.end.cuts - it.start.cuts
+            assert not reduces or reductions == 0, (
+                f"{where}: this micro-step accumulates (the window is still open), yet {reductions} cross-replica "
+                "reduction(s) ran in its iteration; a window is reduced once, on its real step, after its last "
+                "backward"
+            )
+            assert cuts == 0, (
+                f"{where}: this micro-step accumulates, yet the lazy graph was cut {cuts} time(s) in its iteration "
+                "(torch_xla.sync / xm.mark_step); a window costs one graph cut, after its real step"
+            )
+            continue
+        if reduces:
+            before = backward.reductions - it.start.reductions
+            assert before == 0, (
+                f"{where}: this batch closes the window, but {before} cross-replica reduction(s) ran before the "
+                "window's last backward (this batch's): its gradients would miss the reduction"
+            )
+            # In the closure form step() starts first and its closure runs the backward; otherwise backward first.
+            closure_form = it.form == "closure"
+            in_step = it.step_end.reductions - (backward if closure_form else it.step_start).reductions
+            assert in_step > 0, (
+                f"{where}: this batch's step() takes the window's real step, but no cross-replica reduction of the "
+                f"gradients ran in it after the window's last backward (torch_xla was shown {world} replicas)"
+            )
+            outside = it.end.reductions - it.step_end.reductions
+            if not closure_form:
+                outside += it.step_start.reductions - backward.reductions
+            assert outside == 0, (
+                f"{where}: {outside} cross-replica reduction(s) ran outside the step() that closes the window; the "
+                "window is reduced in its real step, before the inner optimizer steps"
+            )
+        cuts = it.end.cuts - it.start.cuts
+        assert cuts == 1, (
+            f"{where}: expected exactly one graph cut (torch_xla.sync / xm.mark_step) in the iteration of a real "
+            f"step, saw {cuts}"
+        )
+        assert it.read_executions == 0, (
+            f"{where}: after the real step, reading the parameters ran {it.read_executions} XLA computation(s): "
+            "their update was still pending, so the graph was not cut after the inner optimizer step"
+        )
+
+
+Groups = Callable[[torch.nn.Module], list[dict[str, Any]]]
+
+
+Reduction = Literal["before clipping", "after clipping", "none"]
+"""Where an oracle reduces each window's gradients: the rule (before clipping), or a wrong place, to diagnose."""
+
+
+def _oracle(
+    epoch: _Epoch,
+    cell: Cell,
+    groups: Groups,
+    clip_norm: float | None,
+    world: int,
+    reduction: Reduction = "before clipping",
+) -> list[list[torch.Tensor]]:
+    """Plain PyTorch on the XLA device: the parameters first, then after each window's step.
+
+    Each window's gradient is the mean of its micro-batch gradients, reduced over the ``world`` shown (a sum over
+    the one real replica, scaled by ``1 / world``): so divided by the window's length and by ``world``, then
+    (16-mixed) unscaled, (when asked) clipped by norm, stepped, and the graph cut. ``reduction`` moves the division
+    by ``world`` after the clipping, or drops it: the oracles of two wrong implementations, for the error message.
+    """
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    batches = make_batches(epoch.batch_count)
+    model = oracle_copy(make_model(), cell)
+    optimizer = torch.optim.SGD(groups(model))
+    scaler = GradScaler(device.type, **SCALER.as_kwargs()) if cell.precision == "16-mixed" else None
+    snapshots = [[param.detach().cpu().clone() for param in model.parameters()]]
+
+    def reduce() -> None:
+        with torch.no_grad():
+            for param in model.parameters():
+                if param.grad is not None:
+                    param.grad /= world
+
+    for window in epoch.windows:
+        for batch_idx in window:
+            with oracle_autocast(cell):
+                loss = mse(model, batches[batch_idx], device, dtype)
+            (loss if scaler is None else scaler.scale(loss)).backward()
+        with torch.no_grad():
+            for param in model.parameters():
+                if param.grad is not None:
+                    param.grad /= len(window)
+        if reduction == "before clipping":
+            reduce()
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        if clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        if reduction == "after clipping":
+            reduce()
+        if scaler is None:
+            optimizer.step()
+        else:
+            scale = scaler.get_scale()
+            scaler.step(optimizer)
+            scaler.update()
+            assert scaler.get_scale() == scale, "the check's own oracle overflowed: its inputs need another scale"
+        oracle_step_done(cell)
+        optimizer.zero_grad(set_to_none=True)
+        snapshots.append([param.detach().cpu().clone() for param in model.parameters()])
+    return snapshots
+
+
+def _close(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor], cell: Cell) -> bool:
+    tol = tolerance_for(cell)
+    return all(
+        torch.allclose(g.double(), w.double(), rtol=tol.rtol, atol=tol.atol) for g, w in zip(got, want, strict=True)
+    )
+
+
+def _check_values(
+    iterations: Sequence[_Iteration],
+    epoch: _Epoch,
+    names: Sequence[str],
+    cell: Cell,
+    groups: Groups,
+    clip_norm: float | None,
+    world: int,
+) -> None:
+    """After every iteration, the parameters equal the oracle's after the windows closed so far."""
+    expected = _oracle(epoch, cell, groups, clip_norm, world)
+    reduced = (
+        f"reduced over the {world} replicas torch_xla was shown (the second contributing zero gradients: half the mean)"
+        if world > 1
+        else "(one replica: nothing to reduce)"
+    )
+    closers = [window[-1] for window in epoch.windows]
+    tol = tolerance_for(cell)
+    for it in iterations:
+        if it.params is None:
+            continue
+        closed = sum(1 for last in closers if last <= it.batch_idx)
+        for name, got, want in zip(names, it.params, expected[closed], strict=True):
+            got64, want64 = got.double(), want.double()
+            if torch.allclose(got64, want64, rtol=tol.rtol, atol=tol.atol):
+                continue
+            diff = (got64 - want64).abs().max().item()
+            hint = ""
+            if world > 1:
+                wrong: list[tuple[Reduction, str]] = [
+                    (
+                        "none",
+                        "applied unreduced (never reduced, summed without the 1 / world_size scale, or reduced "
+                        "then overwritten)",
+                    )
+                ]
+                if clip_norm is not None:
+                    wrong.append(("after clipping", "clipped before they were reduced"))
+                for reduction, meaning in wrong:
+                    if _close(it.params, _oracle(epoch, cell, groups, clip_norm, world, reduction)[closed], cell):
+                        hint = f"; they match an oracle whose window gradients were {meaning}"
+            raise AssertionError(
+                f"{cell.id}: after batch {it.batch_idx} ({closed} of the windows "
+                f"{[list(w) for w in epoch.windows]} stepped) parameter {name!r} differs from the plain-PyTorch "
+                f"oracle, whose every real step applies the window's mean gradient {reduced}, then clipped when "
+                f"clipping is configured (max abs diff {diff:.3g}, rtol {tol.rtol}, atol {tol.atol}){hint}"
+            )
+
+
+def _one_group(model: torch.nn.Module) -> list[dict[str, Any]]:
+    return [{"params": list(model.parameters()), "lr": LR}]
+
+
+def _two_groups(model: torch.nn.Module) -> list[dict[str, Any]]:
+    assert isinstance(model, torch.nn.Sequential)
+    return [{"params": list(model[0].parameters()), "lr": LR}, {"params": list(model[2].parameters()), "lr": LR / 4}]
+
+
+def _check_epoch(
+    make_context: MakeContext,
+    cell: Cell,
+    monkeypatch: pytest.MonkeyPatch,
+    epoch: _Epoch,
+    groups: Groups,
+    clip_norm: float | None = None,
+) -> None:
+    """Run ``epoch`` on the implementation in a world of two replicas; check reductions, cuts and parameters."""
+    world = _present_replicas(monkeypatch, cell)
+    options: dict[str, Any] = {"accumulate_grad_batches": epoch.accumulate_grad_batches}
+    if clip_norm is not None:
+        options["gradient_clip_val"] = clip_norm
+    if cell.precision == "16-mixed":
+        options["grad_scaler"] = SCALER
+    context = make_context(**options)
+    model = context.prepare_module(make_model())
+    wrapper = context.wrap(torch.optim.SGD(groups(model)))
+    iterations = _run_epoch(context, model, wrapper, epoch, cell)
+    _check_reductions_and_cuts(iterations, epoch, cell, world)
+    names = [name for name, _ in model.named_parameters()]
+    _check_values(iterations, epoch, names, cell, groups, clip_norm, world)
+
+
+WINDOWS = _Epoch(
+    accumulate_grad_batches=3,
+    batch_count=7,
+    make_optimizer_step={4: True, 5: False},
+    windows=((0, 1, 2), (3, 4), (5, 6)),
+    backward_then_step=frozenset({3, 4, 5}),
+)
+"""A full window of 3 (closures), one cut short by True (backward, then step()), and a partial one (batch 5 held
+open by False, in the backward-then-step form; batch 6 a closure) flushed by the epoch's last batch."""
+
+CLIPPED = _Epoch(accumulate_grad_batches=3, batch_count=5, make_optimizer_step={1: False}, windows=((0, 1, 2), (3, 4)))
+"""A full window of 3 (batch 1 explicitly False), then a partial one flushed by the last batch. No window of one
+micro-step: a reduction misplaced before its closure would find no gradient at all, and torch_xla's all-reduce of
+an empty list crashes the process instead of failing the check."""
 
 
 @pytest.mark.requirement("XLA-001")
 @pytest.mark.cells(devices=("xla",))
+@pytest.mark.varies(
+    window=("k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch"),
+    make_optimizer_step=("True", "False", "None"),
+    call_form=("closure, wrapper.backward", "toggle_model block, then step()"),
+    position=("inside batch()",),
+    reduction=("result", "count per window", "graph cuts per window"),
+)
 def test_one_reduction_per_window_after_its_last_backward(
     make_context: MakeContext, cell: Cell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two windows of three micro-steps: backward x3, reduce, sync; backward x3, reduce, sync.
+    """Each window (3; 2 cut short by True; 2 flushed by the last batch) is reduced once, then the graph cut once.
 
-    torch_xla's own ``reduce_gradients`` and ``sync`` are observed (and still run); a backward pass is seen
-    through a gradient hook on the first parameter.
+    Closures and backward-then-step() micro-steps; the reduction runs in the window's real step, after its last
+    backward; the parameters follow the reduced window means.
     """
-    import torch_xla
-    import torch_xla.core.xla_model as xm
+    _check_epoch(make_context, cell, monkeypatch, WINDOWS, _one_group)
 
-    events: list[str] = []
-    reduce_gradients, sync = xm.reduce_gradients, torch_xla.sync
 
-    def observed_reduce(*args: Any, **kwargs: Any) -> Any:
-        events.append("reduce")
-        return reduce_gradients(*args, **kwargs)
+@pytest.mark.requirement("XLA-001", "CLIP-001")
+@pytest.mark.cells(devices=("xla",))
+@pytest.mark.varies(
+    window=("k >= 2 micro-steps", "partial, flushed by the last batch"),
+    make_optimizer_step=("False", "None"),
+    call_form=("closure, wrapper.backward",),
+    param_groups=("2 with other hyper-parameters",),
+    clipping=("norm",),
+    reduction=("result", "count per window", "graph cuts per window"),
+)
+def test_one_reduction_per_window_then_clipping(
+    make_context: MakeContext, cell: Cell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clipping by norm over two parameter groups sees each window's reduced gradients, and keeps them reduced.
 
-    def observed_sync(*args: Any, **kwargs: Any) -> Any:
-        events.append("sync")
-        return sync(*args, **kwargs)
-
-    monkeypatch.setattr(xm, "reduce_gradients", observed_reduce)
-    monkeypatch.setattr(torch_xla, "sync", observed_sync)
-    context = make_context(accumulate_grad_batches=3)
-    model = context.prepare_module(make_model())
-    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
-    first = next(model.parameters())
-
-    def observe_backward(grad: torch.Tensor) -> torch.Tensor:
-        events.append("backward")
-        return grad
-
-    first.register_hook(observe_backward)
-    run_steps(context, model, wrapper, make_batches(6), cell)
-    window = ["backward"] * 3 + ["reduce", "sync"]
-    assert events == window * 2, f"XLA events over two windows of three micro-steps: {events}"
+    Each window is reduced once in its real step, then clipped, stepped, and the graph cut once.
+    """
+    _check_epoch(make_context, cell, monkeypatch, CLIPPED, _two_groups, clip_norm=CLIP_NORM)
 
 
 @pytest.mark.requirement("ERR-006")
+@pytest.mark.varies(faults=("invalid argument",))
 def test_xla_without_torch_xla_names_it(implementation: ImplementationInfo[Any]) -> None:
     """Asking for device ``xla`` where torch_xla cannot be imported raises an error that names torch_xla."""
     if "xla" not in implementation.devices:

@@ -26,11 +26,18 @@ from accelerate import Accelerator
 from accelerate.data_loader import prepare_data_loader  # type: ignore[import-untyped]
 from accelerate.optimizer import AcceleratedOptimizer  # type: ignore[import-untyped]
 from accelerate.state import AcceleratorState, GradientState  # type: ignore[import-untyped]
-from accelerate.utils import is_torch_xla_available  # type: ignore[import-untyped]
+from accelerate.utils import GradScalerKwargs, is_torch_xla_available  # type: ignore[import-untyped]
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_optimizer.peers import PeerOptimizer
-from lightning_optimizer.spec import CONTRACT_VERSION, Cell, ImplementationInfo, Precision, StepOutcome
+from lightning_optimizer.spec import (
+    CONTRACT_VERSION,
+    Cell,
+    GradScalerSettings,
+    ImplementationInfo,
+    Precision,
+    StepOutcome,
+)
 
 __all__ = ["NOT_CLAIMED", "TRANSLATIONS", "AccelerateContext", "conformance_info"]
 
@@ -89,12 +96,23 @@ class _LoopPositions(IterableDataset[int]):
             yield position
 
 
-def _accelerator(mixed_precision: str, cpu: bool, accumulate_grad_batches: int) -> Accelerator:
-    """An Accelerator; the process-wide state is reset first when it was made for another precision."""
+def _accelerator(
+    mixed_precision: str, cpu: bool, accumulate_grad_batches: int, grad_scaler: GradScalerSettings | None
+) -> Accelerator:
+    """An Accelerator; the process-wide state is reset first when it was made for another precision.
+
+    A configured loss scaler goes in as the docs show: ``kwargs_handlers=[GradScalerKwargs(...)]``.
+    """
     if AcceleratorState._shared_state and AcceleratorState().mixed_precision != mixed_precision:
         AcceleratorState._reset_state()
         GradientState._reset_state()
-    return Accelerator(mixed_precision=mixed_precision, cpu=cpu, gradient_accumulation_steps=accumulate_grad_batches)
+    handlers = [] if grad_scaler is None else [GradScalerKwargs(**grad_scaler.as_kwargs())]
+    return Accelerator(
+        mixed_precision=mixed_precision,
+        cpu=cpu,
+        gradient_accumulation_steps=accumulate_grad_batches,
+        kwargs_handlers=handlers,
+    )
 
 
 class AccelerateContext:
@@ -108,6 +126,7 @@ class AccelerateContext:
         *,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+        grad_scaler: GradScalerSettings | None = None,
     ) -> None:
         if device == "cpu" and is_torch_xla_available():
             raise RuntimeError(
@@ -120,7 +139,7 @@ class AccelerateContext:
                 f"(USE_TORCH_XLA={os.environ.get('USE_TORCH_XLA')!r})"
             )
         self._accelerator = _accelerator(
-            _MIXED_PRECISION.get(precision, precision), device == "cpu", accumulate_grad_batches
+            _MIXED_PRECISION.get(precision, precision), device == "cpu", accumulate_grad_batches, grad_scaler
         )
         self._clip_val = gradient_clip_val
         self._clip_algorithm = gradient_clip_algorithm
@@ -272,6 +291,7 @@ def _context_for(
     accumulate_grad_batches: int = 1,
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+    grad_scaler: GradScalerSettings | None = None,
 ) -> AccelerateContext:
     return AccelerateContext(
         cell.precision,
@@ -279,6 +299,7 @@ def _context_for(
         accumulate_grad_batches,
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
+        grad_scaler=grad_scaler if cell.precision == "16-mixed" else None,
     )
 
 

@@ -19,10 +19,19 @@ import torch.distributed as dist
 from lightning_fabric import Fabric
 from lightning_fabric.__version__ import version as FABRIC_VERSION
 from lightning_fabric.accelerators.xla import XLAAccelerator
+from lightning_fabric.plugins.precision import MixedPrecision
 from lightning_fabric.wrappers import _FabricModule, _FabricOptimizer
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.peers import PeerOptimizer
-from lightning_optimizer.spec import CONTRACT_VERSION, Cell, ImplementationInfo, Precision, StepOutcome
+from lightning_optimizer.spec import (
+    CONTRACT_VERSION,
+    Cell,
+    GradScalerSettings,
+    ImplementationInfo,
+    Precision,
+    StepOutcome,
+)
 
 __all__ = ["NOT_CLAIMED", "TRANSLATIONS", "FabricContext", "conformance_info"]
 
@@ -75,13 +84,19 @@ class FabricContext:
         *,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+        grad_scaler: GradScalerSettings | None = None,
     ) -> None:
         world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        # A configured loss scaler goes in as the docs show: a MixedPrecision plugin holding the GradScaler.
+        precision_choice: dict[str, Any] = {"precision": precision}
+        if grad_scaler is not None and precision == "16-mixed":
+            scaler = GradScaler(device, **grad_scaler.as_kwargs())
+            precision_choice = {"plugins": [MixedPrecision("16-mixed", device, scaler=scaler)]}
         self._fabric = Fabric(
             accelerator=_ACCELERATORS.get(device, device),
             devices=world_size,
             strategy="ddp" if world_size > 1 else "auto",
-            precision=precision,
+            **precision_choice,
         )
         if world_size > 1:
             self._fabric.launch()
@@ -220,6 +235,7 @@ def _context_for(
     accumulate_grad_batches: int = 1,
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+    grad_scaler: GradScalerSettings | None = None,
 ) -> FabricContext:
     return FabricContext(
         cell.precision,
@@ -227,6 +243,7 @@ def _context_for(
         accumulate_grad_batches,
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
+        grad_scaler=grad_scaler,
     )
 
 

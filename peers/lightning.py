@@ -24,11 +24,20 @@ import torch.distributed as dist
 from pytorch_lightning.__version__ import version as LIGHTNING_VERSION
 from pytorch_lightning.accelerators import XLAAccelerator
 from pytorch_lightning.core.optimizer import LightningOptimizer
+from pytorch_lightning.plugins.precision import MixedPrecision
 from pytorch_lightning.trainer.configuration_validator import _verify_loop_configurations
 from pytorch_lightning.trainer.states import TrainerFn, TrainerStatus
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.peers import PeerOptimizer
-from lightning_optimizer.spec import CONTRACT_VERSION, Cell, ImplementationInfo, Precision, StepOutcome
+from lightning_optimizer.spec import (
+    CONTRACT_VERSION,
+    Cell,
+    GradScalerSettings,
+    ImplementationInfo,
+    Precision,
+    StepOutcome,
+)
 
 __all__ = ["NOT_CLAIMED", "TRANSLATIONS", "LightningContext", "conformance_info"]
 
@@ -102,15 +111,21 @@ class LightningContext:
         *,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+        grad_scaler: GradScalerSettings | None = None,
     ) -> None:
         world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        # A configured loss scaler goes in as the docs show: a MixedPrecision plugin holding the GradScaler.
+        precision_choice: dict[str, Any] = {"precision": precision}
+        if grad_scaler is not None and precision == "16-mixed":
+            scaler = GradScaler(device, **grad_scaler.as_kwargs())
+            precision_choice = {"plugins": [MixedPrecision("16-mixed", device, scaler=scaler)]}
         self._trainer = pl.Trainer(
             accelerator=_ACCELERATORS.get(device, device),
             devices=world_size,
             strategy="ddp" if world_size > 1 else "auto",
-            precision=precision,
             barebones=True,
             max_epochs=1,
+            **precision_choice,
         )
         self._accumulate_grad_batches = accumulate_grad_batches
         self._clip_val = gradient_clip_val
@@ -266,6 +281,7 @@ def _context_for(
     accumulate_grad_batches: int = 1,
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+    grad_scaler: GradScalerSettings | None = None,
 ) -> LightningContext:
     return LightningContext(
         cell.precision,
@@ -273,6 +289,7 @@ def _context_for(
         accumulate_grad_batches,
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
+        grad_scaler=grad_scaler,
     )
 
 

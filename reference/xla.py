@@ -18,8 +18,21 @@ class XlaDevice(Device):
         super().__init__(torch.device(torch_xla.device()))
 
     def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        """All-reduce the gradients across XLA replicas (torch_xla does nothing with one replica)."""
+        """All-reduce the gradients across XLA replicas (torch_xla does nothing with one replica).
+
+        After torch_xla's in-place all-reduce, a view taken of a gradient that was changed in place before (the
+        window's sum, its division) still reads the unreduced values, and ``clip_grad_norm_`` (which torch_xla
+        replaces with its own) writes through such views: each gradient is rebound to a fresh tensor, so whatever
+        comes next sees the reduced one. An optimizer without any gradient is left alone (torch_xla's all-reduce of
+        an empty list aborts the process).
+        """
+        params = [param for group in optimizer.param_groups for param in group["params"] if param.grad is not None]
+        if not params:
+            return
         xm.reduce_gradients(optimizer)
+        for param in params:
+            assert param.grad is not None
+            param.grad = param.grad.clone()
 
     def after_step(self) -> None:
         """Cut the lazy graph once, so that the step executes."""

@@ -248,6 +248,20 @@ REPORTED_CASES: dict[str, dict[str, Any]] = {
             f"--expected-failures-file={XFAILS}/reference_passes.txt",
         ]
     },
+    "leading-minus": {
+        "args": [
+            "--impl=lightning_optimizer.reference",
+            "-k",
+            "invalid_accumulate_grad_batches",
+            "--devices=cpu",
+            "--precisions=32-true",
+            "--world-sizes=1",
+            f"--expected-failures-file={XFAILS}/minus_one.txt",
+        ]
+    },
+    "skips-itself": {
+        "args": ["--impl=plugin_impls.skips_itself", *_CPU_WRAPPER, "--precisions=32-true", "--world-sizes=1"]
+    },
     "required-device-nothing-ran": {
         "args": ["--impl=plugin_impls.only_fp64", *_CPU_WRAPPER, "--precisions=32-true", "--require-devices=cpu"]
     },
@@ -484,6 +498,42 @@ def test_file_entry_for_a_check_that_passes_fails_naming_the_entry(reported: dic
     assert "XPASS(strict)" in got.run.stdout
     assert "reference_passes.txt:2" in got.run.stdout
     assert [entry["stale"] for entry in got.document["expected_failures"]] == [False]
+
+
+def test_parameter_ids_keep_their_minus_sign(reported: dict[str, Reported]) -> None:
+    """``[-1]`` stays ``[-1]`` in the rows and in expected-failure matching: only that row is declared."""
+    got = reported["leading-minus"]
+    assert got.run.returncode == 1, _explain(got.run)
+    rows = {row["check"]: row for row in got.document["results"]}
+    names = {"-1", "0", "2.0", "True", "str"}
+    assert set(rows) == {f"test_invalid_accumulate_grad_batches[{name}]" for name in names}, sorted(rows)
+    minus = rows["test_invalid_accumulate_grad_batches[-1]"]
+    assert minus["outcome"] == "failed" and minus["reason"].startswith("unexpected pass"), minus
+    others = [row["outcome"] for name, row in rows.items() if not name.endswith("[-1]")]
+    assert others == ["passed"] * 4, rows
+    assert "test_invalid_accumulate_grad_batches[-1]" in got.markdown
+
+
+def test_a_skip_that_says_nothing_typed_is_an_error(reported: dict[str, Reported]) -> None:
+    """Skips are classified by their exception type: a plain ``pytest.skip`` is neither n/a nor unavailable."""
+    got = reported["skips-itself"]
+    assert got.run.returncode == 1, _explain(got.run)
+    row = result(got.document, "test_wrapper_surface", "cpu/32-true/ws1")
+    assert row["outcome"] == "error", row
+    assert "this implementation would rather not" in row["reason"]
+    assert "outcomes.NotApplicable" in row["reason"]
+
+
+def test_the_typed_skips_are_pytest_skips() -> None:
+    """``outcomes`` derives from ``_pytest.outcomes.Skipped``: fails loudly if pytest renames what it raises."""
+    import _pytest.outcomes
+
+    from lightning_optimizer.conformance.outcomes import NotApplicable, Unavailable
+
+    assert pytest.skip.Exception is _pytest.outcomes.Skipped
+    for kind in (NotApplicable, Unavailable):
+        with pytest.raises(pytest.skip.Exception):
+            raise kind("typed")
 
 
 # -- required devices ----------------------------------------------------------------------------------

@@ -10,7 +10,14 @@ from typing import Literal
 
 from independent.context import Context
 from independent.wrapper import Wrapper
-from lightning_optimizer.spec import CONTRACT_VERSION, FEATURES, PRECISIONS, Cell, ImplementationInfo
+from lightning_optimizer.spec import (
+    CONTRACT_VERSION,
+    FEATURES,
+    PRECISIONS,
+    Cell,
+    GradScalerSettings,
+    ImplementationInfo,
+)
 
 __all__ = ["Context", "Wrapper", "conformance_info", "make_context"]
 
@@ -21,6 +28,7 @@ def make_context(
     accumulate_grad_batches: int = 1,
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+    grad_scaler: GradScalerSettings | None = None,
 ) -> Context:
     """A context for one cell of the conformance matrix."""
     return Context(
@@ -29,6 +37,7 @@ def make_context(
         accumulate_grad_batches=accumulate_grad_batches,
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
+        scaler_settings=grad_scaler,
     )
 
 

@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from independent import devices
 from independent.wrapper import Wrapper, is_wrapper
-from lightning_optimizer.spec import DEVICE_KINDS, PRECISIONS, Precision
+from lightning_optimizer.spec import DEVICE_KINDS, PRECISIONS, GradScalerSettings, Precision
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
@@ -32,6 +32,7 @@ class Context:
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+        scaler_settings: GradScalerSettings | None = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}")
@@ -50,7 +51,8 @@ class Context:
         self._accumulate_grad_batches = accumulate_grad_batches
         self.clip_value = None if gradient_clip_val is None else float(gradient_clip_val)
         self.clip_algorithm = gradient_clip_algorithm
-        self.scaler = GradScaler(self._device.type) if precision == "16-mixed" else None
+        settings = scaler_settings or GradScalerSettings()
+        self.scaler = GradScaler(self._device.type, **settings.as_kwargs()) if precision == "16-mixed" else None
         self.wrappers: list[Wrapper[Any]] = []
         self.distributed_modules: list[DistributedDataParallel] = []
         self.position: tuple[int, bool] | None = None
@@ -80,7 +82,7 @@ class Context:
         """Move and cast ``module``; with several ranks running, return it in ``DistributedDataParallel``."""
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"prepare_module needs a torch.nn.Module, got {type(module).__name__}")
-        module = module.to(device=self._device, dtype=_PARAMETER_DTYPES.get(self._precision, torch.float32))
+        module = module.to(device=self._device, dtype=self.parameter_dtype)
         if devices.distributed_world_size() > 1:
             device_ids = [self._device.index] if self._device.type == "cuda" else None
             ddp = DistributedDataParallel(module, device_ids=device_ids)
@@ -96,9 +98,29 @@ class Context:
             raise TypeError(f"wrap needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
         if any(wrapper.optimizer is optimizer for wrapper in self.wrappers):
             raise ValueError(f"this {type(optimizer).__name__} is already wrapped in this context")
+        for group in optimizer.param_groups:
+            self.check_parameters(group["params"])
         wrapper = Wrapper.around(optimizer, self)
         self.wrappers.append(wrapper)
         return wrapper
+
+    @property
+    def parameter_dtype(self) -> torch.dtype:
+        """The dtype of the module's floating-point parameters in this precision."""
+        return _PARAMETER_DTYPES.get(self._precision, torch.float32)
+
+    def check_parameters(self, params: list[torch.Tensor]) -> None:
+        """Refuse floating-point parameters off the device or in another dtype than ``prepare_module`` gives."""
+        for param in params:
+            if not param.is_floating_point():
+                continue
+            if param.device != self._device:
+                raise ValueError(f"a parameter lives on {param.device}, this context on {self._device}: prepare first")
+            if param.dtype != self.parameter_dtype:
+                raise ValueError(
+                    f"a parameter is {param.dtype}, but {self._precision} trains {self.parameter_dtype} parameters: "
+                    "prepare the module with the context first"
+                )
 
     def autocast(self) -> AbstractContextManager[None]:
         """Autocast for the mixed precisions; nothing for the true ones."""

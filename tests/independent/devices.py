@@ -46,7 +46,14 @@ def reduce_across_replicas(optimizer: torch.optim.Optimizer) -> None:
     import_torch_xla()
     import torch_xla.core.xla_model as xm
 
+    with_grads = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    if not with_grads:
+        return  # an all-reduce of nothing aborts torch_xla
     xm.reduce_gradients(optimizer)
+    # The all-reduce is in place; views made before it (by in-place accumulation or division) keep reading the
+    # old values in torch_xla, and its clip_grad_norm_ writes through views: fresh tensors end the aliasing.
+    for param in with_grads:
+        param.grad = None if param.grad is None else param.grad.clone()
 
 
 def cut_graph() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
@@ -118,7 +119,15 @@ class Wrapper(Generic[OptimizerT]):
         self._inner.load_state_dict(state_dict)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Add a parameter group to the inner optimizer."""
+        """Add a parameter group to the inner optimizer, once its parameters suit the context."""
+        given: object = param_group
+        params = param_group.get("params") if isinstance(given, dict) else None
+        if isinstance(params, torch.Tensor):
+            self._context.check_parameters([params])
+        elif params is not None and not isinstance(params, set | frozenset):
+            listed = list(params)
+            self._context.check_parameters([p for p in listed if isinstance(p, torch.Tensor)])
+            param_group["params"] = listed
         self._inner.add_param_group(param_group)
 
     def register_step_pre_hook(self, hook: Any) -> Any:
@@ -288,7 +297,12 @@ class Wrapper(Generic[OptimizerT]):
             return result
 
         inner_step: Callable[..., Any] = self._inner.step
-        result = inner_step(evaluate, **kwargs)
+        before = _Before(self._inner, self.parameters())
+        try:
+            result = inner_step(evaluate, **kwargs)
+        except BaseException:
+            before.restore()
+            raise
         if self._context.on_xla:
             devices.cut_graph()
         self._finish(StepOutcome.STEPPED)
@@ -333,6 +347,24 @@ class Wrapper(Generic[OptimizerT]):
         for param, grad in zip(self.parameters(), state["grads"], strict=True):
             param.grad = None if grad is None else grad.detach().clone().to(param.device)
         self._window.load(state)
+
+
+class _Before:
+    """An optimizer's parameters, gradients and state before a step that may fail, to put back."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
+        self.optimizer, self.params = optimizer, params
+        self.values = [param.detach().clone() for param in params]
+        self.grads = [None if param.grad is None else param.grad.detach().clone() for param in params]
+        self.state = copy.deepcopy(optimizer.state_dict())
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for param, value, grad in zip(self.params, self.values, self.grads, strict=True):
+                param.copy_(value)
+                param.grad = grad
+        self.optimizer.state.clear()
+        self.optimizer.load_state_dict(self.state)
 
 
 def _class_for(optimizer_class: type[torch.optim.Optimizer]) -> type[Wrapper[Any]]:

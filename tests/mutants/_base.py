@@ -11,13 +11,14 @@ import dataclasses
 from typing import Any, TypeVar
 
 import torch
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.clipping import ClipAlgorithm
 from lightning_optimizer.reference.conformance import conformance_info as reference_conformance_info
 from lightning_optimizer.reference.context import _Slot
 from lightning_optimizer.reference.wrapper import wrapper_class
-from lightning_optimizer.spec import Cell, ImplementationInfo
+from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo
 
 __all__ = ["MutantContext", "Slot", "conformance_info", "mutant_info", "wrapper_subclass"]
 
@@ -32,7 +33,8 @@ class MutantContext(TrainingContext):
     The stages: ``_check_step_arguments``, ``_closes_window``, ``_run_closure``, ``_normalise_window``,
     ``_prepare_gradients`` (``_normalise_window``, ``_reduce_gradients``, ``_unscale``, ``_clip``),
     ``_inner_step``, ``_finish_real_step``. ``_closure_evaluating_step``; around them
-    ``_toggle``, ``_backward``, ``_unscale_gradients`` and ``_end_iteration`` (the loss scaler's update).
+    ``_toggle``, ``_backward``, ``_unscale_gradients``, ``_zero_grad``, ``_add_param_group`` and
+    ``_end_iteration`` (the loss scaler's update).
     """
 
 
@@ -61,13 +63,18 @@ def mutant_info(context_class: type[ContextT], name: str) -> ImplementationInfo[
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: ClipAlgorithm = "norm",
+        grad_scaler: GradScalerSettings | None = None,
     ) -> ContextT:
+        scaler = None
+        if grad_scaler is not None and cell.precision == "16-mixed":
+            scaler = GradScaler(cell.device, **grad_scaler.as_kwargs())
         return context_class(
             cell.precision,
             cell.device,
             accumulate_grad_batches,
             gradient_clip_val=gradient_clip_val,
             gradient_clip_algorithm=gradient_clip_algorithm,
+            scaler=scaler,
         )
 
     info: ImplementationInfo[Any] = dataclasses.replace(

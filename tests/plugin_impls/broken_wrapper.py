@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.reference import TrainingContext
-from lightning_optimizer.spec import CONTRACT_VERSION, Cell, ImplementationInfo
+from lightning_optimizer.spec import CONTRACT_VERSION, Cell, GradScalerSettings, ImplementationInfo
 
 MISSING = "backward"
 
@@ -38,13 +39,16 @@ def _factory(
     accumulate_grad_batches: int = 1,
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+    grad_scaler: GradScalerSettings | None = None,
 ) -> BrokenContext:
+    scaler = GradScaler(cell.device, **grad_scaler.as_kwargs()) if grad_scaler is not None else None
     return BrokenContext(
         cell.precision,
         cell.device,
         accumulate_grad_batches,
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
+        scaler=scaler,
     )
 
 

@@ -1,0 +1,515 @@
+"""Checks of optimizers that evaluate the closure themselves (LBFGS), rule by rule, against a plain LBFGS.
+
+LBFGS calls the closure as often as it needs on a real step. Every rule that applies to a step applies to each of
+those evaluations: toggling, clipping, and on failure the roll-back of parameters, gradients and LBFGS's state.
+Each oracle here is a bare ``torch.optim.LBFGS`` stepped with a closure that does by hand what the rule says
+(toggles the other optimizer's parameters off, clips right after its backward).
+
+LBFGS's data-dependent loop recompiles on every evaluation under XLA (minutes per cell): eager devices only.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+
+from lightning_optimizer.conformance.harness import (
+    Batch,
+    assert_params_close,
+    cell_device,
+    cell_dtype,
+    make_batches,
+    make_model,
+    mse,
+)
+from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
+
+MakeContext = Callable[..., TrainingContext]
+A, S = StepOutcome.ACCUMULATED, StepOutcome.STEPPED
+LBFGS_CELLS = pytest.mark.cells(devices=("cpu", "cuda"), precisions=("64-true", "32-true"))
+LBFGS_HYPER: dict[str, Any] = {"lr": 0.5, "max_iter": 4}
+"""Four iterations per step: five evaluations of the closure, and parameters that move between them."""
+SGD_LR = 0.1
+
+
+class _Halves(torch.nn.Module):
+    """Two independent halves: ``a`` for LBFGS, ``b`` for SGD."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = make_model(seed=31)
+        self.b = make_model(seed=32)
+
+
+def _flags(model: torch.nn.Module) -> dict[str, bool]:
+    return {name: param.requires_grad for name, param in model.named_parameters()}
+
+
+def _grads(params: Any) -> list[torch.Tensor | None]:
+    return [None if p.grad is None else p.grad.detach().clone() for p in params]
+
+
+def _values(params: Any) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in params]
+
+
+def _same(got: object, want: object) -> bool:
+    """Whether two (nested) state values are identical: tensors equal in dtype, shape and every element."""
+    if isinstance(want, torch.Tensor):
+        return (
+            isinstance(got, torch.Tensor)
+            and got.dtype == want.dtype
+            and got.shape == want.shape
+            and torch.equal(got.detach().cpu(), want.detach().cpu())
+        )
+    if isinstance(want, dict):
+        return (
+            isinstance(got, dict)
+            and got.keys() == want.keys()
+            and all(_same(got[key], value) for key, value in want.items())
+        )
+    if isinstance(want, list | tuple):
+        return (
+            type(got) is type(want)
+            and len(got) == len(want)
+            and all(_same(a, b) for a, b in zip(got, want, strict=True))
+        )
+    return type(got) is type(want) and got == want
+
+
+def _outcome(wrapper: Any) -> StepOutcome | None:
+    """A wrapper's ``last_outcome``, read now."""
+    outcome: StepOutcome | None = wrapper.last_outcome
+    return outcome
+
+
+def _same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor | None]) -> bool:
+    return len(got) == len(want) and all(
+        (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+        for a, b in zip(got, want, strict=True)
+    )
+
+
+class _Pair:
+    """A context with LBFGS on ``model.a`` and SGD on ``model.b``, and the plain-PyTorch oracle of both."""
+
+    def __init__(
+        self, make_context: MakeContext, cell: Cell, clip: Callable[[Any], object] | None = None, **context_kwargs: Any
+    ) -> None:
+        self.cell = cell
+        self.device, self.dtype = cell_device(cell), cell_dtype(cell)
+        self.context = make_context(**context_kwargs)
+        base = _Halves()
+        oracle = oracle_copy(base, cell)
+        model = self.context.prepare_module(base)
+        assert isinstance(model, _Halves) and isinstance(oracle, _Halves)
+        self.model, self.oracle = model, oracle
+        self.lbfgs = self.context.wrap(torch.optim.LBFGS(model.a.parameters(), **LBFGS_HYPER))
+        self.sgd = self.context.wrap(torch.optim.SGD(model.b.parameters(), lr=SGD_LR))
+        self.oracle_lbfgs = torch.optim.LBFGS(oracle.a.parameters(), **LBFGS_HYPER)
+        self.oracle_sgd = torch.optim.SGD(oracle.b.parameters(), lr=SGD_LR)
+        self.clip: Callable[[Any], object] = clip or (lambda params: None)
+        """What the oracle does to its gradients right after each backward (the context's clipping)."""
+        self.evaluations: list[dict[str, bool]] = []
+        """The ``requires_grad`` flags seen at the start of each evaluation of the wrapper's LBFGS closure."""
+
+    def loss(self, model: _Halves, batch: Batch) -> torch.Tensor:
+        """Both halves' loss: LBFGS sees ``b``'s term too, which must not reach ``b``'s gradients."""
+        return mse(model.a, batch, self.device, self.dtype) + mse(model.b, batch, self.device, self.dtype)
+
+    def closure(self, batch: Batch) -> Callable[[], torch.Tensor]:
+        """The LBFGS closure for the wrapper: zero, forward, ``w.backward``, return the loss."""
+
+        def closure() -> torch.Tensor:
+            self.evaluations.append(_flags(self.model))
+            self.lbfgs.zero_grad()
+            loss = self.loss(self.model, batch)
+            self.lbfgs.backward(loss)
+            return loss
+
+        return closure
+
+    def oracle_closure(self, batch: Batch) -> Callable[[], torch.Tensor]:
+        """The same closure for the bare LBFGS: ``b`` toggled off by hand, clipped right after the backward."""
+
+        def closure() -> torch.Tensor:
+            self.oracle_lbfgs.zero_grad()
+            with _frozen(list(self.oracle.b.parameters())):
+                loss = self.loss(self.oracle, batch)
+                loss.backward()
+            self.clip(list(self.oracle.a.parameters()))
+            return loss
+
+        return closure
+
+    def lbfgs_step(self, batch: Batch, make_optimizer_step: bool | None = None) -> None:
+        """One LBFGS step of the wrapper and of the oracle; both return the same loss."""
+        start = len(self.evaluations)
+        got = self.lbfgs.step(self.closure(batch), make_optimizer_step=make_optimizer_step)
+        want = self.oracle_lbfgs.step(self.oracle_closure(batch))
+        torch.testing.assert_close(got, want, msg="step must return what LBFGS's own step returns")
+        assert len(self.evaluations) - start > 1, "LBFGS was not allowed to evaluate the closure several times"
+
+    def sgd_closure(self, batch: Batch) -> Callable[[], None]:
+        """The SGD wrapper's closure on ``b``."""
+
+        def closure() -> None:
+            self.sgd.backward(mse(self.model.b, batch, self.device, self.dtype))
+
+        return closure
+
+    def oracle_sgd_window(self, batches: list[Batch]) -> None:
+        """The bare SGD's step on the mean of ``batches``' gradients of ``b``, clipped as the context clips."""
+        self.oracle_sgd.zero_grad()
+        for batch in batches:
+            mse(self.oracle.b, batch, self.device, self.dtype).backward()
+        with torch.no_grad():
+            for param in self.oracle.b.parameters():
+                assert param.grad is not None
+                param.grad /= len(batches)
+        self.clip(list(self.oracle.b.parameters()))
+        self.oracle_sgd.step()
+        self.oracle_sgd.zero_grad()
+
+    def assert_toggled(self, what: str) -> None:
+        """Every evaluation so far saw only ``a`` requiring grad; every flag is back to ``True`` now."""
+        for index, seen in enumerate(self.evaluations):
+            wrong = {name: flag for name, flag in seen.items() if flag != name.startswith("a.")}
+            assert not wrong, (
+                f"{what}: in LBFGS evaluation {index} these flags were wrong (LBFGS's own parameters a.* must "
+                f"require grad, the SGD wrapper's b.* must not): {wrong}"
+            )
+        after = _flags(self.model)
+        assert all(after.values()), f"{what}: flags not restored after the step: {after}"
+
+
+@contextmanager
+def _frozen(params: list[torch.Tensor]) -> Iterator[None]:
+    for param in params:
+        param.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for param in params:
+            param.requires_grad_(True)
+
+
+def _alongside_sgd(
+    make_context: MakeContext, cell: Cell, clip: Callable[[Any], object] | None = None, **context_kwargs: Any
+) -> None:
+    """LBFGS steps twice, first while the SGD wrapper's window is open; each step checked against the oracle."""
+    pair = _Pair(make_context, cell, clip, **context_kwargs)
+    batches = make_batches(4, seed=5)
+    pair.sgd.step(pair.sgd_closure(batches[0]), make_optimizer_step=False)
+    sgd_window = _grads(pair.model.b.parameters())
+    sgd_params = _values(pair.model.b.parameters())
+    assert _outcome(pair.lbfgs) is None, f"LBFGS's last_outcome is {_outcome(pair.lbfgs)} before its first step"
+
+    for step, (batch, make_step) in enumerate(((batches[1], None), (batches[3], True))):
+        pair.lbfgs_step(batch, make_step)
+        what = f"LBFGS step {step} (make_optimizer_step={make_step})"
+        pair.assert_toggled(what)
+        assert pair.lbfgs.last_outcome is S, f"{what}: LBFGS's last_outcome is {pair.lbfgs.last_outcome}"
+        assert all(p.grad is None for p in pair.model.a.parameters()), f"{what}: LBFGS's gradients are not None"
+        if step == 0:
+            assert pair.sgd.last_outcome is A, (
+                f"{what} changed the SGD wrapper's last_outcome to {pair.sgd.last_outcome}"
+            )
+            assert _same_grads(_grads(pair.model.b.parameters()), sgd_window), (
+                f"{what} changed the gradients of the SGD wrapper's open window"
+            )
+            assert all(torch.equal(p, q) for p, q in zip(pair.model.b.parameters(), sgd_params, strict=True)), (
+                f"{what} changed the SGD wrapper's parameters"
+            )
+            pair.sgd.step(pair.sgd_closure(batches[2]), make_optimizer_step=True)
+            pair.oracle_sgd_window([batches[0], batches[2]])
+            assert pair.sgd.last_outcome is S, f"the SGD wrapper's window did not step: {pair.sgd.last_outcome}"
+            assert pair.lbfgs.last_outcome is S, (
+                f"the SGD wrapper's step changed LBFGS's last_outcome to {pair.lbfgs.last_outcome}"
+            )
+    assert pair.sgd.last_outcome is S, f"LBFGS's step changed the SGD wrapper's last_outcome to {pair.sgd.last_outcome}"
+    assert_params_close(pair.model, pair.oracle, cell, "two LBFGS steps beside an SGD window")
+
+
+@pytest.mark.requirement("TOGGLE-001", "TOGGLE-002", "ZERO-001", "STEP-004", "STEP-006", "CLOS-001")
+@pytest.mark.features("closure_evaluating_optimizers")
+@LBFGS_CELLS
+@pytest.mark.varies(
+    optimizer=("LBFGS", "SGD"),
+    wrappers=("2",),
+    window=("open while another optimizer steps",),
+    make_optimizer_step=("True", "None"),
+    outcome_read=("after every call of every wrapper",),
+)
+def test_lbfgs_beside_another_optimizer(make_context: MakeContext, cell: Cell) -> None:
+    """In each LBFGS evaluation only its parameters require grad; outcomes, zeroing and the trajectory hold."""
+    _alongside_sgd(make_context, cell)
+
+
+@pytest.mark.requirement("CLIP-001")
+@pytest.mark.features("closure_evaluating_optimizers")
+@LBFGS_CELLS
+@pytest.mark.parametrize(("algorithm", "value"), [("norm", 0.05), ("value", 0.01)], ids=["norm", "value"])
+@pytest.mark.varies(optimizer=("LBFGS", "SGD"), clipping=("norm", "value"), wrappers=("2",))
+def test_lbfgs_clips_every_evaluation(make_context: MakeContext, cell: Cell, algorithm: str, value: float) -> None:
+    """With ``gradient_clip_val``, LBFGS uses each evaluation's gradients clipped, as a clip after each backward."""
+
+    def clip(params: Any) -> object:
+        if algorithm == "norm":
+            return torch.nn.utils.clip_grad_norm_(params, value)
+        return torch.nn.utils.clip_grad_value_(params, value)
+
+    _alongside_sgd(make_context, cell, clip, gradient_clip_val=value, gradient_clip_algorithm=algorithm)
+
+
+class _Boom(RuntimeError):
+    """The error a failing closure raises."""
+
+
+@pytest.mark.requirement("CLOS-003", "TOGGLE-002")
+@pytest.mark.features("closure_evaluating_optimizers")
+@LBFGS_CELLS
+@pytest.mark.varies(
+    faults=("raising closure", "raising LBFGS evaluation"),
+    optimizer=("LBFGS",),
+    wrappers=("2",),
+    window=("open while another optimizer steps",),
+)
+def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell: Cell) -> None:
+    """A closure that raises in any evaluation, or returns ``None``: the step raises and changes nothing."""
+    pair = _Pair(make_context, cell)
+    model = pair.model
+    batches = make_batches(3, seed=7)
+    pair.lbfgs_step(batches[0])  # LBFGS has a history now, which a failed step must not extend
+    pair.sgd.step(pair.sgd_closure(batches[1]), make_optimizer_step=False)
+    pair.lbfgs.backward(mse(model.a, batches[2], pair.device, pair.dtype))  # gradients left from outside a step
+    values, grads = _values(model.parameters()), _grads(model.parameters())
+    state = copy.deepcopy(pair.lbfgs.optimizer.state_dict())
+    flags = _flags(model)
+    seen: list[list[torch.Tensor]] = []
+
+    def failing(at: int | None) -> Callable[[], torch.Tensor | None]:
+        """Raises after the backward of evaluation ``at``; with ``at=None`` every evaluation returns ``None``."""
+        evaluate = pair.closure(batches[1])
+        seen.clear()
+
+        def closure() -> torch.Tensor | None:
+            seen.append(_values(model.a.parameters()))
+            loss = evaluate()
+            if at is None:
+                return None
+            if len(seen) == at:
+                raise _Boom(f"evaluation {at} failed")
+            return loss
+
+        return closure
+
+    for at, what in ((1, "raised in its first evaluation"), (3, "raised in its third evaluation"), (None, "None")):
+        closure = failing(at)
+        if at is None:
+            try:
+                pair.lbfgs.step(closure)
+            except Exception:  # LBFGS's own float(None), or the wrapper's check: either is a failed step
+                pass
+            else:
+                raise AssertionError("an LBFGS step whose closure returned None did not raise")
+            what = "an LBFGS step whose closure returned None"
+        else:
+            with pytest.raises(_Boom):
+                pair.lbfgs.step(closure)
+            what = f"an LBFGS step whose closure {what}"
+        if at == 3:
+            assert len(seen) == 3 and any(not torch.equal(p, q) for p, q in zip(seen[2], seen[0], strict=True)), (
+                "check precondition: LBFGS did not move the parameters before the third evaluation"
+            )
+        for (name, param), value in zip(model.named_parameters(), values, strict=True):
+            assert torch.equal(param.detach(), value), f"after {what}: parameter {name!r} changed"
+        for (name, param), grad in zip(model.named_parameters(), grads, strict=True):
+            assert _same_grads(_grads([param]), [grad]), (
+                f"after {what}: the gradient of {name!r} is not what it was before the call "
+                f"({'LBFGS' if name.startswith('a.') else 'the open SGD window'})"
+            )
+        assert _same(pair.lbfgs.optimizer.state_dict(), state), f"after {what}: LBFGS's state dict changed"
+        assert _flags(model) == flags, f"after {what}: flags {_flags(model)}, before the call {flags}"
+    pair.evaluations.clear()
+    pair.lbfgs_step(batches[2])
+    pair.assert_toggled("the retry after the failed steps")
+    pair.sgd.step(pair.sgd_closure(batches[0]), make_optimizer_step=True)
+    pair.oracle_sgd_window([batches[1], batches[0]])
+    assert_params_close(model, pair.oracle, cell, "the retry after failed LBFGS steps, and the SGD window")
+
+
+@pytest.mark.requirement("CLOS-002")
+@pytest.mark.features("closure_evaluating_optimizers")
+@LBFGS_CELLS
+@pytest.mark.varies(make_optimizer_step=("False", "None", "True"), optimizer=("LBFGS",))
+def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> None:
+    """``make_optimizer_step=False``, and ``accumulate_grad_batches=2``: ``ValueError`` before the closure runs."""
+    context = make_context()
+    base = make_model()
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper = context.wrap(torch.optim.LBFGS(model.parameters(), **LBFGS_HYPER))
+    oracle_opt = torch.optim.LBFGS(oracle.parameters(), **LBFGS_HYPER)
+    batch = make_batches(1, seed=9)[0]
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    calls: list[int] = []
+
+    def refused() -> torch.Tensor:
+        calls.append(1)
+        loss = mse(model, batch, device, dtype)
+        wrapper.backward(loss)
+        return loss
+
+    def closure() -> torch.Tensor:
+        wrapper.zero_grad()
+        loss = mse(model, batch, device, dtype)
+        wrapper.backward(loss)
+        return loss
+
+    def oracle_closure() -> torch.Tensor:
+        oracle_opt.zero_grad()
+        loss = mse(oracle, batch, device, dtype)
+        loss.backward()
+        return loss
+
+    for make_step in (None, True):  # refused before the first step (no state yet) and after one (a history)
+        values, state = _values(model.parameters()), copy.deepcopy(wrapper.optimizer.state_dict())
+        try:
+            wrapper.step(refused, make_optimizer_step=False)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(
+                f"LBFGS's step(make_optimizer_step=False) was accepted (outcome {_outcome(wrapper)}); expected a "
+                f"ValueError before the closure runs (it ran {len(calls)} times)"
+            )
+        assert calls == [], "the closure ran before LBFGS with make_optimizer_step=False was refused"
+        assert all(torch.equal(p, v) for p, v in zip(model.parameters(), values, strict=True)), (
+            "a refused step(make_optimizer_step=False) changed a parameter"
+        )
+        assert all(p.grad is None for p in model.parameters()), "a refused step left gradients"
+        assert _same(wrapper.optimizer.state_dict(), state), "a refused step changed LBFGS's state"
+        wrapper.step(closure, make_optimizer_step=make_step)
+        oracle_opt.step(oracle_closure)
+        assert wrapper.last_outcome is S, f"step(make_optimizer_step={make_step}): {wrapper.last_outcome}"
+    assert_params_close(model, oracle, cell, "two LBFGS steps after refused accumulating steps")
+
+    accumulating = make_context(accumulate_grad_batches=2)
+    lbfgs_model = accumulating.prepare_module(make_model())
+    try:
+        accumulating.wrap(torch.optim.LBFGS(lbfgs_model.parameters())).step(refused)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("LBFGS with accumulate_grad_batches=2 was accepted (by wrap and by step)")
+    assert calls == [], "the closure ran before LBFGS with accumulate_grad_batches=2 was refused"
+
+
+@pytest.mark.requirement("ERR-001", "ERR-002")
+@pytest.mark.features("closure_evaluating_optimizers")
+@LBFGS_CELLS
+@pytest.mark.varies(faults=("invalid argument",), optimizer=("LBFGS",))
+def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell) -> None:
+    """A non-callable closure or a non-bool ``make_optimizer_step``: ``TypeError``; LBFGS never starts a step."""
+    context = make_context()
+    base = make_model()
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper = context.wrap(torch.optim.LBFGS(model.parameters(), **LBFGS_HYPER))
+    oracle_opt = torch.optim.LBFGS(oracle.parameters(), **LBFGS_HYPER)
+    inner_steps: list[int] = []
+    wrapper.optimizer.register_step_pre_hook(lambda *args: inner_steps.append(1))
+    batch = make_batches(1, seed=9)[0]
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    calls: list[int] = []
+
+    def closure() -> torch.Tensor:
+        calls.append(1)
+        wrapper.zero_grad()
+        loss = mse(model, batch, device, dtype)
+        wrapper.backward(loss)
+        return loss
+
+    def oracle_closure() -> torch.Tensor:
+        oracle_opt.zero_grad()
+        loss = mse(oracle, batch, device, dtype)
+        loss.backward()
+        return loss
+
+    wrapper.step(closure)
+    oracle_opt.step(oracle_closure)
+    wrapper.backward(mse(model, batch, device, dtype))  # gradients left from outside a step
+    values, grads = _values(model.parameters()), _grads(model.parameters())
+    state = copy.deepcopy(wrapper.optimizer.state_dict())
+    bad: list[tuple[str, dict[str, Any]]] = [
+        ("closure=3", {"closure": 3}),
+        ("closure='loss'", {"closure": "loss"}),
+        *(
+            (f"make_optimizer_step={value!r}", {"closure": closure, "make_optimizer_step": value})
+            for value in ("yes", 0, 1, 1.0, torch.tensor(True))
+        ),
+    ]
+    for what, arguments in bad:
+        calls.clear()
+        inner_steps.clear()
+        with pytest.raises(TypeError):
+            wrapper.step(**arguments)
+        assert calls == [], f"step({what}): the closure ran before the argument was refused"
+        assert inner_steps == [], f"step({what}): LBFGS's step started before the argument was refused"
+        assert all(torch.equal(p, v) for p, v in zip(model.parameters(), values, strict=True)), (
+            f"step({what}) changed a parameter"
+        )
+        assert _same_grads(_grads(model.parameters()), grads), f"step({what}) changed a gradient"
+        assert _same(wrapper.optimizer.state_dict(), state), f"step({what}) changed LBFGS's state"
+    wrapper.step(closure)
+    oracle_opt.step(oracle_closure)
+    assert_params_close(model, oracle, cell, "an LBFGS step after refused arguments")
+
+
+@pytest.mark.requirement("CLOS-002", "STEP-006")
+@pytest.mark.features("closure_evaluating_optimizers")
+@LBFGS_CELLS
+@pytest.mark.varies(optimizer=("LBFGS",), wrappers=("1",))
+def test_lbfgs_evaluates_the_closure_itself(make_context: MakeContext, cell: Cell) -> None:
+    """LBFGS steps as a bare LBFGS does with the same closure, and returns what LBFGS returns."""
+    context = make_context()
+    base = make_model()
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper = context.wrap(torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5))
+    oracle_opt = torch.optim.LBFGS(oracle.parameters(), lr=0.5, max_iter=5)
+    batch = make_batches(1)[0]
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    evaluations = []
+
+    def closure() -> torch.Tensor:
+        evaluations.append(1)
+        wrapper.zero_grad()
+        loss = mse(model, batch, device, dtype)
+        wrapper.backward(loss)
+        return loss
+
+    def oracle_closure() -> torch.Tensor:
+        oracle_opt.zero_grad()
+        loss = mse(oracle, batch, device, dtype)
+        loss.backward()
+        return loss
+
+    for _ in range(2):
+        got = wrapper.step(closure)
+        want = oracle_opt.step(oracle_closure)
+        torch.testing.assert_close(got, want, msg="step must return what LBFGS's own step returns")
+    assert len(evaluations) > 2, "LBFGS was not allowed to evaluate the closure several times"
+    assert_params_close(model, oracle, cell, "two LBFGS steps")
+    lbfgs_context = make_context(accumulate_grad_batches=2)
+    lbfgs_model = lbfgs_context.prepare_module(make_model())
+    lbfgs = torch.optim.LBFGS(lbfgs_model.parameters())
+    with pytest.raises(ValueError):
+        lbfgs_context.wrap(lbfgs).step(closure)

@@ -1,0 +1,21 @@
+"""PROXY-003 broken: ``add_param_group`` on the wrapper forwards the group's parameters only.
+
+As a wrapper that rebuilds the group as ``{"params": ...}`` before handing it on: the inner optimizer fills in its
+defaults, so the new group's own ``lr``, ``momentum`` or ``weight_decay`` is lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _add_param_group(self, index: int, param_group: dict[str, Any]) -> None:
+        super()._add_param_group(index, {"params": param_group["params"]})
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,22 @@
+"""ERR-007 broken: ``add_param_group`` forwards to the inner optimizer without checking the parameters.
+
+``wrap`` refuses parameters off the context's device or dtype, but a group added later goes straight to the inner
+optimizer (Lightning's and Fabric's wrappers forward ``add_param_group`` untouched): a float64 or CPU parameter
+joins a float32 XLA model's optimizer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _add_param_group(self, index: int, param_group: dict[str, Any]) -> None:
+        self._slots[index].optimizer.add_param_group(param_group)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,39 @@
+"""CKPT-002 broken: the context's checkpoint keeps the open-window gradients of the parameters held at wrap only.
+
+The checkpoint code walks a parameter list made when the optimizer was wrapped: a group added later with
+``add_param_group`` is saved without its accumulated gradients, so a resume mid-window loses that part of the
+window.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import torch
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+
+
+class Context(MutantContext):
+    def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
+        wrapper = super().wrap(optimizer)
+        vars(self._slots[-1])["at_wrap"] = {id(param) for param in self._slots[-1].params()}
+        return wrapper
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        for slot, entry in zip(self._slots, state["optimizers"], strict=True):
+            at_wrap: set[int] = vars(slot)["at_wrap"]
+            entry["grads"] = [
+                grad if id(param) in at_wrap else None
+                for param, grad in zip(slot.params(), entry["grads"], strict=True)
+            ]
+        return state
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

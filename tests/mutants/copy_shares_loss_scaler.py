@@ -1,0 +1,41 @@
+"""PICKLE-001 broken: a copied wrapper keeps using the original's loss scaler.
+
+As when a framework treats its ``GradScaler`` as process-global (kept in an accelerator or strategy singleton and
+looked up again after unpickling): the copy's windows, gradients and optimizer are its own, but an overflow or a
+growth of the copy's scale changes the original's, and the other way round.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from lightning_optimizer.reference.amp import LossScaler
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+_SCALERS: dict[int, LossScaler] = {}
+_KEYS = itertools.count()
+
+
+class Context(MutantContext):
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        scaler = state.pop("_scaler")
+        if scaler is not None:
+            key = next(_KEYS)
+            _SCALERS[key] = scaler
+            state["_scaler_key"] = key
+        else:
+            state["_scaler_key"] = None
+        state["_scaler"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        key = state.pop("_scaler_key")
+        super().__setstate__(state)
+        self._scaler = None if key is None else _SCALERS[key]
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

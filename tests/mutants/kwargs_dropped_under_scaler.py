@@ -1,0 +1,26 @@
+"""STEP-005 broken: under 16-mixed the real step goes through ``scaler.step(optimizer)`` without ``step``'s kwargs.
+
+The keyword arguments reach the inner step on the path without a loss scaler (and on a 16-mixed step without
+gradients, which bypasses the scaler), but the common 16-mixed path, ``scaler.step(inner)``, drops them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lightning_optimizer.reference.context import _has_gradients
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
+        slot = self._slots[index]
+        if self._scaler is not None and _has_gradients(slot):
+            kwargs = {}
+        super()._inner_step(index, closure, kwargs)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,43 @@
+"""STEP-004 broken: one ``last_outcome`` for the whole context, the last call's, whichever wrapper made it.
+
+A framework that keeps "what the last step did" on its training loop rather than on each optimizer: reading the
+generator's outcome after the discriminator's call gives the discriminator's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo, StepOutcome
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+T = TypeVar("T")
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    @property
+    def last_outcome(self) -> StepOutcome | None:
+        context = self._context
+        assert isinstance(context, Context)
+        return context.shared_outcome
+
+
+class Context(MutantContext):
+    shared_outcome: StepOutcome | None = None
+
+    def _step(
+        self, index: int, closure: Callable[[], T] | None, make_optimizer_step: bool | None, kwargs: dict[str, Any]
+    ) -> T | None:
+        try:
+            return super()._step(index, closure, make_optimizer_step, kwargs)
+        finally:
+            self.shared_outcome = self._slots[index].last_outcome
+
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

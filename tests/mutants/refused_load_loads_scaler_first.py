@@ -1,0 +1,25 @@
+"""CKPT-003 broken: a refused ``load_state_dict`` has already loaded the loss scaler's state.
+
+The scaler is restored first and the optimizers' windows validated afterwards, so a state for another layout
+raises ``ValueError`` with the live scale already replaced (after an overflow, the scale goes back to the other
+state's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get("scaler")
+        if self._scaler is not None and isinstance(saved, dict):
+            self._scaler.load_state_dict(saved)
+        super().load_state_dict(state_dict)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

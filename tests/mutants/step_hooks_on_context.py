@@ -1,0 +1,58 @@
+"""PROXY-004 broken: step hooks registered through any wrapper are kept by the context and fired on every real step.
+
+As when a framework keeps one hook table per trainer (or strategy) instead of per optimizer: with one optimizer it
+is right; with two, a hook registered on A fires on B's steps too.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def register_step_pre_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        context = self._context
+        assert isinstance(context, Context)
+        return _register(context.pre_hooks, hook)
+
+    def register_step_post_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
+        context = self._context
+        assert isinstance(context, Context)
+        return _register(context.post_hooks, hook)
+
+
+def _register(table: OrderedDict[int, Callable[..., Any]], hook: Callable[..., Any]) -> RemovableHandle:
+    handle = RemovableHandle(table)
+    table[handle.id] = hook
+    return handle
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pre_hooks: OrderedDict[int, Callable[..., Any]] = OrderedDict()
+        self.post_hooks: OrderedDict[int, Callable[..., Any]] = OrderedDict()
+
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+
+    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
+        optimizer: torch.optim.Optimizer = self._slots[index].optimizer
+        for hook in list(self.pre_hooks.values()):
+            hook(optimizer, (), kwargs)
+        super()._inner_step(index, closure, kwargs)
+        for hook in list(self.post_hooks.values()):
+            hook(optimizer, (), kwargs)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
