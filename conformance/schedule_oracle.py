@@ -144,6 +144,9 @@ class Call:
     raises_first: bool = False
     """A first attempt raises inside the closure (or the ``toggle_model`` block) after the forward pass, before
     the backward; the user then repeats the call, which succeeds."""
+    raises_after_backward: bool = False
+    """With ``raises_first`` in a closure form: the first attempt raises after its backward pass, whose gradients
+    must not reach the window [CLOS-003]."""
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,13 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 import torch
 
-from lightning_optimizer.conformance.harness import Batch, assert_params_close, cell_device, tolerance_for
+from lightning_optimizer.conformance.harness import (
+    REORDERED_TOLERANCES,
+    Batch,
+    assert_params_close,
+    cell_device,
+    tolerance_for,
+)
 from lightning_optimizer.conformance.outcomes import unavailable
 from lightning_optimizer.conformance.schedule_oracle import (
     CALL_FORMS,
@@ -210,13 +216,16 @@ class _Subject:
         def forward_backward() -> torch.Tensor:
             with self.context.autocast():
                 loss = schedule_loss(self.model, call.optimizer, batch, cell, non_finite=call.non_finite)
-            if raising:
+            late = call.raises_after_backward and call.form != "toggle_model"
+            if raising and not late:
                 raise ScheduleFault(f"optimizer {call.optimizer}'s closure fails on purpose")
             loss.register_hook(record_scale)
             if call.form == "closure_plain_backward":
                 loss.backward()
             else:
                 wrapper.backward(loss)
+            if raising:
+                raise ScheduleFault(f"optimizer {call.optimizer}'s closure fails on purpose, after its backward")
             return loss
 
         def closure() -> torch.Tensor:
@@ -311,9 +320,10 @@ def _assert_scales(got: list[float], want: list[float], scaled: bool, exact: boo
 def _assert_grads(subject: _Subject, oracle: ScheduleOracle, cell: Cell, factor: float, what: str) -> None:
     """Every parameter's gradient is the oracle's: ``None`` where its is, the open windows' (scaled) sums elsewhere.
 
-    Gradients are compared relative to their own size (the parameter tolerances assume values of order one).
+    Gradients are compared relative to their own size (the parameter tolerances assume values of order one), in
+    the tolerance of reordered arithmetic: parameters that agree to rounding give gradients that agree to a bit more.
     """
-    tol = tolerance_for(cell)
+    tol = REORDERED_TOLERANCES[cell.precision]
     named = zip(subject.model.named_parameters(), oracle.model.named_parameters(), strict=True)
     for (name, got), (_, want) in named:
         if want.grad is None:
@@ -366,8 +376,15 @@ def _assert_final_state(subject: _Subject, oracle: ScheduleOracle, cell: Cell, s
                 f"optimizer {index}, parameter group {group}: {differ}, the oracle's group is {their_group}"
             )
         got, want = got_dict["state"], want_dict["state"]
-        assert set(got) == set(want), f"optimizer {index}: state for parameters {sorted(got)}, expected {sorted(want)}"
+        # A fused optimizer under a plain GradScaler creates step-0 state on a skipped step; an implementation that
+        # never calls the inner step on a skip leaves none, as AMP-004 allows: such entries may be missing.
+        untouched = {param for param, entry in want.items() if "step" in entry and float(entry["step"]) == 0}
+        assert set(got) <= set(want) and set(want) - set(got) <= untouched, (
+            f"optimizer {index}: state for parameters {sorted(got)}, expected {sorted(want)}"
+        )
         for param, entry in want.items():
+            if param not in got:
+                continue
             keys = sorted(got[param])
             assert keys == sorted(entry), (
                 f"optimizer {index}, parameter {param}: state keys {keys}, not {sorted(entry)}"
@@ -566,6 +583,7 @@ def _draw_schedule(draw: DrawFn, cell: Cell, *, faults: bool, resumes: bool, cop
                     set_to_none=draw(st.booleans()),
                     non_finite=sixteen_mixed and draw(st.integers(0, 7)) == 0,
                     raises_first=faults and draw(st.integers(0, 3)) == 0,
+                    raises_after_backward=faults and draw(st.booleans()),
                 )
                 for optimizer in order
                 if draw(st.integers(0, 3)) > 0
@@ -599,7 +617,11 @@ def _explicit_schedule(cell: Cell, *, faults: bool, resumes: bool) -> Schedule:
         (
             (Call(0), Call(1, form="toggle_model", zero_grad_first=True), Call(2, True, non_finite=overflow)),
             (Call(1, False), Call(0, zero_grad_first=True, raises_first=faults)),
-            (Call(0, raises_first=faults), Call(2, form="toggle_model", raises_first=faults), Call(1, form=plain)),
+            (
+                Call(0, raises_first=faults, raises_after_backward=True),
+                Call(2, form="toggle_model", raises_first=faults),
+                Call(1, form=plain),
+            ),
             (Call(2, False), Call(0, True, zero_grad_first=True)),
             (Call(0, form="toggle_model"), Call(1, raises_first=faults), Call(2, False)),
         ),
@@ -635,7 +657,7 @@ def _explicit_structure_schedule(cell: Cell, *, faults: bool, resumes: bool, cop
     deepcopy_events: tuple[Event, ...] = (Event("deepcopy"),) if copies else ()
     first = (
         Iteration((Call(0), Call(1, zero_grad_first=True, set_to_none=False))),
-        Iteration((Call(1, False), Call(0, raises_first=faults)), (Event("add_group", 1),)),
+        Iteration((Call(1, False), Call(0, raises_first=faults, raises_after_backward=True)), (Event("add_group", 1),)),
         Iteration((Call(0, form="toggle_model"), Call(1, non_finite=overflow)), (Event("freeze", 0, 2), *copy_events)),
         Iteration((Call(1, form="toggle_model", zero_grad_first=True), Call(0, True)), (Event("add_group", 0),)),
         Iteration((Call(0), Call(1)), (Event("unfreeze", 0, 2), *deepcopy_events)),

@@ -24,7 +24,7 @@ from lightning_optimizer.conformance.harness import (
     run_steps,
 )
 from lightning_optimizer.conformance.oracles import WindowOracle, oracle_copy
-from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
+from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
 _NOT_XLA = ("cpu", "cuda")
@@ -38,7 +38,7 @@ def _finite_scaling(cell: Cell) -> dict[str, Any]:
     return {"grad_scaler": SMALL_SCALE} if cell.precision == "16-mixed" else {}
 
 
-def _wrapped_adam(make_context: MakeContext, **kwargs: int) -> tuple[TrainingContext, torch.nn.Module, Any]:
+def _wrapped_adam(make_context: MakeContext, **kwargs: Any) -> tuple[TrainingContext, torch.nn.Module, Any]:
     context = make_context(**kwargs)
     model = context.prepare_module(make_model())
     return context, model, context.wrap(torch.optim.Adam(model.parameters(), lr=0.01))
@@ -91,13 +91,17 @@ def test_writes_reach_the_inner_optimizer(make_context: MakeContext, cell: Cell)
 @pytest.mark.requirement("PROXY-004")
 @pytest.mark.varies(window=("k >= 2 micro-steps",), make_optimizer_step=("None",), optimizer=("Adam",))
 def test_step_hooks_fire_on_real_steps(make_context: MakeContext, cell: Cell) -> None:
-    """Step hooks registered through the wrapper fire once per step taken, never on accumulation or a skip."""
-    context, model, wrapper = _wrapped_adam(make_context, accumulate_grad_batches=2)
+    """Step hooks registered through the wrapper fire once per step taken, never on accumulation.
+
+    Under 16-mixed a small initial scale keeps every step finite: whether hooks fire on a skipped step is open.
+    """
+    context, model, wrapper = _wrapped_adam(make_context, accumulate_grad_batches=2, **_finite_scaling(cell))
     fired: list[str] = []
     wrapper.register_step_pre_hook(lambda optimizer, args, kwargs: fired.append("pre"))
     wrapper.register_step_post_hook(lambda optimizer, args, kwargs: fired.append("post"))
     outcomes = run_steps(context, model, wrapper, make_batches(6), cell)
     taken = outcomes.count(StepOutcome.STEPPED)
+    assert StepOutcome.SKIPPED_NON_FINITE not in outcomes, f"a step was skipped at a small loss scale: {outcomes}"
     assert taken > 0, f"no window stepped: {outcomes}"
     assert fired == ["pre", "post"] * taken, f"hooks fired as {fired} for outcomes {outcomes}"
 
@@ -153,8 +157,8 @@ def test_repr_names_the_inner_class_beyond_the_wrapper_class(make_context: MakeC
     assert inner_name == "QuetzalSGD", f"wrapper.optimizer is a {inner_name}, not the QuetzalSGD that was wrapped"
     rendered = repr(wrapper)
     assert rendered != object.__repr__(wrapper), f"repr(wrapper) is the default object repr: {rendered}"
-    if wrapper_name == inner_name:
-        named = _named_as_a_word(inner_name, rendered) >= 2
+    if wrapper_name == inner_name:  # the wrapper's class took the inner's name: any mention of it will do
+        named = _named_as_a_word(inner_name, rendered) >= 1
     else:
         named = _named_as_a_word(inner_name, rendered.replace(wrapper_name, " ")) >= 1
     assert named, (
@@ -163,7 +167,9 @@ def test_repr_names_the_inner_class_beyond_the_wrapper_class(make_context: MakeC
     )
 
 
-def _inner_kinds(cell: Cell) -> dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]]:
+def _inner_kinds(
+    cell: Cell, implementation: ImplementationInfo[Any]
+) -> dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]]:
     kinds: dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]] = {
         "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1),
         "SGD foreach": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True),
@@ -171,7 +177,8 @@ def _inner_kinds(cell: Cell) -> dict[str, Callable[[list[torch.nn.Parameter]], t
         "AdamW": lambda ps: torch.optim.AdamW(ps, lr=0.01),
         "QuetzalSGD": lambda ps: QuetzalSGD(ps, lr=0.1),
     }
-    if cell.precision in ("64-true", "32-true"):  # where LBFGS under 16-mixed is refused is left open
+    lbfgs = "closure_evaluating_optimizers" in implementation.features
+    if lbfgs and cell.precision in ("64-true", "32-true"):  # where LBFGS under 16-mixed is refused is left open
         kinds["LBFGS"] = lambda ps: torch.optim.LBFGS(ps, lr=0.5)
     return kinds
 
@@ -180,9 +187,14 @@ def _inner_kinds(cell: Cell) -> dict[str, Callable[[list[torch.nn.Parameter]], t
 @pytest.mark.varies(
     optimizer=("SGD", "SGD foreach", "Adam", "AdamW", "LBFGS"), wrappers=("2",), param_groups=("added after wrap",)
 )
-def test_every_kind_is_an_instance_of_its_own_class(make_context: MakeContext, cell: Cell) -> None:
-    """Each kind of optimizer, a user's subclass included, gives a wrapper of its own class with its own objects."""
-    for name, build in _inner_kinds(cell).items():
+def test_every_kind_is_an_instance_of_its_own_class(
+    make_context: MakeContext, cell: Cell, implementation: ImplementationInfo[Any]
+) -> None:
+    """Each kind of optimizer, a user's subclass included, gives a wrapper of its own class with its own objects.
+
+    LBFGS is among them when the implementation claims closure-evaluating optimizers.
+    """
+    for name, build in _inner_kinds(cell, implementation).items():
         context = make_context()
         model = context.prepare_module(make_model())
         first, last = list(model.parameters())[:2], list(model.parameters())[2:]

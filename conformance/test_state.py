@@ -165,6 +165,40 @@ def test_context_state_for_another_layout_is_refused(make_context: MakeContext, 
     assert wrapper.last_outcome in REAL_STEP, "the open window was lost by a refused load"
 
 
+@pytest.mark.requirement("CKPT-003")
+@pytest.mark.features("checkpointing")
+@pytest.mark.parametrize("open_here", [False, True], ids=["all-closed", "open-here"])
+@pytest.mark.varies(faults=("refused load",), window=("1 micro-step", "k >= 2 micro-steps"))
+def test_state_of_other_shapes_is_refused_with_its_windows_closed(
+    make_context: MakeContext, cell: Cell, open_here: bool
+) -> None:
+    """A state saved with other parameter shapes is refused even when none of its windows holds a gradient.
+
+    Layout is more than what the open windows' gradients show: the saving context stepped every window it had,
+    and the loading one has its own window closed, or open (which must then stay as it was).
+    """
+    context = make_context(accumulate_grad_batches=2)
+    model = context.prepare_module(make_model())
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+    run_steps(context, model, wrapper, make_batches(1), cell, lambda i: not open_here)
+    other = make_context(accumulate_grad_batches=2)
+    wide_model = other.prepare_module(make_model(sizes=(4, 6, 2)))
+    wide = other.wrap(torch.optim.SGD(wide_model.parameters(), lr=0.1))
+    run_steps(other, wide_model, wide, make_batches(2), cell)
+    assert wide.last_outcome in REAL_STEP, f"the saving context's window did not close: {wide.last_outcome}"
+    values = [p.detach().clone() for p in model.parameters()]
+    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    with pytest.raises(ValueError):
+        context.load_state_dict(other.state_dict())
+    for i, (param, value, grad) in enumerate(zip(model.parameters(), values, grads, strict=True)):
+        assert torch.equal(param.detach(), value), f"a refused load changed parameter {i}"
+        same = param.grad is None if grad is None else param.grad is not None and torch.equal(param.grad, grad)
+        assert same, f"a refused load changed the gradient of parameter {i}"
+    wrapper.step(make_optimizer_step=None)
+    if open_here:
+        assert wrapper.last_outcome in REAL_STEP, "the open window was lost by a refused load"
+
+
 @pytest.mark.requirement("PICKLE-001")
 @pytest.mark.features("pickling")
 @pytest.mark.parametrize("how", ["pickle", "deepcopy"])
@@ -289,6 +323,36 @@ def _original_batch(
         wrapper.step(closure)
 
 
+def _copy_of(
+    wrapper: Any, how: str, names: list[str], model: torch.nn.Module, cell: Cell
+) -> tuple[list[torch.Tensor], list[torch.Tensor], Callable[..., Any]]:
+    """A copy of ``wrapper``: its parameters, the loss scales its recorded steps used, and a function that steps it.
+
+    The copy's model is the original's module run on the copy's parameters (``torch.func.functional_call``).
+    """
+    clone = pickle.loads(pickle.dumps(wrapper)) if how == "pickle" else copy.deepcopy(wrapper)
+    copied = [p for group in clone.param_groups for p in group["params"]]
+    copy_scales: list[torch.Tensor] = []
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.func.functional_call(model, dict(zip(names, copied, strict=True)), (x,))
+        return out
+
+    def copy_step(batch_idx: int, make_optimizer_step: bool, *, infinite: bool = False, record: bool = False) -> Any:
+        def closure() -> torch.Tensor:
+            with oracle_autocast(cell):
+                loss = _loss_of(
+                    forward, _COPY_BATCHES[batch_idx], cell, infinite=infinite, scales=copy_scales if record else None
+                )
+            clone.backward(loss)
+            return loss
+
+        clone.step(closure, make_optimizer_step=make_optimizer_step)
+        return clone.last_outcome
+
+    return copied, copy_scales, copy_step
+
+
 @pytest.mark.cells(devices=_NOT_XLA)
 @pytest.mark.requirement("PICKLE-001")
 @pytest.mark.features("pickling")
@@ -311,31 +375,18 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
     own = [p for group in wrapper.param_groups for p in group["params"]]
     taken_params, taken_grads = params(model), _grads_of(own)
     taken_state = copy.deepcopy(context.state_dict())
-    clone = pickle.loads(pickle.dumps(wrapper)) if how == "pickle" else copy.deepcopy(wrapper)
-    copied = [p for group in clone.param_groups for p in group["params"]]
     names = [name for name, _ in model.named_parameters()]
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = torch.func.functional_call(model, dict(zip(names, copied, strict=True)), (x,))
-        return out
-
-    copy_scales: list[torch.Tensor] = []
-
-    def copy_step(batch_idx: int, make_optimizer_step: bool, *, infinite: bool = False, record: bool = False) -> Any:
-        def closure() -> torch.Tensor:
-            with oracle_autocast(cell):
-                loss = _loss_of(
-                    forward, _COPY_BATCHES[batch_idx], cell, infinite=infinite, scales=copy_scales if record else None
-                )
-            clone.backward(loss)
-            return loss
-
-        clone.step(closure, make_optimizer_step=make_optimizer_step)
-        return clone.last_outcome
+    copied, copy_scales, copy_step = _copy_of(wrapper, how, names, model, cell)
+    # A twin copy taken at the same moment, which never sees the original train: the copy must end like it.
+    twin_copied, twin_scales, twin_step = _copy_of(wrapper, how, names, model, cell)
 
     # The copy accumulates, overflows (16-mixed: its scale backs off), then steps twice (and may grow).
     outcomes = [copy_step(3, False, record=True), copy_step(4, True, infinite=sixteen)]
     outcomes += [copy_step(5, True), copy_step(6, True), copy_step(7, False, record=True)]
+    for batch_idx, make_step, infinite, record in ((3, False, False, True), (4, True, sixteen, False)):
+        twin_step(batch_idx, make_step, infinite=infinite, record=record)
+    for batch_idx, make_step, record in ((5, True, False), (6, True, False), (7, False, True), (0, True, True)):
+        twin_step(batch_idx, make_step, record=record)
     skipped = StepOutcome.SKIPPED_NON_FINITE if sixteen else StepOutcome.STEPPED
     want = [StepOutcome.ACCUMULATED, skipped, StepOutcome.STEPPED, StepOutcome.STEPPED, StepOutcome.ACCUMULATED]
     assert outcomes == want, f"the {how} copy's calls took {outcomes}, expected {want}"
@@ -362,10 +413,16 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
             f"the {how} copy's first backward pass was scaled by {seen[0]}, the original's scale when it was copied "
             f"is {_ORIGINAL_SCALES[2]}"
         )
-        assert seen[2] == seen[1], (
-            f"the {how} copy's loss scale went from {seen[1]} to {seen[2]} while only the original stepped and "
-            "overflowed"
+        twin = [float(s) for s in twin_scales]
+        assert seen == twin, (
+            f"the {how} copy's loss scales were {seen}, those of a copy taken at the same moment that never saw the "
+            f"original train are {twin}: the original's steps and overflow reached the copy"
         )
+    _assert_identical(
+        [p.detach().cpu() for p in copied],
+        [p.detach().cpu() for p in twin_copied],
+        f"the {how} copy, next to a copy taken at the same moment that never saw the original train",
+    )
     twin_context, twin_model, twin_wrapper = _growing_sgd(make_context, cell)
     for batch_idx in range(6):
         _original_batch(twin_context, twin_model, twin_wrapper, batch_idx, cell, [])

@@ -1,16 +1,17 @@
 """Checks of XLA cells: one gradient reduction per window, after its last backward, then one graph cut.
 
 The checks observe behaviour, not which torch_xla function an implementation calls. torch_xla is shown a world of
-two replicas (``torch_xla.runtime.world_size()`` answers 2, patched before the context is built) on its one real
-device. A reduction across replicas then really runs on that device, an XLA all-reduce summing over the one real
-replica: with the usual ``1 / world_size`` scale it halves the gradients, as if a second replica had contributed
-zero gradients. Whatever API an implementation reduces with (``xm.reduce_gradients``, ``xm.all_reduce`` of a list
-or of each tensor, bucketed or not), each real step must therefore apply half the window's mean gradient, which a
-plain-PyTorch oracle computes. When reductions and graph cuts happen is read from torch_xla's own metrics
+two replicas (``torch_xla.runtime.world_size()`` and ``global_runtime_device_count()`` answer 2, patched before the
+context is built; an implementation must ask the runtime when it reduces, not keep an answer from import time) on
+its one real device. A reduction across replicas then really runs on that device, an XLA all-reduce summing over the
+one real replica: with the usual ``1 / world_size`` scale it halves the gradients, as if a second replica had
+contributed zero gradients. Whatever API an implementation reduces with (``xm.reduce_gradients``, ``xm.all_reduce``
+of a list or of each tensor, bucketed or not), each real step must therefore apply half the window's mean gradient,
+which a plain-PyTorch oracle computes. When reductions and graph cuts happen is read from torch_xla's own metrics
 (``torch_xla.debug.metrics``): its all-reduce counters and ``MarkStep`` (every ``torch_xla.sync()``,
 ``xm.mark_step()``, ``xm.optimizer_step(barrier=True)``), sampled around each call into the implementation and at
-each backward (a gradient hook). Whether the cut came after the inner step is read from the parameters: after a
-real step, reading them must run no computation (their update was executed by the cut).
+each backward (a gradient hook). Whether the cut came after the inner step is read from the parameters: after a real
+step, reading them must run no computation (their update was executed by the cut).
 
 With clipping configured the clip must see, and keep, the reduced gradients. A pitfall there: after torch_xla's
 in-place all-reduce of gradients that were changed in place (accumulated over micro-steps, divided by the window's
@@ -109,7 +110,8 @@ def _present_replicas(monkeypatch: pytest.MonkeyPatch, cell: Cell) -> int:
 
     if cell.precision == "bf16-true" and xr.device_type() == "CPU":
         return 1  # the CPU backend refuses (or crashes on) a bfloat16 all-reduce
-    monkeypatch.setattr(xr, "world_size", lambda: PRESENTED_WORLD_SIZE)
+    for query in ("world_size", "global_runtime_device_count"):  # the runtime's two answers to "how many replicas"
+        monkeypatch.setattr(xr, query, lambda: PRESENTED_WORLD_SIZE)
     return PRESENTED_WORLD_SIZE
 
 

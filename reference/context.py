@@ -35,7 +35,7 @@ T = TypeVar("T")
 CLOSURE_EVALUATING_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (torch.optim.LBFGS,)
 """Optimizers whose ``step`` evaluates the closure itself, possibly several times."""
 
-_STATE_FORMAT = 1
+_STATE_FORMAT = 2
 _NOTHING_TO_TOGGLE = nullcontext()
 """The toggle of the only optimizer (no other parameters to switch off); ``nullcontext`` is reusable."""
 
@@ -430,6 +430,7 @@ class TrainingContext:
                 {
                     "pending": slot.pending,
                     "steps": slot.steps,
+                    "shapes": [list(param.shape) for param in slot.params()],
                     "grads": [
                         None if slot.pending == 0 or param.grad is None else param.grad.detach().clone()
                         for param in slot.params()
@@ -471,17 +472,28 @@ class TrainingContext:
                 "optimizers, in the same order, before loading"
             )
         for i, (slot, entry) in enumerate(zip(self._slots, entries, strict=True)):
-            params = slot.params()
-            grads = entry.get("grads")
-            if not isinstance(grads, list) or len(grads) != len(params):
-                raise ValueError(f"optimizer {i}: the state's gradients do not match its {len(params)} parameters")
-            for j, (param, grad) in enumerate(zip(params, grads, strict=True)):
-                if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
-                    shape = getattr(grad, "shape", type(grad).__name__)
-                    raise ValueError(f"optimizer {i}, parameter {j}: saved gradient {shape} for a {param.shape} param")
+            if not isinstance(entry, dict):
+                raise ValueError(f"optimizer {i}: the state's entry is a {type(entry).__name__}, not a dict")
+            self._check_layout(i, slot.params(), entry)
             for key in ("pending", "steps"):
                 _check_count(f"optimizer {i}: {key!r}", entry.get(key))
         return entries
+
+
+    def _check_layout(self, index: int, params: list[torch.Tensor], entry: dict[str, Any]) -> None:
+        """Refuse an optimizer's saved entry for other parameters: their count and shapes, open window or not."""
+        shapes, grads = entry.get("shapes"), entry.get("grads")
+        if not isinstance(shapes, list) or not isinstance(grads, list) or len(shapes) != len(params):
+            count = len(shapes) if isinstance(shapes, list) else "no"
+            raise ValueError(f"optimizer {index}: the state holds {count} parameter shapes, it has {len(params)}")
+        if len(grads) != len(params):
+            raise ValueError(f"optimizer {index}: the state's gradients do not match its {len(params)} parameters")
+        for j, (param, shape, grad) in enumerate(zip(params, shapes, grads, strict=True)):
+            if shape != list(param.shape):
+                raise ValueError(f"optimizer {index}, parameter {j}: saved for shape {shape}, this one is {param.shape}")
+            if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
+                what = getattr(grad, "shape", type(grad).__name__)
+                raise ValueError(f"optimizer {index}, parameter {j}: saved gradient {what} for a {param.shape} param")
 
 
 class _Batch(AbstractContextManager[None]):

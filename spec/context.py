@@ -77,13 +77,15 @@ class TrainingContext(Protocol):
     Clipping
         [CLIP-001] A context built with ``gradient_clip_val`` clips each window's unscaled, normalised gradients
         right before the inner step: their total 2-norm over all of the optimizer's parameters, every group
-        included (``gradient_clip_algorithm="norm"``), or each element (``"value"``); the gradients of the other
+        included (``gradient_clip_algorithm="norm"``), or each element (``"value"``), as
+        ``torch.nn.utils.clip_grad_norm_`` and ``clip_grad_value_`` compute it; the gradients of the other
         optimizers are not touched. An optimizer that evaluates the closure itself (LBFGS) gets the gradients of
         every evaluation clipped before it uses them.
 
     Devices and distribution
         [XLA-001] XLA: on a real step the window's gradients are reduced across replicas once, after the
-        window's last backward, then the inner optimizer steps, then the graph is cut once.
+        window's last backward, then the inner optimizer steps, then the graph is cut once; a micro-step that only
+        accumulates neither reduces nor cuts the graph, so a window costs one reduction and one cut.
 
         [DDP-001] DDP: micro-steps that do not close a window run their closure under ``no_sync()``, so a
         window costs one gradient all-reduce.

@@ -52,8 +52,9 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         [SCHED-002] A step skipped for non-finite gradients does not make a scheduler warn that
         ``lr_scheduler.step()`` ran before ``optimizer.step()``.
 
-        [PICKLE-001] ``pickle`` and ``copy.deepcopy`` of a wrapper give a working wrapper, independent of the
-        original, that continues the same trajectory.
+        [PICKLE-001] ``pickle`` and ``copy.deepcopy`` of a wrapper, or of a whole training state (the context, the
+        prepared model and the wrappers together), give working copies, independent of the original (training
+        the copy changes nothing of the original, loss scaler included), that continue the same trajectory.
 
         [CKPT-001] ``w.state_dict()`` is the inner optimizer's state dict, in the inner's own format.
 
@@ -115,7 +116,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         (outside 16-mixed, where ``w.backward`` must scale).
 
         [ACC-003] The last partial window of an epoch is flushed by its last batch, never dropped and never
-        carried into the next epoch.
+        carried into the next epoch (a window that ``make_optimizer_step=False`` keeps open at the last batch
+        stays open, as asked).
 
         [ZERO-001] After a real step (taken or skipped), the gradients of the wrapper's parameters are
         ``None``.
@@ -125,12 +127,15 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         step.
 
         [CLOS-002] Closure-evaluating optimizers (LBFGS) work in 64-true and 32-true; asking one to accumulate
-        (``accumulate_grad_batches > 1`` or ``make_optimizer_step=False``) is refused with a ``ValueError``.
+        (``accumulate_grad_batches > 1`` or ``make_optimizer_step=False``) is refused with a ``ValueError``,
+        before the closure runs.
 
         [CLOS-003] A closure that raises propagates its exception; nothing is stepped, every ``requires_grad``
         flag is restored, and the window is as it was before the call, gradients included (a backward the
         closure ran before raising adds nothing to the window). For an optimizer that evaluates the closure
-        itself, whichever evaluation raises, its parameters, gradients and state are as they were before the call.
+        itself, a step that fails (whichever evaluation raises, or the inner step raising on what the closure
+        returned, e.g. ``None`` where LBFGS needs a loss) leaves its parameters, gradients and state as they were
+        before the call.
 
         [ERR-001] A closure that is not callable raises ``TypeError`` before anything runs.
 

@@ -21,6 +21,14 @@ VERDICTS = pytest.StashKey[dict[str, dict[str, Any]]]()
 KILLED, SURVIVED, UNAVAILABLE = "killed", "survived", "unavailable"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # tests/test_dimensions.py imports check modules of the suite, whose markers the suite's plugin registers.
+    from lightning_optimizer.conformance.plugin import MARKERS
+
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--mutation-report",

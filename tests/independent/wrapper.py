@@ -325,7 +325,7 @@ class Wrapper(Generic[OptimizerT]):
     def window_state(self) -> dict[str, Any]:
         """This wrapper's window, gradients and counts, as plain data."""
         grads = [None if p.grad is None else p.grad.detach().clone() for p in self.parameters()]
-        return self._window.state() | {"grads": grads}
+        return self._window.state() | {"grads": grads, "shapes": [tuple(p.shape) for p in self.parameters()]}
 
     def window_state_problem(self, state: object) -> str | None:
         """Why ``state`` cannot be loaded into this wrapper, or ``None``."""
@@ -337,6 +337,8 @@ class Wrapper(Generic[OptimizerT]):
         params, grads = self.parameters(), state.get("grads")
         if not isinstance(grads, list) or len(grads) != len(params):
             return f"{len(grads) if isinstance(grads, list) else 'no'} gradients for {len(params)} parameters"
+        if state.get("shapes") != [tuple(p.shape) for p in params]:
+            return f"it was saved for parameters of shapes {state.get('shapes')}"
         for index, (param, grad) in enumerate(zip(params, grads, strict=True)):
             if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
                 return f"the gradient of parameter {index} does not have its shape {tuple(param.shape)}"
