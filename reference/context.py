@@ -479,7 +479,6 @@ class TrainingContext:
                 _check_count(f"optimizer {i}: {key!r}", entry.get(key))
         return entries
 
-
     def _check_layout(self, index: int, params: list[torch.Tensor], entry: dict[str, Any]) -> None:
         """Refuse an optimizer's saved entry for other parameters: their count and shapes, open window or not."""
         shapes, grads = entry.get("shapes"), entry.get("grads")
@@ -490,7 +489,9 @@ class TrainingContext:
             raise ValueError(f"optimizer {index}: the state's gradients do not match its {len(params)} parameters")
         for j, (param, shape, grad) in enumerate(zip(params, shapes, grads, strict=True)):
             if shape != list(param.shape):
-                raise ValueError(f"optimizer {index}, parameter {j}: saved for shape {shape}, this one is {param.shape}")
+                raise ValueError(
+                    f"optimizer {index}, parameter {j}: saved for shape {shape}, this one is {list(param.shape)}"
+                )
             if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
                 what = getattr(grad, "shape", type(grad).__name__)
                 raise ValueError(f"optimizer {index}, parameter {j}: saved gradient {what} for a {param.shape} param")
