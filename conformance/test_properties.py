@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 import torch
 
+from lightning_optimizer.conformance.dimensions import DIMENSIONS
 from lightning_optimizer.conformance.harness import (
     REORDERED_TOLERANCES,
     Batch,
@@ -94,26 +95,16 @@ CLIPPINGS: tuple[Clipping, ...] = (("norm", 1.5e-3), ("value", 5e-4))
 _GRAD_SCALER_KEYS = frozenset({"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"})
 
 GENERATED: dict[str, tuple[str, ...]] = {
-    "window": (
-        "1 micro-step",
-        "k >= 2 micro-steps",
-        "cut short by True",
-        "partial, flushed by the last batch",
-        "open across epochs",
-        "open while another optimizer steps",
-        "open across a scale change",
-    ),
-    "make_optimizer_step": ("True", "False", "None"),
-    "position": ("inside batch()", "outside batch()"),
-    "wrappers": ("1", "2", "3"),
-    "param_groups": ("1", "2 with other hyper-parameters", "added after wrap"),
-    "optimizer": ("SGD", "SGD momentum", "SGD foreach", "Adam", "Adam foreach", "Adam fused", "AdamW"),
+    **{
+        dimension: DIMENSIONS[dimension]  # every value of these
+        for dimension in ("window", "make_optimizer_step", "position", "wrappers", "param_groups", "zero_grad")
+    },
+    "optimizer": tuple(kind for kind in DIMENSIONS["optimizer"] if kind != "LBFGS"),
     "parameters": ("frozen", "frozen after wrap", "unfrozen after wrap", "no gradient in a window"),
     "call_form": ("closure, wrapper.backward", "closure, loss.backward", "toggle_model block, then step()"),
-    "zero_grad": ("set_to_none=True", "set_to_none=False", "with a window open", "of another wrapper"),
     "outcome_read": ("after every call of every wrapper",),
     "clipping": ("norm", "value"),
-    "loss_scale": ("initial", "backed off", "grown", "settings given to the factory"),
+    "loss_scale": DIMENSIONS["loss_scale"],
     "copies": ("pickle", "deepcopy", "copy then overflow or growth"),
 }
 """What the generator of the oracle check draws, as ``dimensions.DIMENSIONS`` names it."""
