@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -359,19 +360,55 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
     )
 
 
+@dataclass
+class _Lone:
+    """A context with one wrapped LBFGS over a whole model, a bare LBFGS on a copy, and their closures on a batch."""
+
+    model: torch.nn.Module
+    oracle: torch.nn.Module
+    wrapper: Any
+    oracle_opt: torch.optim.LBFGS
+    closure: Callable[[], torch.Tensor]
+    """The wrapper's closure: zero, forward, ``w.backward``, the loss; each evaluation appends to ``evaluations``."""
+    oracle_closure: Callable[[], torch.Tensor]
+    evaluations: list[int]
+
+    @classmethod
+    def build(cls, make_context: MakeContext, cell: Cell, batch: Batch, **hyper: Any) -> _Lone:
+        context = make_context()
+        base = make_model()
+        oracle = oracle_copy(base, cell)
+        model = context.prepare_module(base)
+        wrapper: Any = context.wrap(torch.optim.LBFGS(model.parameters(), **hyper))
+        oracle_opt = torch.optim.LBFGS(oracle.parameters(), **hyper)
+        device, dtype = cell_device(cell), cell_dtype(cell)
+        evaluations: list[int] = []
+
+        def closure() -> torch.Tensor:
+            evaluations.append(1)
+            wrapper.zero_grad()
+            loss = mse(model, batch, device, dtype)
+            wrapper.backward(loss)
+            return loss
+
+        def oracle_closure() -> torch.Tensor:
+            oracle_opt.zero_grad()
+            loss = mse(oracle, batch, device, dtype)
+            loss.backward()
+            return loss
+
+        return cls(model, oracle, wrapper, oracle_opt, closure, oracle_closure, evaluations)
+
+
 @pytest.mark.requirement("CLOS-002")
 @pytest.mark.features("closure_evaluating_optimizers")
 @LBFGS_CELLS
 @pytest.mark.varies(make_optimizer_step=("False", "None", "True"), optimizer=("LBFGS",))
 def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> None:
     """``make_optimizer_step=False``, and ``accumulate_grad_batches=2``: ``ValueError`` before the closure runs."""
-    context = make_context()
-    base = make_model()
-    oracle = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    wrapper = context.wrap(torch.optim.LBFGS(model.parameters(), **LBFGS_HYPER))
-    oracle_opt = torch.optim.LBFGS(oracle.parameters(), **LBFGS_HYPER)
     batch = make_batches(1, seed=9)[0]
+    lone = _Lone.build(make_context, cell, batch, **LBFGS_HYPER)
+    model, oracle, wrapper = lone.model, lone.oracle, lone.wrapper
     device, dtype = cell_device(cell), cell_dtype(cell)
     calls: list[int] = []
 
@@ -379,18 +416,6 @@ def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> N
         calls.append(1)
         loss = mse(model, batch, device, dtype)
         wrapper.backward(loss)
-        return loss
-
-    def closure() -> torch.Tensor:
-        wrapper.zero_grad()
-        loss = mse(model, batch, device, dtype)
-        wrapper.backward(loss)
-        return loss
-
-    def oracle_closure() -> torch.Tensor:
-        oracle_opt.zero_grad()
-        loss = mse(oracle, batch, device, dtype)
-        loss.backward()
         return loss
 
     for make_step in (None, True):  # refused before the first step (no state yet) and after one (a history)
@@ -410,8 +435,8 @@ def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> N
         )
         assert all(p.grad is None for p in model.parameters()), "a refused step left gradients"
         assert _same(wrapper.optimizer.state_dict(), state), "a refused step changed LBFGS's state"
-        wrapper.step(closure, make_optimizer_step=make_step)
-        oracle_opt.step(oracle_closure)
+        wrapper.step(lone.closure, make_optimizer_step=make_step)
+        lone.oracle_opt.step(lone.oracle_closure)
         assert wrapper.last_outcome is S, f"step(make_optimizer_step={make_step}): {wrapper.last_outcome}"
     assert_params_close(
         model, oracle, cell, "two LBFGS steps after refused accumulating steps", REORDERED_TOLERANCES[cell.precision]
@@ -434,33 +459,15 @@ def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> N
 @pytest.mark.varies(faults=("invalid argument",), optimizer=("LBFGS",))
 def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell) -> None:
     """A non-callable closure or a non-bool ``make_optimizer_step``: ``TypeError``; LBFGS never starts a step."""
-    context = make_context()
-    base = make_model()
-    oracle = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    wrapper = context.wrap(torch.optim.LBFGS(model.parameters(), **LBFGS_HYPER))
-    oracle_opt = torch.optim.LBFGS(oracle.parameters(), **LBFGS_HYPER)
+    batch = make_batches(1, seed=9)[0]
+    lone = _Lone.build(make_context, cell, batch, **LBFGS_HYPER)
+    model, oracle, wrapper, closure, calls = lone.model, lone.oracle, lone.wrapper, lone.closure, lone.evaluations
     inner_steps: list[int] = []
     wrapper.optimizer.register_step_pre_hook(lambda *args: inner_steps.append(1))
-    batch = make_batches(1, seed=9)[0]
     device, dtype = cell_device(cell), cell_dtype(cell)
-    calls: list[int] = []
-
-    def closure() -> torch.Tensor:
-        calls.append(1)
-        wrapper.zero_grad()
-        loss = mse(model, batch, device, dtype)
-        wrapper.backward(loss)
-        return loss
-
-    def oracle_closure() -> torch.Tensor:
-        oracle_opt.zero_grad()
-        loss = mse(oracle, batch, device, dtype)
-        loss.backward()
-        return loss
 
     wrapper.step(closure)
-    oracle_opt.step(oracle_closure)
+    lone.oracle_opt.step(lone.oracle_closure)
     wrapper.backward(mse(model, batch, device, dtype))  # gradients left from outside a step
     values, grads = _values(model.parameters()), _grads(model.parameters())
     state = copy.deepcopy(wrapper.optimizer.state_dict())
@@ -485,7 +492,7 @@ def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell)
         assert _same_grads(_grads(model.parameters()), grads), f"step({what}) changed a gradient"
         assert _same(wrapper.optimizer.state_dict(), state), f"step({what}) changed LBFGS's state"
     wrapper.step(closure)
-    oracle_opt.step(oracle_closure)
+    lone.oracle_opt.step(lone.oracle_closure)
     assert_params_close(
         model, oracle, cell, "an LBFGS step after refused arguments", REORDERED_TOLERANCES[cell.precision]
     )
@@ -497,32 +504,11 @@ def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell)
 @pytest.mark.varies(optimizer=("LBFGS",), wrappers=("1",))
 def test_lbfgs_evaluates_the_closure_itself(make_context: MakeContext, cell: Cell) -> None:
     """LBFGS steps as a bare LBFGS does with the same closure, and returns what LBFGS returns."""
-    context = make_context()
-    base = make_model()
-    oracle = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    wrapper = context.wrap(torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5))
-    oracle_opt = torch.optim.LBFGS(oracle.parameters(), lr=0.5, max_iter=5)
-    batch = make_batches(1)[0]
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    evaluations = []
-
-    def closure() -> torch.Tensor:
-        evaluations.append(1)
-        wrapper.zero_grad()
-        loss = mse(model, batch, device, dtype)
-        wrapper.backward(loss)
-        return loss
-
-    def oracle_closure() -> torch.Tensor:
-        oracle_opt.zero_grad()
-        loss = mse(oracle, batch, device, dtype)
-        loss.backward()
-        return loss
-
+    lone = _Lone.build(make_context, cell, make_batches(1)[0], lr=0.5, max_iter=5)
+    model, oracle, evaluations = lone.model, lone.oracle, lone.evaluations
     for _ in range(2):
-        got = wrapper.step(closure)
-        want = oracle_opt.step(oracle_closure)
+        got = lone.wrapper.step(lone.closure)
+        want = lone.oracle_opt.step(lone.oracle_closure)
         tol = REORDERED_TOLERANCES[cell.precision]
         torch.testing.assert_close(
             got, want, rtol=tol.rtol, atol=tol.atol, msg="step must return what LBFGS's own step returns"
@@ -533,4 +519,4 @@ def test_lbfgs_evaluates_the_closure_itself(make_context: MakeContext, cell: Cel
     lbfgs_model = lbfgs_context.prepare_module(make_model())
     lbfgs = torch.optim.LBFGS(lbfgs_model.parameters())
     with pytest.raises(ValueError):
-        lbfgs_context.wrap(lbfgs).step(closure)
+        lbfgs_context.wrap(lbfgs).step(lone.closure)

@@ -96,7 +96,9 @@ class TrainingContext:
     does not close the window), ``_prepare_gradients`` (window mean, XLA reduction, unscaling, clipping; once
     per window), ``_inner_step`` (the inner optimizer, through the loss scaler under 16-mixed),
     ``_finish_real_step`` (outcome, zeroing, counts). ``_prepare_gradients`` is itself ``_normalise_window``,
-    ``_reduce_gradients``, ``_unscale`` and ``_clip``. Leaving ``batch()`` ends the iteration: the loss scaler
+    ``_reduce_gradients``, ``_unscale`` and ``_clip``. An optimizer that evaluates its closure (LBFGS) steps through
+    ``_closure_evaluating_step``: each evaluation is ``_evaluate_closure`` (toggled, reduced, clipped), inside
+    ``_step_rollback``, which undoes a failed step. Leaving ``batch()`` ends the iteration: the loss scaler
     updates once there; outside any ``batch()`` it updates after each real step.
     """
 
@@ -299,19 +301,23 @@ class TrainingContext:
     def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
         """LBFGS: each evaluation of the closure is toggled, reduced and clipped; a failure undoes the whole step."""
         slot = self._slots[index]
-
-        def evaluate() -> T:
-            loss = self._run_closure(index, closure, sync_grad=True)
-            self._reduce_gradients(slot)
-            self._clip(slot)
-            return loss
-
         step: Callable[..., Any] = slot.optimizer.step
-        with _StepRollback(slot.optimizer):
-            result: T = step(evaluate, **kwargs)
+        with self._step_rollback(slot):
+            result: T = step(lambda: self._evaluate_closure(index, closure), **kwargs)
         self._device.after_step()
         self._finish_real_step(slot)
         return result
+
+    def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
+        """One evaluation of a closure-evaluating optimizer's closure: toggled, then reduced and clipped."""
+        loss = self._run_closure(index, closure, sync_grad=True)
+        self._reduce_gradients(self._slots[index])
+        self._clip(self._slots[index])
+        return loss
+
+    def _step_rollback(self, slot: _Slot) -> AbstractContextManager[None]:
+        """What undoes a failed step of a closure-evaluating optimizer."""
+        return _StepRollback(slot.optimizer)
 
     def _finish_real_step(self, slot: _Slot) -> None:
         if slot.skipped:

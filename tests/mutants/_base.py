@@ -32,9 +32,9 @@ class MutantContext(TrainingContext):
 
     The stages: ``_check_step_arguments``, ``_closes_window``, ``_run_closure``, ``_normalise_window``,
     ``_prepare_gradients`` (``_normalise_window``, ``_reduce_gradients``, ``_unscale``, ``_clip``),
-    ``_inner_step``, ``_finish_real_step``. ``_closure_evaluating_step``; around them
-    ``_toggle``, ``_backward``, ``_unscale_gradients``, ``_zero_grad``, ``_add_param_group`` and
-    ``_end_iteration`` (the loss scaler's update).
+    ``_inner_step``, ``_finish_real_step``; ``_closure_evaluating_step`` (``_evaluate_closure``,
+    ``_step_rollback``); around them ``_toggle``, ``_backward``, ``_unscale_gradients``, ``_zero_grad``,
+    ``_add_param_group`` and ``_end_iteration`` (the loss scaler's update).
     """
 
 

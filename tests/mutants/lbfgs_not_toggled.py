@@ -8,9 +8,8 @@ backward passes write into their gradients (an open window of another optimizer 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from lightning_optimizer.reference.context import _StepRollback
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -18,22 +17,12 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
-        slot = self._slots[index]
-
-        def evaluate() -> T:
-            with self.autocast():
-                loss = closure()
-            self._reduce_gradients(slot)
-            self._clip(slot)
-            return loss
-
-        step: Callable[..., Any] = slot.optimizer.step
-        with _StepRollback(slot.optimizer):
-            result: T = step(evaluate, **kwargs)
-        self._device.after_step()
-        self._finish_real_step(slot)
-        return result
+    def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
+        with self.autocast():
+            loss = closure()
+        self._reduce_gradients(self._slots[index])
+        self._clip(self._slots[index])
+        return loss
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,14 +7,11 @@ a few evaluations leaves LBFGS's history extended and its previous gradient over
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from contextlib import AbstractContextManager
 
 from lightning_optimizer.reference.context import _StepRollback
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
-
-T = TypeVar("T")
+from mutants._base import MutantContext, Slot, mutant_info
 
 
 class _ShallowRollback(_StepRollback):
@@ -24,21 +21,8 @@ class _ShallowRollback(_StepRollback):
 
 
 class Context(MutantContext):
-    def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
-        slot = self._slots[index]
-
-        def evaluate() -> T:
-            loss = self._run_closure(index, closure, sync_grad=True)
-            self._reduce_gradients(slot)
-            self._clip(slot)
-            return loss
-
-        step: Callable[..., Any] = slot.optimizer.step
-        with _ShallowRollback(slot.optimizer):
-            result: T = step(evaluate, **kwargs)
-        self._device.after_step()
-        self._finish_real_step(slot)
-        return result
+    def _step_rollback(self, slot: Slot) -> AbstractContextManager[None]:
+        return _ShallowRollback(slot.optimizer)
 
 
 def conformance_info() -> ImplementationInfo[Context]:
