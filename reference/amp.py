@@ -1,60 +1,115 @@
-"""Loss scaling for 16-mixed: ``torch.amp.GradScaler`` driven by the contract's rules.
+"""Loss scaling: ``torch.amp.GradScaler`` driven by the contract's rules, and its no-scaling twin.
 
-Every call receives the inner optimizer (the scaler keys its state by the optimizer's identity). Gradients are
-unscaled once per real step; the scaler is updated once per training iteration, after every optimizer that
-stepped in it; a window still open when the scale changes is rescaled to the new scale.
+The context holds one :class:`LossScaling`: :class:`GradScaling` under 16-mixed, :class:`NoLossScaling` in every
+other precision, so it never branches on the precision. Every call receives the inner optimizer (the scaler keys
+its state by the optimizer's identity). Gradients are unscaled once per real step; the scaler is updated once per
+training iteration, after every optimizer that stepped in it; a window still open when the scale changes is
+rescaled to the new scale. The reads of GradScaler's private fields are in :mod:`.torch_compat`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from torch.amp.grad_scaler import GradScaler, OptState
+from torch.amp.grad_scaler import GradScaler
 
-__all__ = ["LossScaler"]
+from lightning_optimizer.reference import torch_compat
 
+__all__ = ["GradScaling", "LossScaling", "NoLossScaling", "check_grad_scaler"]
 
-def _gradient_device(optimizer: torch.optim.Optimizer) -> torch.device:
-    grads: list[torch.Tensor] = [
-        p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None
-    ]
-    return grads[0].device
+_SCALER_KEYS = {"scale": float, "growth_factor": float, "backoff_factor": float, "growth_interval": int}
 
 
-class LossScaler:
-    """The context's ``GradScaler`` and what the contract adds around it."""
+def _gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+
+
+class LossScaling:
+    """What a precision does to losses and gradients around the real step; this base class does nothing."""
+
+    @property
+    def scaler(self) -> GradScaler | None:
+        """The ``GradScaler``, where there is one."""
+        return None
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss to backpropagate."""
+        return loss
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Unscale the optimizer's gradients, unless that was done already in this iteration."""
+
+    def step(self, optimizer: torch.optim.Optimizer, step: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
+        """Run ``step(**kwargs)`` (the inner optimizer's step); ``False`` when it was skipped for non-finite grads."""
+        step(**kwargs)
+        return True
+
+    def forget(self, optimizer: torch.optim.Optimizer) -> None:
+        """Undo what this iteration recorded of ``optimizer`` (its real step failed)."""
+
+    def update(self, open_windows: Iterable[torch.Tensor]) -> None:
+        """End of an iteration: update the scale if any optimizer stepped; rescale the open windows' gradients."""
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """What a checkpoint holds of the scaling (``None``: nothing)."""
+        return None
+
+    def check_state(self, state: object) -> None:
+        """Raise ``ValueError`` unless ``load_state_dict(state)`` would succeed; change nothing."""
+        if state is not None:
+            raise ValueError("the state holds a loss-scaler state, but this context's precision does not scale losses")
+
+    def load_state_dict(self, state: Any) -> None:
+        """Restore what :meth:`state_dict` saved (checked by :meth:`check_state` first)."""
+
+
+class NoLossScaling(LossScaling):
+    """The precisions that do not scale losses (every one but 16-mixed)."""
+
+
+class GradScaling(LossScaling):
+    """16-mixed: the context's ``GradScaler`` and what the contract adds around it."""
 
     def __init__(self, scaler: GradScaler) -> None:
-        self.scaler = scaler
+        self._scaler = scaler
         self._stepped_since_update = False
+
+    @property
+    def scaler(self) -> GradScaler:
+        """The context's ``GradScaler``."""
+        return self._scaler
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         """The loss multiplied by the current scale."""
-        scaled: torch.Tensor = self.scaler.scale(loss)
+        scaled: torch.Tensor = self._scaler.scale(loss)
         return scaled
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
-        """Unscale the optimizer's gradients, unless that was done already in this iteration (by the user too)."""
-        if self.scaler._per_optimizer_states[id(optimizer)]["stage"] is OptState.READY:
-            if self.scaler._scale is None:
-                # An unpickled GradScaler creates its scale lazily in scale(); a window restored from a copy
-                # reaches its real step without one.
-                self.scaler._lazy_init_scale_growth_tracker(_gradient_device(optimizer))
-            self.scaler.unscale_(optimizer)
+        """Unscale the optimizer's gradients once per iteration (not again after the user's unscale)."""
+        grads = _gradients(optimizer)
+        if grads and not torch_compat.has_unscaled(self._scaler, optimizer):
+            # A window restored from a copy or checkpoint reaches its real step before any scale() made the scale.
+            torch_compat.start_scale(self._scaler, grads[0].device)
+            self._scaler.unscale_(optimizer)
 
-    def step(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> bool:
+    def step(self, optimizer: torch.optim.Optimizer, step: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
         """The scaler's step of ``optimizer``; ``False`` when it skipped the step for non-finite gradients."""
+        if not _gradients(optimizer):
+            step(**kwargs)  # nothing to unscale, nothing to find non-finite: GradScaler.step would refuse
+            return True
+        self._scaler.step(optimizer, **kwargs)
         self._stepped_since_update = True
-        self.scaler.step(optimizer, **kwargs)
-        for found_inf in self.scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"].values():
-            if found_inf.item():
-                return False
-        return True
+        return not torch_compat.found_inf(self._scaler, optimizer)
+
+    def forget(self, optimizer: torch.optim.Optimizer) -> None:
+        """Drop the scaler's record of ``optimizer`` in this iteration (its stage back to ready)."""
+        torch_compat.forget_optimizer(self._scaler, optimizer)
 
     def update(self, open_windows: Iterable[torch.Tensor]) -> None:
-        """End of an iteration: update the scale once if any optimizer stepped, and keep open windows consistent.
+        """Update the scale once if any optimizer stepped, and keep open windows consistent.
 
         ``open_windows`` are the parameters whose gradients belong to windows that stay open: they were scaled
         with the old scale and are rescaled to the new one (scales are powers of two, so this is exact).
@@ -64,20 +119,75 @@ class LossScaler:
         self._stepped_since_update = False
         grads = [param.grad for param in open_windows if param.grad is not None]
         if not grads:
-            self.scaler.update()  # nothing to rescale, so no need to read the scale (a device sync each time)
+            self._scaler.update()  # nothing to rescale, so no need to read the scale (a device sync each time)
             return
-        old = self.scaler.get_scale()
-        self.scaler.update()
-        new = self.scaler.get_scale()
+        old = self._scaler.get_scale()
+        self._scaler.update()
+        new = self._scaler.get_scale()
         if new != old:
             with torch.no_grad():
                 for grad in grads:
                     grad.mul_(new / old)
 
     def state_dict(self) -> dict[str, Any]:
-        """The scaler's own state dict."""
-        return self.scaler.state_dict()
+        """The scaler's own state dict, and the iteration's pending update (a checkpoint inside ``batch()``)."""
+        state = dict(self._scaler.state_dict())
+        found = torch_compat.recorded_found_inf(self._scaler) if self._stepped_since_update else None
+        state["pending_update"] = None if found is None else {"found_inf": found}
+        return state
+
+    def check_state(self, state: object) -> None:
+        """Refuse a malformed scaler entry: every field of ``GradScaler.state_dict()``, and the pending update."""
+        if not isinstance(state, dict):
+            raise ValueError(f"the state's loss-scaler entry is a {type(state).__name__}, a 16-mixed context needs one")
+        for key, kind in _SCALER_KEYS.items():
+            value = state.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"the state's loss-scaler entry {key!r} must be a positive {kind.__name__}: {value!r}")
+        tracker = state.get("_growth_tracker")
+        if isinstance(tracker, bool) or not isinstance(tracker, int) or tracker < 0:
+            raise ValueError(f"the state's loss-scaler entry '_growth_tracker' must be a non-negative int: {tracker!r}")
+        pending = state.get("pending_update")
+        if pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("found_inf"), bool)):
+            raise ValueError(
+                f"the state's pending loss-scaler update must be None or {{'found_inf': bool}}: {pending!r}"
+            )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the scaler's state."""
-        self.scaler.load_state_dict(state)
+        """Load the scaler's state, and record the pending update of a checkpoint taken mid-iteration."""
+        pending = state.get("pending_update")
+        self._scaler.load_state_dict({key: value for key, value in state.items() if key != "pending_update"})
+        torch_compat.forget_pending(self._scaler)
+        self._stepped_since_update = pending is not None
+        if pending is not None:
+            torch_compat.plant_found_inf(self._scaler, pending["found_inf"], torch_compat.scaler_device(self._scaler))
+
+    # -- copies: GradScaler refuses to pickle mid-iteration, so a copy carries the state dict ----------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "device": torch_compat.scaler_device(self._scaler).type,
+            "enabled": self._scaler.is_enabled(),
+            **self.state_dict(),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        device, enabled = state.pop("device"), state.pop("enabled")
+        self._scaler = GradScaler(device, enabled=enabled)
+        self._stepped_since_update = False
+        self.load_state_dict(state)
+
+
+def check_grad_scaler(scaler: object, device: torch.device) -> GradScaler:
+    """Refuse a scaler that would not scale 16-mixed losses on ``device`` (not a GradScaler, disabled, elsewhere)."""
+    if not isinstance(scaler, GradScaler):
+        raise TypeError(f"scaler must be a torch.amp.GradScaler, got {type(scaler).__name__}")
+    if not scaler.is_enabled():
+        raise ValueError("scaler is disabled (enabled=False), so 16-mixed would not scale losses: pass an enabled one")
+    built_for = torch_compat.scaler_device(scaler).type
+    if built_for != device.type:
+        raise ValueError(
+            f"scaler was built for device {built_for!r}, this context runs on {device.type!r}: "
+            f"pass torch.amp.GradScaler({device.type!r}, ...)"
+        )
+    return scaler

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Literal
 
@@ -18,8 +19,8 @@ def check_clipping(value: object, algorithm: object) -> tuple[float | None, Clip
         raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {algorithm!r}")
     if value is None:
         return None, algorithm
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ValueError(f"gradient_clip_val must be None or a positive number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"gradient_clip_val must be None or a finite positive number, got {value!r}")
     return float(value), algorithm
 
 

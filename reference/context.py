@@ -3,27 +3,30 @@
 from __future__ import annotations
 
 import copy
+import inspect
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 
 import torch
 from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.reference import torch_compat
 from lightning_optimizer.reference.accumulation import (
     LoopPosition,
     check_accumulate_grad_batches,
     closes_window,
     normalise_window,
 )
-from lightning_optimizer.reference.amp import LossScaler
+from lightning_optimizer.reference.amp import GradScaling, LossScaling, NoLossScaling, check_grad_scaler
 from lightning_optimizer.reference.clipping import ClipAlgorithm, check_clipping, clip_gradients
 from lightning_optimizer.reference.devices import Device, resolve_device
-from lightning_optimizer.reference.distributed import no_sync, wrap_for_ddp
+from lightning_optimizer.reference.distributed import no_sync, syncs_in_backward, wrap_for_ddp
 from lightning_optimizer.reference.precision import PrecisionPlugin, resolve_precision
 from lightning_optimizer.reference.toggling import only_these_require_grad
+from lightning_optimizer.reference.window import CLOSURE_EVALUATING_OPTIMIZERS, StepCall, Window, WindowStage
 from lightning_optimizer.reference.wrapper import WrappedOptimizer, wrapper_class
 from lightning_optimizer.spec.types import DeviceKind, Precision, StepOutcome
 
@@ -32,47 +35,14 @@ __all__ = ["CLOSURE_EVALUATING_OPTIMIZERS", "TrainingContext"]
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
 
-CLOSURE_EVALUATING_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (torch.optim.LBFGS,)
-"""Optimizers whose ``step`` evaluates the closure itself, possibly several times."""
-
-_STATE_FORMAT = 2
+_STATE_FORMAT = 3
 _NOTHING_TO_TOGGLE = nullcontext()
 """The toggle of the only optimizer (no other parameters to switch off); ``nullcontext`` is reusable."""
 
-
-def _has_gradients(slot: _Slot) -> bool:
-    for group in slot.optimizer.param_groups:
-        for param in group["params"]:
-            if param.grad is not None:
-                return True
-    return False
-
-
-@dataclass
-class _Slot:
-    """What the context keeps for one wrapped optimizer."""
-
-    optimizer: torch.optim.Optimizer
-    pending: int = 0
-    """Micro-steps accumulated since the last real step (the open window's length)."""
-    steps: int = 0
-    """Real steps taken."""
-    last_outcome: StepOutcome | None = None
-    prepared: bool = False
-    """The open window's gradients are already normalised, reduced, unscaled and clipped."""
-    skipped: bool = False
-    """The real step in progress was skipped for non-finite gradients."""
-    accumulating: bool = False
-    """The closure of a step that does not close the window is running."""
-
-    evaluates_closure: bool = field(init=False)
-    """The optimizer's ``step`` evaluates the closure itself (LBFGS)."""
-
-    def __post_init__(self) -> None:
-        self.evaluates_closure = isinstance(self.optimizer, CLOSURE_EVALUATING_OPTIMIZERS)
-
-    def params(self) -> list[torch.Tensor]:
-        return [param for group in self.optimizer.param_groups for param in group["params"]]
+_WRAPPED_BY: weakref.WeakKeyDictionary[torch.optim.Optimizer, weakref.ref[TrainingContext]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Which context wraps each optimizer: a second context may not (their windows and scalers would conflict)."""
 
 
 class TrainingContext:
@@ -92,14 +62,10 @@ class TrainingContext:
                     return loss
                 opt.step(closure)
 
-    A real step runs these stages, each a method: the closure (toggled; under DDP's ``no_sync`` when the step
-    does not close the window), ``_prepare_gradients`` (window mean, XLA reduction, unscaling, clipping; once
-    per window), ``_inner_step`` (the inner optimizer, through the loss scaler under 16-mixed),
-    ``_finish_real_step`` (outcome, zeroing, counts). ``_prepare_gradients`` is itself ``_normalise_window``,
-    ``_reduce_gradients``, ``_unscale`` and ``_clip``. An optimizer that evaluates its closure (LBFGS) steps through
-    ``_closure_evaluating_step``: each evaluation is ``_evaluate_closure`` (toggled, reduced, clipped), inside
-    ``_step_rollback``, which undoes a failed step. Leaving ``batch()`` ends the iteration: the loss scaler
-    updates once there; outside any ``batch()`` it updates after each real step.
+    Each ``step()`` runs as one transaction over its window (:mod:`.window`: the stages, and how a failed call
+    puts the window back without copying it), through the stages that :class:`.stages.StepStages` declares.
+    Leaving ``batch()`` ends the iteration: the loss scaler updates once there; outside any ``batch()`` it updates
+    after each real step.
     """
 
     def __init__(
@@ -117,15 +83,17 @@ class TrainingContext:
         self._clip_val, self._clip_algorithm = check_clipping(gradient_clip_val, gradient_clip_algorithm)
         if scaler is not None and not self._plugin.scales_loss:
             raise ValueError(f"precision {precision!r} does not scale losses: pass a GradScaler only with 16-mixed")
-        if scaler is not None and not isinstance(scaler, GradScaler):
-            raise TypeError(f"scaler must be a GradScaler, got {type(scaler).__name__}")
         self._device: Device = resolve_device(device)
-        self._scaler: LossScaler | None = None
+        self._scaling: LossScaling = NoLossScaling()
         if self._plugin.scales_loss:
-            self._scaler = LossScaler(scaler or GradScaler(self._device.torch_device.type))
-        self._slots: list[_Slot] = []
+            device_type = self._device.torch_device.type
+            given = GradScaler(device_type) if scaler is None else check_grad_scaler(scaler, self._device.torch_device)
+            self._scaling = GradScaling(given)
+        self._slots: list[Window] = []
         self._modules: list[torch.nn.Module] = []
         self._position: LoopPosition | None = None
+        self._call: StepCall | None = None
+        """The ``step()`` running now (its closure or inner step), if any."""
 
     # -- configuration ---------------------------------------------------------------------------------
 
@@ -147,7 +115,7 @@ class TrainingContext:
     @property
     def scaler(self) -> GradScaler | None:
         """The ``torch.amp.GradScaler`` under 16-mixed, ``None`` otherwise."""
-        return None if self._scaler is None else self._scaler.scaler
+        return self._scaling.scaler
 
     def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Move ``module`` to the device and cast it to the precision (in place); wrap it for DDP when needed."""
@@ -166,11 +134,17 @@ class TrainingContext:
             )
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"wrap expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        if any(slot.optimizer is optimizer for slot in self._slots):
-            raise ValueError(f"this {type(optimizer).__name__} is already wrapped by this context")
-        slot = _Slot(optimizer)
         name = type(optimizer).__name__
-        if slot.evaluates_closure and self._scaler is not None:
+        owner = _WRAPPED_BY.get(optimizer)
+        if any(slot.optimizer is optimizer for slot in self._slots):
+            raise ValueError(f"this {name} is already wrapped by this context")
+        if owner is not None and owner() is not None:
+            raise ValueError(
+                f"this {name} is already wrapped by another training context; wrap each optimizer in one context "
+                "(build a new optimizer for a new context)"
+            )
+        slot = Window(optimizer)
+        if slot.evaluates_closure and isinstance(self._scaling, GradScaling):
             raise TypeError(
                 f"{name} evaluates its closure itself, which loss scaling cannot follow: use 16-mixed with a "
                 "first-order optimizer, or LBFGS with 32-true or 64-true"
@@ -183,6 +157,7 @@ class TrainingContext:
         for param in slot.params():
             self._check_parameter(param)
         self._slots.append(slot)
+        _WRAPPED_BY[optimizer] = weakref.ref(self)
         return self._new_wrapper(len(self._slots) - 1)
 
     def _check_parameter(self, param: torch.Tensor) -> None:
@@ -197,7 +172,7 @@ class TrainingContext:
     def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_class(type(self._slots[index].optimizer))(self, index)
 
-    def _slot(self, index: int) -> _Slot:
+    def _slot(self, index: int) -> Window:
         return self._slots[index]
 
     # -- the loop --------------------------------------------------------------------------------------
@@ -211,10 +186,9 @@ class TrainingContext:
         return _Batch(self, batch_idx, is_last)
 
     def _end_iteration(self) -> None:
-        if self._scaler is not None:
-            self._scaler.update(param for slot in self._slots if slot.pending > 0 for param in slot.params())
+        self._scaling.update(param for slot in self._slots if slot.pending > 0 for param in slot.params())
 
-    # -- what the wrappers call ------------------------------------------------------------------------
+    # -- the step: one transaction through the stages ---------------------------------------------------
 
     def _step(
         self,
@@ -223,32 +197,48 @@ class TrainingContext:
         make_optimizer_step: bool | None,
         kwargs: dict[str, Any],
     ) -> T | None:
-        self._check_step_arguments(closure, make_optimizer_step)
         slot = self._slots[index]
+        self._check_step_arguments(index, closure, make_optimizer_step, kwargs)
         real = self._closes_window(slot, make_optimizer_step)
-        if slot.prepared and not real:
-            raise RuntimeError(
-                "unscale_gradients() prepared this window for its real step, but this step() does not close the "
-                "window: call step(make_optimizer_step=True), or call unscale_gradients() only before that step"
-            )
-        if slot.evaluates_closure:
-            name = type(slot.optimizer).__name__
+        self._check_transition(slot, real, closure)
+        stash = closure is not None and not (real and slot.pending and syncs_in_backward(self._modules))
+        call = self._call = StepCall(slot, real=real, stash=stash, in_place=self._device.accumulates_in_place)
+        try:
+            if slot.evaluates_closure and real:
+                assert closure is not None
+                with self._step_rollback(slot):
+                    result: Any = self._inner_step(index, lambda: self._evaluate_closure(index, closure), kwargs)
+                self._finish_real_step(slot)
+                return result  # type: ignore[no-any-return]
+            if closure is not None and not stash:
+                call.protect()  # the closure's backward adds into the window itself
+            result = None if closure is None else self._run_closure(index, closure, sync_grad=real)
+            call.merge()
             if not real:
-                raise ValueError(f"{name} evaluates its closure several times per step and cannot accumulate")
-            if closure is None:
-                raise TypeError(f"{name} needs a closure: call step(closure)")
-            return self._closure_evaluating_step(index, closure, kwargs)
-        result = None if closure is None else self._run_closure_keeping_window(index, closure, real)
-        if not real:
-            slot.pending += 1
-            slot.last_outcome = StepOutcome.ACCUMULATED
-            return result
-        self._prepare_gradients(slot)
-        self._inner_step(index, closure, kwargs)
+                call.commit()
+                self._finish_accumulation(slot)
+                return result  # type: ignore[no-any-return]
+            if not call.prepared:
+                self._protect_for_preparation(slot, call)
+                self._prepare_gradients(slot)
+                call.prepared = call.unscaled_here = True
+            self._inner_step(index, None, kwargs)
+        except BaseException:
+            self._abort(slot, call)
+            raise
+        finally:
+            self._call = None
         self._finish_real_step(slot)
-        return result
+        return result  # type: ignore[no-any-return]
 
-    def _check_step_arguments(self, closure: object, make_optimizer_step: object) -> None:
+    def _check_step_arguments(
+        self, index: int, closure: object, make_optimizer_step: object, kwargs: dict[str, Any]
+    ) -> None:
+        if self._call is not None:
+            raise RuntimeError(
+                "step() was called while another step() of this training context is running (from inside a "
+                "closure): call each wrapper's step() from the training loop, one after the other"
+            )
         if closure is not None and not callable(closure):
             raise TypeError(f"closure must be callable or None, got {type(closure).__name__}")
         if make_optimizer_step is not None and not isinstance(make_optimizer_step, bool):
@@ -256,8 +246,22 @@ class TrainingContext:
                 f"make_optimizer_step must be True, False or None, got {make_optimizer_step!r} "
                 f"({type(make_optimizer_step).__name__}); pass bool(...) if you mean a truth value"
             )
+        if kwargs:
+            _check_step_kwargs(self._slots[index].optimizer, kwargs)
 
-    def _closes_window(self, slot: _Slot, make_optimizer_step: bool | None) -> bool:
+    def _check_transition(self, slot: Window, real: bool, closure: object) -> None:
+        name = type(slot.optimizer).__name__
+        if slot.stage is WindowStage.PREPARED and not real:
+            raise RuntimeError(
+                "unscale_gradients() prepared this window for its real step, but this step() does not close the "
+                "window: call step(make_optimizer_step=True), or call unscale_gradients() only before that step"
+            )
+        if slot.evaluates_closure and not real:
+            raise ValueError(f"{name} evaluates its closure several times per step and cannot accumulate")
+        if slot.evaluates_closure and closure is None:
+            raise TypeError(f"{name} needs a closure: call step(closure)")
+
+    def _closes_window(self, slot: Window, make_optimizer_step: bool | None) -> bool:
         return closes_window(
             make_optimizer_step,
             pending=slot.pending,
@@ -265,47 +269,48 @@ class TrainingContext:
             position=self._position,
         )
 
-    def _normalise_window(self, slot: _Slot) -> None:
+    def _protect_for_preparation(self, slot: Window, call: StepCall) -> None:
+        """Copy the window before it is prepared in place, unless preparing it changes nothing."""
+        if slot.pending or self._clip_val is not None or self._device.reduces_gradients or self._scaling.scaler:
+            call.protect()
+
+    def _abort(self, slot: Window, call: StepCall) -> None:
+        """A failed call: the window, and what the loss scaler recorded of it in this call, as before the call."""
+        call.rollback()
+        if call.unscaled_here:
+            self._scaling.forget(slot.optimizer)
+
+    def _normalise_window(self, slot: Window) -> None:
         if slot.pending:  # a window of one micro-step is its own mean
             normalise_window(slot.params(), slot.pending + 1)
 
-    def _prepare_gradients(self, slot: _Slot) -> None:
+    def _prepare_gradients(self, slot: Window) -> None:
         """Once per window, before its real step: mean, cross-replica reduction, unscaling, clipping."""
-        if slot.prepared:
-            return
         self._normalise_window(slot)
         self._reduce_gradients(slot)
         self._unscale(slot)
         self._clip(slot)
-        slot.prepared = True
 
-    def _reduce_gradients(self, slot: _Slot) -> None:
+    def _reduce_gradients(self, slot: Window) -> None:
         self._device.reduce_gradients(slot.optimizer)
 
-    def _unscale(self, slot: _Slot) -> None:
-        if self._scaler is not None and _has_gradients(slot):
-            self._scaler.unscale(slot.optimizer)
+    def _unscale(self, slot: Window) -> None:
+        self._scaling.unscale(slot.optimizer)
 
-    def _clip(self, slot: _Slot) -> None:
+    def _clip(self, slot: Window) -> None:
         if self._clip_val is not None:
             clip_gradients(slot.params(), self._clip_val, self._clip_algorithm)
 
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
+    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
+        """The inner optimizer's step (through the loss scaler), then the device's end of a step."""
         slot = self._slots[index]
-        if self._scaler is not None and _has_gradients(slot):
-            slot.skipped = not self._scaler.step(slot.optimizer, **kwargs)
+        if closure is None:
+            slot.skipped = not self._scaling.step(slot.optimizer, slot.optimizer.step, kwargs)
+            result = None
         else:
-            slot.optimizer.step(**kwargs)
+            step: Callable[..., Any] = slot.optimizer.step
+            result = step(closure, **kwargs)
         self._device.after_step()
-
-    def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
-        """LBFGS: each evaluation of the closure is toggled, reduced and clipped; a failure undoes the whole step."""
-        slot = self._slots[index]
-        step: Callable[..., Any] = slot.optimizer.step
-        with self._step_rollback(slot):
-            result: T = step(lambda: self._evaluate_closure(index, closure), **kwargs)
-        self._device.after_step()
-        self._finish_real_step(slot)
         return result
 
     def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
@@ -315,65 +320,72 @@ class TrainingContext:
         self._clip(self._slots[index])
         return loss
 
-    def _step_rollback(self, slot: _Slot) -> AbstractContextManager[None]:
-        """What undoes a failed step of a closure-evaluating optimizer."""
+    def _step_rollback(self, slot: Window) -> AbstractContextManager[None]:
+        """What undoes a failed step of a closure-evaluating optimizer (which moves parameters between evaluations)."""
         return _StepRollback(slot.optimizer)
 
-    def _finish_real_step(self, slot: _Slot) -> None:
+    def _finish_accumulation(self, slot: Window) -> None:
+        slot.pending += 1
+        slot.last_outcome = StepOutcome.ACCUMULATED
+
+    def _finish_real_step(self, slot: Window) -> None:
         if slot.skipped:
             slot.last_outcome = StepOutcome.SKIPPED_NON_FINITE
-            step = slot.optimizer.step
-            if hasattr(step, "_wrapped_by_lr_sched"):
-                # A scheduler built on the inner optimizer would otherwise warn that it stepped first.
-                slot.optimizer._opt_called = True  # type: ignore[attr-defined]
+            # A scheduler built on the inner optimizer would otherwise warn that it stepped first.
+            torch_compat.mark_stepped_for_scheduler(slot.optimizer)
         else:
             slot.steps += 1
             slot.last_outcome = StepOutcome.STEPPED
         slot.optimizer.zero_grad(set_to_none=True)
         slot.pending = 0
-        slot.prepared = slot.skipped = False
+        slot.skipped = False
+        slot.stage = WindowStage.READY
         if self._position is None:
             self._end_iteration()
-
-    def _run_closure_keeping_window(self, index: int, closure: Callable[[], T], real: bool) -> T:
-        """Run the closure; if it raises, put the window's gradients back as they were before the call."""
-        slot = self._slots[index]
-        params = slot.params()
-        saved = [None if p.grad is None else p.grad.clone() for p in params] if _has_gradients(slot) else None
-        slot.accumulating = not real
-        try:
-            return self._run_closure(index, closure, sync_grad=real)
-        except BaseException:
-            for i, param in enumerate(params):
-                param.grad = None if saved is None else saved[i]
-            raise
-        finally:
-            slot.accumulating = False
 
     def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
         with self._toggle(index, sync_grad=sync_grad), self.autocast():
             return closure()
 
+    # -- what the wrappers call besides step ------------------------------------------------------------
+
     def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")
-        if self._scaler is not None:
-            loss = self._scaler.scale(loss)
-        backward: Callable[..., None] = loss.backward
+        call = self._call
+        if (call is not None and call.prepared) or any(slot.stage is WindowStage.PREPARED for slot in self._slots):
+            raise RuntimeError(
+                "backward() after unscale_gradients() would add scaled gradients to a prepared window: run every "
+                "backward of the window first, then unscale_gradients(), then the step that closes the window"
+            )
+        backward: Callable[..., None] = self._scaling.scale(loss).backward
         backward(*args, **kwargs)
 
     def _unscale_gradients(self, index: int) -> None:
         slot = self._slots[index]
-        if slot.accumulating:
+        call = self._call
+        if slot.stage is WindowStage.ACCUMULATING:
             raise RuntimeError(
                 "unscale_gradients() was called in the closure of a step() that does not close the window; call it "
                 "in the closure of the closing step, or between the window's last backward and that step"
             )
+        if slot.stage is WindowStage.PREPARED or (call is not None and call.window is slot and call.prepared):
+            return
+        if slot.stage is WindowStage.CLOSING:
+            assert call is not None
+            call.merge()
+            self._protect_for_preparation(slot, call)
+            self._prepare_gradients(slot)
+            call.prepared = call.unscaled_here = True
+            return
         self._prepare_gradients(slot)
+        slot.stage = WindowStage.PREPARED
 
     def _add_param_group(self, index: int, param_group: dict[str, Any]) -> None:
         if not isinstance(param_group, dict):
             raise TypeError(f"add_param_group expects a dict with a 'params' entry, got {type(param_group).__name__}")
+        if self._slots[index].stage is not WindowStage.READY:
+            raise RuntimeError("add_param_group() while a step() runs or a window is prepared: call it between steps")
         params = param_group.get("params")
         if isinstance(params, torch.Tensor):
             candidates: list[object] = [params]
@@ -390,12 +402,16 @@ class TrainingContext:
 
     def _zero_grad(self, index: int, set_to_none: bool) -> None:
         slot = self._slots[index]
-        if slot.prepared:
+        if slot.stage is WindowStage.PREPARED or (
+            self._call is not None and self._call.window is slot and self._call.prepared
+        ):
             raise RuntimeError(
                 "zero_grad() after unscale_gradients() would discard gradients that cannot be prepared again in this "
                 "iteration; take the step that closes the window first, or call zero_grad() before the backward"
             )
         if slot.pending == 0:
+            if self._call is not None and self._call.window is slot:
+                self._call.clear(set_to_none)
             slot.optimizer.zero_grad(set_to_none=set_to_none)
 
     def _toggle(self, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
@@ -405,10 +421,23 @@ class TrainingContext:
         toggle = only_these_require_grad(self._slots[index].params(), others) if others else _NOTHING_TO_TOGGLE
         return toggle if sync_grad else _without_sync(toggle, self._modules)
 
+    def _toggle_model(self, index: int, sync_grad: object) -> AbstractContextManager[None]:
+        if not isinstance(sync_grad, bool):
+            raise TypeError(f"sync_grad must be True or False, got {sync_grad!r} ({type(sync_grad).__name__})")
+        return self._toggle(index, sync_grad=sync_grad)
+
     # -- copies --------------------------------------------------------------------------------------
+
+    def _check_between_calls(self, what: str) -> None:
+        if self._call is not None or any(slot.stage is not WindowStage.READY for slot in self._slots):
+            raise RuntimeError(
+                f"{what} while a step() runs or after unscale_gradients() before its closing step: the window is "
+                "mid-preparation; take it between step() calls"
+            )
 
     def __getstate__(self) -> dict[str, Any]:
         # Gradients are not part of a pickled tensor: carry those of open windows explicitly.
+        self._check_between_calls("a copy")
         state = self.__dict__.copy()
         state["_open_window_grads"] = [
             [None if slot.pending == 0 or p.grad is None else p.grad.detach() for p in slot.params()]
@@ -420,6 +449,7 @@ class TrainingContext:
         grads = state.pop("_open_window_grads")
         self.__dict__.update(state)
         for slot, slot_grads in zip(self._slots, grads, strict=True):
+            _WRAPPED_BY[slot.optimizer] = weakref.ref(self)
             for param, grad in zip(slot.params(), slot_grads, strict=True):
                 if grad is not None:
                     param.grad = grad.clone()
@@ -427,11 +457,12 @@ class TrainingContext:
     # -- checkpoints -----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Window positions, step counts, the accumulated gradients of open windows, the loss scaler's state."""
+        """Window positions, step counts, the open windows' gradients, the loss scaler (its pending update too)."""
+        self._check_between_calls("state_dict()")
         return {
             "format": _STATE_FORMAT,
             "precision": self.precision,
-            "scaler": None if self._scaler is None else self._scaler.state_dict(),
+            "scaler": self._scaling.state_dict(),
             "optimizers": [
                 {
                     "pending": slot.pending,
@@ -447,29 +478,29 @@ class TrainingContext:
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what ``state_dict`` saved; validate the whole layout before changing anything."""
+        """Restore what ``state_dict`` saved; validate all of it before changing anything."""
+        self._check_between_calls("load_state_dict()")
         entries = self._validated_entries(state_dict)
-        if self._scaler is not None:
-            self._scaler.load_state_dict(state_dict["scaler"])
+        self._scaling.load_state_dict(state_dict["scaler"])
         for slot, entry in zip(self._slots, entries, strict=True):
             slot.pending = entry["pending"]
             slot.steps = entry["steps"]
             slot.last_outcome = None
-            slot.prepared = slot.skipped = False
+            slot.skipped = False
             with torch.no_grad():
                 for param, grad in zip(slot.params(), entry["grads"], strict=True):
                     param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype).clone()
 
     def _validated_entries(self, state_dict: object) -> list[dict[str, Any]]:
         if not isinstance(state_dict, dict) or state_dict.get("format") != _STATE_FORMAT:
-            raise ValueError(f"not a training-context state of format {_STATE_FORMAT}: {type(state_dict).__name__}")
+            found = state_dict.get("format") if isinstance(state_dict, dict) else type(state_dict).__name__
+            raise ValueError(f"not a training-context state of format {_STATE_FORMAT} (got {found!r})")
         if state_dict.get("precision") != self.precision:
             raise ValueError(
                 f"the state was saved under precision {state_dict.get('precision')!r}, this context runs "
                 f"{self.precision!r}"
             )
-        if (self._scaler is not None) != isinstance(state_dict.get("scaler"), dict):
-            raise ValueError("the state's loss-scaler state does not match this context's precision")
+        self._scaling.check_state(state_dict.get("scaler"))
         entries = state_dict.get("optimizers")
         if not isinstance(entries, list) or len(entries) != len(self._slots):
             count = len(entries) if isinstance(entries, list) else "no"
@@ -514,7 +545,12 @@ class _Batch(AbstractContextManager[None]):
             _check_count("batch_idx", self._batch_idx)
         if self._context._position is not None:
             raise RuntimeError("context.batch() blocks do not nest: leave the current batch first")
-        self._context._position = LoopPosition(self._batch_idx, bool(self._is_last))
+        if not isinstance(self._is_last, bool):
+            raise TypeError(
+                f"is_last must be True or False, got {self._is_last!r} ({type(self._is_last).__name__}); "
+                "pass bool(...) if you mean a truth value"
+            )
+        self._context._position = LoopPosition(self._batch_idx, self._is_last)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
@@ -557,6 +593,21 @@ def _without_sync(toggle: AbstractContextManager[None], modules: list[torch.nn.M
     """``toggle`` with every DDP module's ``no_sync()``: a micro-step that does not close its window."""
     with toggle, no_sync(modules):
         yield
+
+
+def _check_step_kwargs(optimizer: torch.optim.Optimizer, kwargs: dict[str, Any]) -> None:
+    """Refuse keyword arguments that the inner optimizer's ``step`` cannot take, before anything runs."""
+    try:
+        signature = inspect.signature(optimizer.step)
+    except (TypeError, ValueError):  # no signature to check against: the inner step decides
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as error:
+        raise TypeError(
+            f"{type(optimizer).__name__}.step{signature} does not take {', '.join(map(repr, kwargs))}: {error}; "
+            "pass only arguments of the inner optimizer's step as step() keyword arguments"
+        ) from None
 
 
 def _check_count(what: str, value: object) -> None:

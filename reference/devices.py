@@ -18,6 +18,11 @@ SUPPORTED_DEVICES = frozenset({"cpu", "cuda", "xla"})
 class Device:
     """CPU or CUDA: nothing around the step (DDP reduces gradients during backward)."""
 
+    reduces_gradients = False
+    """Whether :meth:`reduce_gradients` changes gradients (replicas are reduced outside backward)."""
+    accumulates_in_place = True
+    """Whether a window's gradients may be added in place into a backward's fresh gradients."""
+
     def __init__(self, torch_device: torch.device) -> None:
         self.torch_device = torch_device
 

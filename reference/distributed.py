@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["distributed_world_size", "no_sync", "wrap_for_ddp"]
+__all__ = ["distributed_world_size", "no_sync", "syncs_in_backward", "wrap_for_ddp"]
 
 
 def distributed_world_size() -> int:
@@ -23,6 +23,11 @@ def wrap_for_ddp(module: torch.nn.Module, device: torch.device) -> torch.nn.Modu
         return module
     device_ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(module, device_ids=device_ids)
+
+
+def syncs_in_backward(modules: Iterable[torch.nn.Module]) -> bool:
+    """Whether a backward through these modules reduces the accumulated gradients (DDP outside ``no_sync``)."""
+    return any(isinstance(module, DistributedDataParallel) for module in modules)
 
 
 @contextmanager

@@ -81,7 +81,7 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
 
     def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
         """Only this wrapper's parameters require grad inside the block; ``sync_grad=False`` skips DDP sync."""
-        return self._context._toggle(self._index, sync_grad=sync_grad)
+        return self._context._toggle_model(self._index, sync_grad)
 
     # -- the proxied optimizer surface ----------------------------------------------------------------
 

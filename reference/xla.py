@@ -14,6 +14,9 @@ __all__ = ["XlaDevice"]
 class XlaDevice(Device):
     """The current XLA device of this process."""
 
+    reduces_gradients = True
+    accumulates_in_place = False  # an in-place add into a gradient that is an expanded view reads wrong values
+
     def __init__(self) -> None:
         super().__init__(torch.device(torch_xla.device()))
 

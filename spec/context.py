@@ -45,8 +45,8 @@ class TrainingContext(Protocol):
         [ERR-006] Device ``"xla"`` where torch_xla cannot be imported raises an error that names torch_xla.
 
     Precision
-        [PREC-001] 64-true and 32-true: no autocast; ``prepare_module`` leaves floating-point parameters in
-        float64 and float32.
+        [PREC-001] 64-true and 32-true: no autocast; ``prepare_module`` casts the module's floating-point
+        parameters and buffers to float64 and float32 (the mixed precisions keep them in float32 too).
 
         [PREC-002] bf16-true: the module's floating-point parameters, and so the optimizer state, live in
         bfloat16.
@@ -68,13 +68,15 @@ class TrainingContext(Protocol):
         optimizers included) leaves parameters and optimizer state untouched, is reported as
         ``SKIPPED_NON_FINITE``, and does not count as a step.
 
-        [AMP-005] 16-mixed with an optimizer that evaluates closures itself (LBFGS) raises ``TypeError`` before
-        the closure runs.
+        [AMP-005] 16-mixed: ``wrap`` of an optimizer that evaluates closures itself (LBFGS) raises ``TypeError``.
 
         [AMP-006] 16-mixed: when the scale changes while a window of another optimizer is open, that window's
         accumulated gradients are rescaled to the new scale, so its real step still applies their true mean.
 
     Clipping
+        [CTX-002] ``gradient_clip_val`` is ``None`` or a finite positive number; ``nan``, ``inf``, ``0`` or a
+        negative value raise ``ValueError`` at construction.
+
         [CLIP-001] A context built with ``gradient_clip_val`` clips each window's unscaled, normalised gradients
         right before the inner step: their total 2-norm over all of the optimizer's parameters, every group
         included (``gradient_clip_algorithm="norm"``), or each element (``"value"``), as
@@ -100,10 +102,22 @@ class TrainingContext(Protocol):
         CUDA, and to rounding on XLA, which compiles the resumed run into other graphs.
 
         [CKPT-003] ``load_state_dict`` rejects a state for another layout (other optimizers, other parameter
-        shapes) with ``ValueError`` before changing anything.
+        shapes), or a malformed one (any entry of the wrong kind, the loss scaler's included), with ``ValueError``
+        before changing anything.
+
+        [CKPT-004] A state taken inside ``batch()`` after a real step, before the block ends, holds the
+        iteration's pending loss-scaler update (that an optimizer stepped, and whether its gradients were
+        finite); a context loaded from it inside the resumed ``batch()`` applies that update when the block ends,
+        together with those of the real steps it takes before, so the trajectory continues bit for bit. The same
+        holds for a ``pickle`` or ``copy.deepcopy`` taken there (PICKLE-001). A state or copy taken while a
+        ``step()`` runs, or after ``unscale_gradients()`` before its closing step, is refused with
+        ``RuntimeError``.
 
     Wrapping
         [ERR-004] Wrapping an object that is already a wrapper raises ``TypeError``.
+
+        [ERR-010] ``wrap`` of an optimizer that another live training context already wraps raises ``ValueError``
+        (two contexts would keep two windows and two loss scalers over the same gradients).
 
         [ERR-007] ``wrap`` refuses, with ``ValueError``, an optimizer that holds a floating-point parameter off the
         context's device or in another dtype than the precision's parameter dtype (float64 in 64-true, bfloat16 in

@@ -127,8 +127,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         step.
 
         [CLOS-002] Closure-evaluating optimizers (LBFGS) work in 64-true and 32-true; asking one to accumulate
-        (``accumulate_grad_batches > 1`` or ``make_optimizer_step=False``) is refused with a ``ValueError``,
-        before the closure runs.
+        is refused with a ``ValueError``: by ``wrap`` when the context has ``accumulate_grad_batches > 1``, by
+        ``step`` (before the closure runs) for ``make_optimizer_step=False``.
 
         [CLOS-003] A closure that raises propagates its exception; nothing is stepped, every ``requires_grad``
         flag is restored, and the window is as it was before the call, gradients included (a backward the
@@ -141,6 +141,20 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
 
         [ERR-002] A ``make_optimizer_step`` that is not ``bool`` or ``None`` raises ``TypeError`` before
         anything runs.
+
+        [ERR-008] Keyword arguments that the inner optimizer's ``step`` cannot take (checked against its signature)
+        raise ``TypeError`` before anything runs, on a call that only accumulates too.
+
+        [TXN-001] A real step whose inner ``step`` raises propagates the exception and leaves the window as it was
+        before the call: its gradients (not averaged, unscaled or clipped, and without the gradients of this call's
+        closure), its length, whether ``unscale_gradients()`` had prepared it, ``last_outcome``, the step count and
+        the loss scaler; retrying the call then applies the window's true mean. (The inner optimizer's own
+        parameters and state are its own: what it changed before it raised is not undone, except for an optimizer
+        that evaluates the closure itself, CLOS-003.)
+
+        [REENT-001] A ``step()`` called while a ``step()`` of the same context runs (from inside a closure, of the
+        same wrapper or another) raises ``RuntimeError`` and changes nothing; the outer call then fails as a
+        raising closure does (CLOS-003).
         """
         ...
 
@@ -159,11 +173,12 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         [CLIP-002] The window's gradients become what the real step will apply: their mean, reduced across XLA
         replicas, unscaled under 16-mixed, clipped when the context clips; the ``step()`` that closes the window
         then repeats none of it (no double unscale). A ``step()`` that would not close the window after this
-        call raises ``RuntimeError`` and changes nothing; so does this call made inside the closure of a
-        ``step()`` that does not close the window (call it in the closure of the closing step, or between the
-        window's last backward and that step). A ``zero_grad()`` after this call, before the closing step,
-        raises ``RuntimeError`` and changes nothing: it would discard gradients that cannot be prepared again
-        in the same iteration (the loss scaler unscales an optimizer once per iteration).
+        call raises ``RuntimeError`` and changes nothing, and so does a ``backward()`` of any wrapper of the
+        context before that step (it would add scaled gradients to prepared ones); so does this call made inside
+        the closure of a ``step()`` that does not close the window (call it in the closure of the closing step,
+        or between the window's last backward and that step). A ``zero_grad()`` after this call, before the
+        closing step, raises ``RuntimeError`` and changes nothing: it would discard gradients that cannot be
+        prepared again in the same iteration (the loss scaler unscales an optimizer once per iteration).
         """
         ...
 
@@ -183,6 +198,9 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         [TOGGLE-003] ``sync_grad=False`` runs the block under the gradient-sync suppression of every
         distributed module of the context (``DistributedDataParallel.no_sync``); this is what the
         backward-then-step form needs on the micro-steps that do not close a window.
+
+        [ERR-009] A ``sync_grad`` here, or an ``is_last`` of ``context.batch()``, that is not a ``bool`` raises
+        ``TypeError`` before anything changes (a truthy object is not read as a flag).
         """
         ...
 
@@ -209,7 +227,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         """Load into the inner optimizer.
 
         [ERR-005] A state dict for another parameter layout raises ``ValueError`` and leaves the inner
-        optimizer's state unchanged.
+        optimizer's state unchanged. The layout is what ``torch.optim.Optimizer.load_state_dict`` compares: the
+        number of parameter groups and the number of parameters in each (not the shapes of state tensors).
         """
         ...
 

@@ -541,7 +541,7 @@ class Automatic(LightningModule):
         (
             lambda root: reference_trainer(root, "32-true", accumulate_grad_batches=2, gradient_clip_val=-1.0),
             ValueError,
-            "gradient_clip_val must be None or a positive number",
+            "gradient_clip_val must be None or a finite positive number",
         ),
         (
             lambda root: reference_trainer(root, "32-true", devices=2),

@@ -844,3 +844,32 @@ def test_tables_match_the_mutant_modules() -> None:
         assert re.match(rf"{re.escape(requirement)} broken\b", docstring.group(1)), (
             f"{name}: the docstring must open with '{requirement} broken': {docstring.group(1)[:80]!r}"
         )
+
+
+def test_mutants_override_only_the_declared_seam() -> None:
+    """A mutant's context overrides stages (``StepStages``), public members, construction and copies: nothing else.
+
+    The transaction around the stages (``_step`` and the window's stash) is never replaced, so every mutant still
+    puts a failed call back as the reference does, and a renamed stage fails here rather than silently.
+    """
+    import ast
+
+    from lightning_optimizer.reference import TrainingContext
+    from lightning_optimizer.reference.stages import CONSTRUCTION_HOOKS, STAGE_NAMES
+
+    assert set(dir(TrainingContext)) >= STAGE_NAMES, (
+        f"stages the context lacks: {STAGE_NAMES - set(dir(TrainingContext))}"
+    )
+    outside: dict[str, list[str]] = {}
+    for path in sorted(MUTANT_DIR.glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, ast.ClassDef) or not any("Context" in ast.unparse(base) for base in node.bases):
+                continue
+            for item in node.body:
+                name = getattr(item, "name", None)
+                if not isinstance(item, ast.FunctionDef) or name is None:
+                    continue
+                declared = name in STAGE_NAMES or name in CONSTRUCTION_HOOKS or not name.startswith("_")
+                if not declared and hasattr(TrainingContext, name):
+                    outside.setdefault(name, []).append(path.stem)
+    assert not outside, f"mutants override context internals outside the declared stages: {outside}"

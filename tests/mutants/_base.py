@@ -1,6 +1,6 @@
 """Plumbing shared by the mutants: a reference context with hook points, wrapper subclasses, the record.
 
-:class:`MutantContext` is the reference :class:`~lightning_optimizer.reference.TrainingContext`, whose ``_step``
+:class:`MutantContext` is the reference :class:`~lightning_optimizer.reference.TrainingContext`, whose ``step()``
 runs in small overridable stages. With no stage overridden it is the reference: ``conformance_info()`` here
 presents it, unbroken, to the suite as the control that the mutants are measured against.
 """
@@ -16,7 +16,7 @@ from torch.amp.grad_scaler import GradScaler
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.clipping import ClipAlgorithm
 from lightning_optimizer.reference.conformance import conformance_info as reference_conformance_info
-from lightning_optimizer.reference.context import _Slot
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.wrapper import wrapper_class
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo
 
@@ -24,17 +24,14 @@ __all__ = ["MutantContext", "Slot", "conformance_info", "mutant_info", "wrapper_
 
 ContextT = TypeVar("ContextT", bound=TrainingContext)
 T = TypeVar("T")
-Slot = _Slot
+Slot = Window
 
 
 class MutantContext(TrainingContext):
-    """The reference context, whose stages a mutant overrides one at a time.
+    """The reference context; a mutant overrides its stages (:class:`~lightning_optimizer.reference.stages.StepStages`).
 
-    The stages: ``_check_step_arguments``, ``_closes_window``, ``_run_closure``, ``_normalise_window``,
-    ``_prepare_gradients`` (``_normalise_window``, ``_reduce_gradients``, ``_unscale``, ``_clip``),
-    ``_inner_step``, ``_finish_real_step``; ``_closure_evaluating_step`` (``_evaluate_closure``,
-    ``_step_rollback``); around them ``_toggle``, ``_backward``, ``_unscale_gradients``, ``_zero_grad``,
-    ``_add_param_group`` and ``_end_iteration`` (the loss scaler's update).
+    ``tests/test_mutants.py`` holds each mutant to that seam: the stages, the public members, construction and
+    copies; never the transaction around the stages.
     """
 
 

@@ -7,7 +7,6 @@ the untoggle, so with two optimizers the other one's parameters are left with ``
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from lightning_optimizer.spec import ImplementationInfo
@@ -17,14 +16,13 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _step(
-        self, index: int, closure: Callable[[], T] | None, make_optimizer_step: bool | None, kwargs: dict[str, Any]
-    ) -> T | None:
+    def _check_step_arguments(
+        self, index: int, closure: object, make_optimizer_step: object, kwargs: dict[str, Any]
+    ) -> None:
         toggle = self._toggle(index, sync_grad=True)
         toggle.__enter__()  # toggle_optimizer()
-        self._check_step_arguments(closure, make_optimizer_step)
+        super()._check_step_arguments(index, closure, make_optimizer_step, kwargs)
         toggle.__exit__(None, None, None)  # untoggle_optimizer()
-        return super()._step(index, closure, make_optimizer_step, kwargs)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

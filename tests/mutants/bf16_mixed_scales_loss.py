@@ -10,7 +10,7 @@ from typing import Any
 
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.reference.amp import LossScaler
+from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -19,7 +19,7 @@ class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.precision == "bf16-mixed":
-            self._scaler = LossScaler(GradScaler(self.device.type))
+            self._scaling = GradScaling(GradScaler(self.device.type))
 
 
 def conformance_info() -> ImplementationInfo[Context]:

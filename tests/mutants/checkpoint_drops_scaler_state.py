@@ -18,7 +18,7 @@ from mutants._base import MutantContext, mutant_info
 class Context(MutantContext):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        if self._scaler is not None:
+        if self.scaler is not None:
             state["scaler"] = GradScaler(self.device.type).state_dict()
         return state
 

@@ -18,14 +18,14 @@ from mutants._base import MutantContext, mutant_info
 class Context(MutantContext):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        if self._scaler is not None:
-            state["scaler"] = {"scale": self._scaler.scaler.get_scale()}
+        if self.scaler is not None:
+            state["scaler"] = {"scale": self.scaler.get_scale()}
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("scaler")
-        if self._scaler is not None and isinstance(saved, dict) and "scale" in saved:
-            live = self._scaler.scaler
+        if self.scaler is not None and isinstance(saved, dict) and "scale" in saved:
+            live = self.scaler
             rebuilt = GradScaler(
                 self.device.type,
                 init_scale=saved["scale"],
@@ -33,7 +33,7 @@ class Context(MutantContext):
                 backoff_factor=live.get_backoff_factor(),
                 growth_interval=live.get_growth_interval(),
             )
-            state_dict = {**state_dict, "scaler": rebuilt.state_dict()}
+            state_dict = {**state_dict, "scaler": {**rebuilt.state_dict(), "pending_update": None}}
         super().load_state_dict(state_dict)
 
 

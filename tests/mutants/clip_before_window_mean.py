@@ -14,13 +14,10 @@ from mutants._base import MutantContext, Slot, mutant_info
 
 class Context(MutantContext):
     def _prepare_gradients(self, slot: Slot) -> None:
-        if slot.prepared:
-            return
         self._reduce_gradients(slot)
         self._unscale(slot)
         self._clip(slot)
         self._normalise_window(slot)
-        slot.prepared = True
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -5,23 +5,15 @@ The next real step then applies the failed micro-batch's gradients too (the refe
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
-
+from lightning_optimizer.reference.window import StepCall
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
-
-T = TypeVar("T")
+from mutants._base import MutantContext, Slot, mutant_info
 
 
 class Context(MutantContext):
-    def _run_closure_keeping_window(self, index: int, closure: Callable[[], T], real: bool) -> T:
-        slot = self._slots[index]
-        slot.accumulating = not real
-        try:
-            return self._run_closure(index, closure, sync_grad=real)
-        finally:
-            slot.accumulating = False
+    def _abort(self, slot: Slot, call: StepCall) -> None:
+        call.merge()  # the raising closure's backward stays in the window
+        slot.stage = call.stage_before
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,13 +6,17 @@ callable``) leaves the window as it was: no check catches this (``UNCAUGHT`` in 
 
 from __future__ import annotations
 
+from typing import Any
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _check_step_arguments(self, closure: object, make_optimizer_step: object) -> None:
-        super()._check_step_arguments(None, make_optimizer_step)
+    def _check_step_arguments(
+        self, index: int, closure: object, make_optimizer_step: object, kwargs: dict[str, Any]
+    ) -> None:
+        super()._check_step_arguments(index, None, make_optimizer_step, kwargs)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -10,31 +10,31 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from lightning_optimizer.reference.amp import LossScaler
+from lightning_optimizer.reference.amp import GradScaling, LossScaling, NoLossScaling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
-_SCALERS: dict[int, LossScaler] = {}
+_SCALERS: dict[int, LossScaling] = {}
 _KEYS = itertools.count()
 
 
 class Context(MutantContext):
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        scaler = state.pop("_scaler")
-        if scaler is not None:
+        scaler = state.pop("_scaling")
+        if isinstance(scaler, GradScaling):
             key = next(_KEYS)
             _SCALERS[key] = scaler
             state["_scaler_key"] = key
         else:
             state["_scaler_key"] = None
-        state["_scaler"] = None
+        state["_scaling"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         key = state.pop("_scaler_key")
         super().__setstate__(state)
-        self._scaler = None if key is None else _SCALERS[key]
+        self._scaling = NoLossScaling() if key is None else _SCALERS[key]
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,25 +8,22 @@ accumulating micro-step: ``test_closure_that_raises_changes_nothing`` and the ge
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from lightning_optimizer.spec import ImplementationInfo, StepOutcome
+from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _step(
-        self, index: int, closure: Callable[[], T] | None, make_optimizer_step: bool | None, kwargs: dict[str, Any]
-    ) -> T | None:
-        self._check_step_arguments(closure, make_optimizer_step)
+    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
         slot = self._slots[index]
-        if slot.evaluates_closure or self._closes_window(slot, make_optimizer_step):
-            return super()._step(index, closure, make_optimizer_step, kwargs)
-        slot.pending += 1
-        result = None if closure is None else self._run_closure(index, closure)
-        slot.last_outcome = StepOutcome.ACCUMULATED
+        if sync_grad:
+            return super()._run_closure(index, closure, sync_grad)
+        slot.pending += 1  # counted before the closure runs, and not taken back when it raises
+        result = super()._run_closure(index, closure, sync_grad)
+        slot.pending -= 1  # the count the accumulation adds once the closure returned
         return result
 
 

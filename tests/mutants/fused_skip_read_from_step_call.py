@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lightning_optimizer.reference.context import _has_gradients
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -20,11 +19,10 @@ _MISSING = object()
 
 
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
+    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
         slot = self._slots[index]
-        if self._scaler is None or not _has_gradients(slot):
-            super()._inner_step(index, closure, kwargs)
-            return
+        if self.scaler is None or closure is not None or not slot.has_gradients():
+            return super()._inner_step(index, closure, kwargs)
         optimizer = slot.optimizer
         called: list[bool] = []
         saved = optimizer.__dict__.get("step", _MISSING)
@@ -36,7 +34,7 @@ class Context(MutantContext):
 
         optimizer.step = patched  # type: ignore[method-assign]
         try:
-            self._scaler.step(optimizer, **kwargs)
+            self.scaler.step(optimizer, **kwargs)
         finally:
             if saved is _MISSING:
                 del optimizer.step
@@ -44,6 +42,7 @@ class Context(MutantContext):
                 optimizer.step = saved  # type: ignore[method-assign]
         slot.skipped = not called
         self._device.after_step()
+        return None
 
 
 def conformance_info() -> ImplementationInfo[Context]:

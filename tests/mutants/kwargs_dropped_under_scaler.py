@@ -9,17 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lightning_optimizer.reference.context import _has_gradients
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
+    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
         slot = self._slots[index]
-        if self._scaler is not None and _has_gradients(slot):
+        if self.scaler is not None and slot.has_gradients():
             kwargs = {}
-        super()._inner_step(index, closure, kwargs)
+        return super()._inner_step(index, closure, kwargs)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -23,17 +23,19 @@ class Wrapper(WrappedOptimizer[Any]):
         assert isinstance(context, Context)
         return context.shared_outcome
 
+    def step(  # type: ignore[override]
+        self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
+    ) -> T | None:
+        context = self._context
+        assert isinstance(context, Context)
+        try:
+            return super().step(closure, make_optimizer_step, **kwargs)
+        finally:
+            context.shared_outcome = context._slots[self._index].last_outcome
+
 
 class Context(MutantContext):
     shared_outcome: StepOutcome | None = None
-
-    def _step(
-        self, index: int, closure: Callable[[], T] | None, make_optimizer_step: bool | None, kwargs: dict[str, Any]
-    ) -> T | None:
-        try:
-            return super()._step(index, closure, make_optimizer_step, kwargs)
-        finally:
-            self.shared_outcome = self._slots[index].last_outcome
 
     def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)

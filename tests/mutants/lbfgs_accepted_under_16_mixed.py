@@ -11,6 +11,7 @@ from typing import TypeVar
 import torch
 
 from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.reference.amp import NoLossScaling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -19,11 +20,11 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 class Context(MutantContext):
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
-        scaler, self._scaler = self._scaler, None
+        scaling, self._scaling = self._scaling, NoLossScaling()
         try:
             return super().wrap(optimizer)
         finally:
-            self._scaler = scaler
+            self._scaling = scaling
 
 
 def conformance_info() -> ImplementationInfo[Context]:

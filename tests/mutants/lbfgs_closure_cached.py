@@ -15,9 +15,13 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
-        loss = self._run_closure(index, closure)
-        return super()._closure_evaluating_step(index, lambda: loss, kwargs)
+    _cached: tuple[object, Any] | None = None
+
+    def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
+        if self._cached is None or self._cached[0] is not self._call:
+            self._cached = (self._call, super()._evaluate_closure(index, closure))
+        result: T = self._cached[1]  # the first evaluation's loss, whatever LBFGS changed since
+        return result
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,27 +7,15 @@ closure once and accumulates its gradients as if LBFGS could take a window's mea
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-from lightning_optimizer.spec import ImplementationInfo, StepOutcome
-from mutants._base import MutantContext, mutant_info
-
-T = TypeVar("T")
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, Slot, mutant_info
 
 
 class Context(MutantContext):
-    def _step(
-        self, index: int, closure: Callable[[], T] | None, make_optimizer_step: bool | None, kwargs: dict[str, Any]
-    ) -> T | None:
-        slot = self._slots[index]
-        if not slot.evaluates_closure or make_optimizer_step is not False:
-            return super()._step(index, closure, make_optimizer_step, kwargs)
-        self._check_step_arguments(closure, make_optimizer_step)
-        result = None if closure is None else self._run_closure_keeping_window(index, closure, False)
-        slot.pending += 1
-        slot.last_outcome = StepOutcome.ACCUMULATED
-        return result
+    def _check_transition(self, slot: Slot, real: bool, closure: object) -> None:
+        if slot.evaluates_closure and not real:
+            return  # falls through to the first-order path, which accumulates
+        super()._check_transition(slot, real, closure)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,22 +6,20 @@ first-order path sets, so a user (or a framework's logging) reads ``None`` after
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, Slot, mutant_info
 
 T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
-        slot = self._slots[index]
+    def _finish_real_step(self, slot: Slot) -> None:
         before = slot.last_outcome
-        result = super()._closure_evaluating_step(index, closure, kwargs)
-        slot.last_outcome = before
-        return result
+        super()._finish_real_step(slot)
+        if slot.evaluates_closure:
+            slot.last_outcome = before
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,7 +7,7 @@ closure's result): the ``TypeError`` comes, but the user's forward and backward 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import mutant_info
@@ -19,12 +19,12 @@ T = TypeVar("T")
 class Context(AcceptsLbfgs):
     """Wraps LBFGS under 16-mixed as the accepting mutant does, then refuses it in the step."""
 
-    def _closure_evaluating_step(self, index: int, closure: Callable[[], T], kwargs: dict[str, Any]) -> T:
-        if self._scaler is None:
-            return super()._closure_evaluating_step(index, closure, kwargs)
-        self._run_closure(index, closure)
-        name = type(self._slots[index].optimizer).__name__
-        raise TypeError(f"{name} evaluates its closure itself, which loss scaling cannot follow")
+    def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
+        loss = super()._evaluate_closure(index, closure)
+        if self.scaler is not None:
+            name = type(self._slots[index].optimizer).__name__
+            raise TypeError(f"{name} evaluates its closure itself, which loss scaling cannot follow")
+        return loss
 
 
 def conformance_info() -> ImplementationInfo[Context]:

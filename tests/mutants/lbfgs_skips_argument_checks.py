@@ -7,30 +7,23 @@ accumulation with a ``ValueError``), and a non-callable closure reaches LBFGS, w
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
-
-T = TypeVar("T")
+from mutants._base import MutantContext, Slot, mutant_info
 
 
 class Context(MutantContext):
-    _lbfgs_call = False
+    def _check_step_arguments(
+        self, index: int, closure: object, make_optimizer_step: object, kwargs: dict[str, Any]
+    ) -> None:
+        if not self._slots[index].evaluates_closure:
+            super()._check_step_arguments(index, closure, make_optimizer_step, kwargs)
 
-    def _step(
-        self, index: int, closure: Callable[[], T] | None, make_optimizer_step: bool | None, kwargs: dict[str, Any]
-    ) -> T | None:
-        self._lbfgs_call = self._slots[index].evaluates_closure
-        try:
-            return super()._step(index, closure, make_optimizer_step, kwargs)
-        finally:
-            self._lbfgs_call = False
-
-    def _check_step_arguments(self, closure: object, make_optimizer_step: object) -> None:
-        if not self._lbfgs_call:
-            super()._check_step_arguments(closure, make_optimizer_step)
+    def _closes_window(self, slot: Slot, make_optimizer_step: bool | None) -> bool:
+        if slot.evaluates_closure and make_optimizer_step is not None:
+            return bool(make_optimizer_step)  # read as a truth value
+        return super()._closes_window(slot, make_optimizer_step)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

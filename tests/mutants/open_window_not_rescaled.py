@@ -12,8 +12,7 @@ from mutants._base import MutantContext, mutant_info
 
 class Context(MutantContext):
     def _end_iteration(self) -> None:
-        if self._scaler is not None:
-            self._scaler.update(())
+        self._scaling.update(())
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
-from lightning_optimizer.reference.amp import LossScaler
+from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class _BackOffOnly(LossScaler):
+class _BackOffOnly(GradScaling):
     def update(self, open_windows: Iterable[torch.Tensor]) -> None:
         if not self._stepped_since_update:
             return
@@ -36,8 +36,8 @@ class _BackOffOnly(LossScaler):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self._scaler is not None:
-            self._scaler = _BackOffOnly(self._scaler.scaler)
+        if self.scaler is not None:
+            self._scaling = _BackOffOnly(self.scaler)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

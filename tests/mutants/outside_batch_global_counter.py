@@ -7,8 +7,7 @@ second optimizer's calls, shift every later window.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, Slot, mutant_info
@@ -19,16 +18,10 @@ T = TypeVar("T")
 class Context(MutantContext):
     calls: int = 0
 
-    def _step(
-        self, index: int, closure: Callable[[], T] | None, make_optimizer_step: bool | None, kwargs: dict[str, Any]
-    ) -> T | None:
-        result = super()._step(index, closure, make_optimizer_step, kwargs)
-        self.calls += 1
-        return result
-
     def _closes_window(self, slot: Slot, make_optimizer_step: bool | None) -> bool:
+        self.calls += 1  # every micro-step of any optimizer, counted by the context
         if make_optimizer_step is None and self._position is None:
-            return (self.calls + 1) % self._accumulate_grad_batches == 0
+            return self.calls % self._accumulate_grad_batches == 0
         return super()._closes_window(slot, make_optimizer_step)
 
 

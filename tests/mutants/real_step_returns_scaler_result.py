@@ -10,42 +10,53 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from lightning_optimizer.reference.context import _has_gradients
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 T = TypeVar("T")
 
 
-class Context(MutantContext):
-    _scaler_result: tuple[Any] | None = None
-
-    def _step(
-        self, index: int, closure: Callable[[], T] | None, make_optimizer_step: bool | None, kwargs: dict[str, Any]
+class Wrapper(WrappedOptimizer[Any]):
+    def step(  # type: ignore[override]
+        self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
     ) -> T | None:
-        self._scaler_result = None
-        result = super()._step(index, closure, make_optimizer_step, kwargs)
-        captured = self._take_scaler_result()
+        context = self._context
+        assert isinstance(context, Context)
+        context.take_scaler_result()
+        result = context._step(self._index, closure, make_optimizer_step, kwargs)
+        captured = context.take_scaler_result()
         if captured is not None:
             returned: T | None = captured[0]
             return returned
         return result
 
-    def _take_scaler_result(self) -> tuple[Any] | None:
-        captured, self._scaler_result = self._scaler_result, None
+
+class Context(MutantContext):
+    scaler_result: tuple[Any] | None = None
+
+    def take_scaler_result(self) -> tuple[Any] | None:
+        captured, self.scaler_result = self.scaler_result, None
         return captured
 
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
+    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
         slot = self._slots[index]
-        if self._scaler is None or not _has_gradients(slot):
-            super()._inner_step(index, closure, kwargs)
-            return
-        self._scaler._stepped_since_update = True
-        returned = self._scaler.scaler.step(slot.optimizer, **kwargs)
-        found_inf = self._scaler.scaler._per_optimizer_states[id(slot.optimizer)]["found_inf_per_device"]
-        slot.skipped = any(value.item() for value in found_inf.values())
+        scaler = self.scaler
+        if scaler is None or closure is not None or not slot.has_gradients():
+            return super()._inner_step(index, closure, kwargs)
+        captured: list[Any] = []
+
+        def step(**step_kwargs: Any) -> Any:
+            captured.append(slot.optimizer.step(**step_kwargs))
+            return captured[-1]
+
+        slot.skipped = not self._scaling.step(slot.optimizer, step, kwargs)
         self._device.after_step()
-        self._scaler_result = (returned,)
+        self.scaler_result = (captured[0] if captured else None,)  # GradScaler.step's return: the inner step's
+        return None
+
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

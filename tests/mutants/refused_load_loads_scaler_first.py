@@ -16,8 +16,8 @@ from mutants._base import MutantContext, mutant_info
 class Context(MutantContext):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("scaler")
-        if self._scaler is not None and isinstance(saved, dict):
-            self._scaler.load_state_dict(saved)
+        if self.scaler is not None and isinstance(saved, dict):
+            self.scaler.load_state_dict({k: v for k, v in saved.items() if k != "pending_update"})
         super().load_state_dict(state_dict)
 
 

@@ -8,6 +8,7 @@ show it.
 
 from __future__ import annotations
 
+from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, Slot, mutant_info
 
@@ -21,8 +22,8 @@ class Context(MutantContext):
         super()._finish_real_step(slot)
 
     def _end_iteration(self) -> None:
-        if self._scaler is not None and not self._first_stepped:
-            self._scaler._stepped_since_update = False
+        if isinstance(self._scaling, GradScaling) and not self._first_stepped:
+            self._scaling._stepped_since_update = False
         self._first_stepped = False
         super()._end_iteration()
 

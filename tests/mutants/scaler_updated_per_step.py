@@ -10,16 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
-        super()._inner_step(index, closure, kwargs)
-        if self._scaler is not None and self._scaler._stepped_since_update:
-            self._scaler._stepped_since_update = False
-            self._scaler.scaler.update()
+    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
+        result = super()._inner_step(index, closure, kwargs)
+        scaling = self._scaling
+        if isinstance(scaling, GradScaling) and scaling._stepped_since_update:
+            scaling._stepped_since_update = False
+            scaling.scaler.update()
+        return result
 
 
 def conformance_info() -> ImplementationInfo[Context]:

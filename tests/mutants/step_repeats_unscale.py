@@ -14,9 +14,9 @@ from mutants._base import MutantContext, mutant_info
 
 class Context(MutantContext):
     def _unscale_gradients(self, index: int) -> None:
-        if self._scaler is None:
+        if self.scaler is None:
             return
-        inverse = 1.0 / self._scaler.scaler.get_scale()
+        inverse = 1.0 / self.scaler.get_scale()
         with torch.no_grad():
             for param in self._slots[index].params():
                 if param.grad is not None:

@@ -5,18 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 T = TypeVar("T")
 
 
-class Context(MutantContext):
-    def _step(
-        self, index: int, closure: Callable[[], T] | None, make_optimizer_step: bool | None, kwargs: dict[str, Any]
+class Wrapper(WrappedOptimizer[Any]):
+    def step(  # type: ignore[override]
+        self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
     ) -> T | None:
-        super()._step(index, closure, make_optimizer_step, kwargs)
+        self._context._step(self._index, closure, make_optimizer_step, kwargs)
         return None
+
+
+class Context(MutantContext):
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -9,20 +9,24 @@ from __future__ import annotations
 
 from lightning_optimizer.reference.accumulation import normalise_window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, Slot, mutant_info
 
 
 class Context(MutantContext):
+    _unscaling = False
+
     def _unscale_gradients(self, index: int) -> None:
-        slot = self._slots[index]
-        if slot.accumulating or slot.prepared:
+        self._unscaling = True
+        try:
             super()._unscale_gradients(index)
-            return
-        normalise_window(slot.params(), max(slot.pending, 1))
-        self._reduce_gradients(slot)
-        self._unscale(slot)
-        self._clip(slot)
-        slot.prepared = True
+        finally:
+            self._unscaling = False
+
+    def _normalise_window(self, slot: Slot) -> None:
+        if not self._unscaling:
+            super()._normalise_window(slot)
+        else:
+            normalise_window(slot.params(), max(slot.pending, 1))  # the closing micro-step not counted
 
 
 def conformance_info() -> ImplementationInfo[Context]:

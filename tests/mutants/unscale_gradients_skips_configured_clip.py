@@ -8,19 +8,22 @@ step, so ``gradient_clip_val`` silently does nothing on those steps.
 from __future__ import annotations
 
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, Slot, mutant_info
 
 
 class Context(MutantContext):
+    _unscaling = False
+
     def _unscale_gradients(self, index: int) -> None:
-        slot = self._slots[index]
-        if slot.accumulating or slot.prepared:
+        self._unscaling = True
+        try:
             super()._unscale_gradients(index)
-            return
-        self._normalise_window(slot)
-        self._reduce_gradients(slot)
-        self._unscale(slot)
-        slot.prepared = True
+        finally:
+            self._unscaling = False
+
+    def _clip(self, slot: Slot) -> None:
+        if not self._unscaling:
+            super()._clip(slot)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,7 +8,6 @@ iteration, not at all), so it applies a wrong mean.
 
 from __future__ import annotations
 
-from lightning_optimizer.reference.context import _has_gradients
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -16,10 +15,9 @@ from mutants._base import MutantContext, mutant_info
 class Context(MutantContext):
     def _unscale_gradients(self, index: int) -> None:
         super()._unscale_gradients(index)
-        if self._scaler is not None:
-            for other, slot in enumerate(self._slots):
-                if other != index and _has_gradients(slot):
-                    self._scaler.unscale(slot.optimizer)
+        for other, slot in enumerate(self._slots):
+            if other != index and slot.has_gradients():
+                self._scaling.unscale(slot.optimizer)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -14,8 +14,8 @@ from mutants._base import MutantContext, Slot, mutant_info
 
 class Context(MutantContext):
     def _unscale(self, slot: Slot) -> None:
-        if self._scaler is not None:
-            inverse = 1.0 / self._scaler.scaler.get_scale()
+        if self.scaler is not None:
+            inverse = 1.0 / self.scaler.get_scale()
             with torch.no_grad():
                 for param in slot.params():
                     if param.grad is not None:

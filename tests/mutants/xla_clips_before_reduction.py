@@ -13,13 +13,10 @@ from mutants._base import MutantContext, Slot, mutant_info
 
 class Context(MutantContext):
     def _prepare_gradients(self, slot: Slot) -> None:
-        if slot.prepared:
-            return
         self._normalise_window(slot)
         self._unscale(slot)
         self._clip(slot)
         self._reduce_gradients(slot)
-        slot.prepared = True
 
 
 def conformance_info() -> ImplementationInfo[Context]:

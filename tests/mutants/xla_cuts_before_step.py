@@ -19,12 +19,12 @@ class Context(MutantContext):
         super()._reduce_gradients(slot)
         self._device.after_step()  # torch_xla.sync() on XLA
 
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
+    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
         slot = self._slots[index]
-        if self._scaler is not None and any(param.grad is not None for param in slot.params()):
-            slot.skipped = not self._scaler.step(slot.optimizer, **kwargs)
-        else:
-            slot.optimizer.step(**kwargs)
+        if closure is not None:
+            return slot.optimizer.step(closure, **kwargs)
+        slot.skipped = not self._scaling.step(slot.optimizer, slot.optimizer.step, kwargs)
+        return None  # no graph cut after the step
 
 
 def conformance_info() -> ImplementationInfo[Context]:

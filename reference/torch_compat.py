@@ -1,0 +1,78 @@
+"""Every private field of torch that the reference reads or writes, in one place.
+
+``torch.amp.GradScaler`` keeps per-optimizer stages and found-inf tensors that its public API does not expose, and
+an LR scheduler marks the optimizer it patched. ``tests/test_reference.py`` pins each of these against the torch
+that runs, so a release that changes them fails loudly there, not silently in a training run.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.amp.grad_scaler import GradScaler, OptState
+
+__all__ = [
+    "forget_optimizer",
+    "forget_pending",
+    "found_inf",
+    "has_unscaled",
+    "mark_stepped_for_scheduler",
+    "plant_found_inf",
+    "recorded_found_inf",
+    "scaler_device",
+    "start_scale",
+]
+
+
+def has_unscaled(scaler: GradScaler, optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``scaler`` already unscaled (or stepped) ``optimizer`` in this iteration."""
+    return scaler._per_optimizer_states[id(optimizer)]["stage"] is not OptState.READY
+
+
+def found_inf(scaler: GradScaler, optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the unscaling of ``optimizer`` in this iteration found non-finite gradients (a device sync)."""
+    per_device = scaler._per_optimizer_states[id(optimizer)]["found_inf_per_device"]
+    return any(bool(value.item()) for value in per_device.values())
+
+
+def forget_optimizer(scaler: GradScaler, optimizer: torch.optim.Optimizer) -> None:
+    """Drop what ``scaler`` recorded of ``optimizer`` in this iteration (its stage back to ``READY``)."""
+    scaler._per_optimizer_states.pop(id(optimizer), None)
+
+
+def forget_pending(scaler: GradScaler) -> None:
+    """Drop everything ``scaler`` recorded in this iteration, as its own ``update()`` does."""
+    scaler._per_optimizer_states.clear()
+
+
+def recorded_found_inf(scaler: GradScaler) -> bool | None:
+    """Whether any optimizer's unscaling in this iteration found non-finite gradients; ``None`` if none recorded."""
+    values = [
+        bool(value.item())
+        for state in scaler._per_optimizer_states.values()
+        for value in state["found_inf_per_device"].values()
+    ]
+    return any(values) if values else None
+
+
+def plant_found_inf(scaler: GradScaler, found: bool, device: torch.device) -> None:
+    """Record a found-inf for this iteration's ``update()`` as an unscaling would (a restored iteration's)."""
+    state = scaler._per_optimizer_states[id(plant_found_inf)]  # a key no optimizer can have
+    state["stage"] = OptState.STEPPED
+    state["found_inf_per_device"][device] = torch.full((), 1.0 if found else 0.0, device=device)
+
+
+def scaler_device(scaler: GradScaler) -> torch.device:
+    """The device ``scaler`` was built for."""
+    return torch.device(scaler._device)
+
+
+def start_scale(scaler: GradScaler, device: torch.device) -> None:
+    """Create the scale tensor, which an unpickled or freshly loaded ``GradScaler`` makes only in ``scale()``."""
+    if scaler._scale is None:
+        scaler._lazy_init_scale_growth_tracker(device)
+
+
+def mark_stepped_for_scheduler(optimizer: torch.optim.Optimizer) -> None:
+    """Tell an LR scheduler built on ``optimizer`` that it stepped, when the step was skipped for non-finite grads."""
+    if hasattr(optimizer.step, "_wrapped_by_lr_sched"):
+        optimizer._opt_called = True  # type: ignore[attr-defined]
