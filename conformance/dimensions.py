@@ -82,6 +82,8 @@ DIMENSIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "raising closure",
             "raising toggle_model block",
             "raising LBFGS evaluation",
+            "raising inner step",
+            "re-entered step",
             "refused load",
             "invalid argument",
         ),

@@ -321,7 +321,7 @@ def test_configured_clipping(make_context: MakeContext, cell: Cell, algorithm: s
 @pytest.mark.cells(precisions=("16-mixed",))
 @pytest.mark.varies(optimizer=("LBFGS",), faults=("invalid argument",))
 def test_lbfgs_is_refused_under_16_mixed(make_context: MakeContext, cell: Cell) -> None:
-    """16-mixed with LBFGS raises ``TypeError`` before the closure runs."""
+    """16-mixed: ``wrap`` of LBFGS raises ``TypeError``, so no closure can run and no wrapper exists."""
     context = make_context()
     model = context.prepare_module(make_model())
     calls: list[int] = []
@@ -330,9 +330,16 @@ def test_lbfgs_is_refused_under_16_mixed(make_context: MakeContext, cell: Cell) 
         calls.append(1)
         return torch.zeros(())
 
-    with pytest.raises(TypeError, match="LBFGS"):
-        context.wrap(torch.optim.LBFGS(model.parameters())).step(closure)
-    assert calls == [], "the closure ran before 16-mixed with LBFGS was refused"
+    inner = torch.optim.LBFGS(model.parameters())
+    try:
+        wrapper = context.wrap(inner)
+    except TypeError:
+        return
+    try:
+        wrapper.step(closure)
+    except TypeError:
+        pytest.fail(f"LBFGS under 16-mixed was refused by step() (after {len(calls)} closure runs), not by wrap()")
+    pytest.fail("LBFGS under 16-mixed was accepted")
 
 
 @pytest.mark.requirement("SCHED-002", "AMP-004")

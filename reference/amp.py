@@ -17,8 +17,9 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.reference import torch_compat
+from lightning_optimizer.reference.precision import PrecisionPlugin
 
-__all__ = ["GradScaling", "LossScaling", "NoLossScaling", "check_grad_scaler"]
+__all__ = ["GradScaling", "LossScaling", "NoLossScaling", "check_grad_scaler", "loss_scaling"]
 
 _SCALER_KEYS = {"scale": float, "growth_factor": float, "backoff_factor": float, "growth_interval": int}
 
@@ -29,6 +30,9 @@ def _gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 
 class LossScaling:
     """What a precision does to losses and gradients around the real step; this base class does nothing."""
+
+    changes_gradients = False
+    """Whether :meth:`unscale` changes gradients in place."""
 
     @property
     def scaler(self) -> GradScaler | None:
@@ -72,6 +76,8 @@ class NoLossScaling(LossScaling):
 
 class GradScaling(LossScaling):
     """16-mixed: the context's ``GradScaler`` and what the contract adds around it."""
+
+    changes_gradients = True
 
     def __init__(self, scaler: GradScaler) -> None:
         self._scaler = scaler
@@ -160,7 +166,9 @@ class GradScaling(LossScaling):
         torch_compat.forget_pending(self._scaler)
         self._stepped_since_update = pending is not None
         if pending is not None:
-            torch_compat.plant_found_inf(self._scaler, pending["found_inf"], torch_compat.scaler_device(self._scaler))
+            device = torch_compat.scaler_device(self._scaler)
+            torch_compat.start_scale(self._scaler, device)  # update() may come before any scale() of this scaler
+            torch_compat.plant_found_inf(self._scaler, pending["found_inf"], device)
 
     # -- copies: GradScaler refuses to pickle mid-iteration, so a copy carries the state dict ----------
 
@@ -191,3 +199,12 @@ def check_grad_scaler(scaler: object, device: torch.device) -> GradScaler:
             f"pass torch.amp.GradScaler({device.type!r}, ...)"
         )
     return scaler
+
+
+def loss_scaling(plugin: PrecisionPlugin, scaler: GradScaler | None, device: torch.device) -> LossScaling:
+    """The loss scaling of a precision: ``scaler`` (checked) or a default ``GradScaler`` under 16-mixed, else none."""
+    if not plugin.scales_loss:
+        if scaler is not None:
+            raise ValueError(f"precision {plugin.name!r} does not scale losses: pass a GradScaler only with 16-mixed")
+        return NoLossScaling()
+    return GradScaling(GradScaler(device.type) if scaler is None else check_grad_scaler(scaler, device))

@@ -20,7 +20,7 @@ from lightning_optimizer.reference.accumulation import (
     closes_window,
     normalise_window,
 )
-from lightning_optimizer.reference.amp import GradScaling, LossScaling, NoLossScaling, check_grad_scaler
+from lightning_optimizer.reference.amp import LossScaling, loss_scaling
 from lightning_optimizer.reference.clipping import ClipAlgorithm, check_clipping, clip_gradients
 from lightning_optimizer.reference.devices import Device, resolve_device
 from lightning_optimizer.reference.distributed import no_sync, syncs_in_backward, wrap_for_ddp
@@ -81,14 +81,8 @@ class TrainingContext:
         self._plugin: PrecisionPlugin = resolve_precision(precision)
         self._accumulate_grad_batches = check_accumulate_grad_batches(accumulate_grad_batches)
         self._clip_val, self._clip_algorithm = check_clipping(gradient_clip_val, gradient_clip_algorithm)
-        if scaler is not None and not self._plugin.scales_loss:
-            raise ValueError(f"precision {precision!r} does not scale losses: pass a GradScaler only with 16-mixed")
         self._device: Device = resolve_device(device)
-        self._scaling: LossScaling = NoLossScaling()
-        if self._plugin.scales_loss:
-            device_type = self._device.torch_device.type
-            given = GradScaler(device_type) if scaler is None else check_grad_scaler(scaler, self._device.torch_device)
-            self._scaling = GradScaling(given)
+        self._scaling: LossScaling = loss_scaling(self._plugin, scaler, self._device.torch_device)
         self._slots: list[Window] = []
         self._modules: list[torch.nn.Module] = []
         self._position: LoopPosition | None = None
@@ -144,7 +138,7 @@ class TrainingContext:
                 "(build a new optimizer for a new context)"
             )
         slot = Window(optimizer)
-        if slot.evaluates_closure and isinstance(self._scaling, GradScaling):
+        if slot.evaluates_closure and self._scaling.changes_gradients:
             raise TypeError(
                 f"{name} evaluates its closure itself, which loss scaling cannot follow: use 16-mixed with a "
                 "first-order optimizer, or LBFGS with 32-true or 64-true"
@@ -271,7 +265,12 @@ class TrainingContext:
 
     def _protect_for_preparation(self, slot: Window, call: StepCall) -> None:
         """Copy the window before it is prepared in place, unless preparing it changes nothing."""
-        if slot.pending or self._clip_val is not None or self._device.reduces_gradients or self._scaling.scaler:
+        if (
+            slot.pending
+            or self._clip_val is not None
+            or self._device.reduces_gradients
+            or self._scaling.changes_gradients
+        ):
             call.protect()
 
     def _abort(self, slot: Window, call: StepCall) -> None:
@@ -439,6 +438,7 @@ class TrainingContext:
         # Gradients are not part of a pickled tensor: carry those of open windows explicitly.
         self._check_between_calls("a copy")
         state = self.__dict__.copy()
+        state["_position"] = None  # the copy resumes in a batch() of its own, as a loaded checkpoint does
         state["_open_window_grads"] = [
             [None if slot.pending == 0 or p.grad is None else p.grad.detach() for p in slot.params()]
             for slot in self._slots

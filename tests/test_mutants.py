@@ -438,6 +438,66 @@ MUTANTS: dict[str, Entry] = {
         ["test_toggle_model_suppresses_sync_of_every_module"],
         DDP,
     ),
+    # The rules that make a call all or nothing, or refuse it first (conformance/test_transactions.py).
+    "step_kwargs_left_to_inner_step": ("ERR-008", ["test_step_kwargs_the_inner_step_cannot_take"]),
+    "failed_step_keeps_prepared_window": (
+        "TXN-001",
+        [
+            "test_failed_inner_step_leaves_the_window[window-1-closure]",
+            "test_failed_inner_step_leaves_the_window[window-3-closure-clipped]",
+            "test_failed_inner_step_leaves_the_window[cut-short-backward-adam]",
+            "test_failed_inner_step_leaves_the_window[retried-in-next-batch]",
+        ],
+    ),
+    "failed_step_keeps_scaler_record": (
+        "TXN-001",
+        [
+            "test_failed_inner_step_leaves_the_window[window-1-closure]",
+            "test_failed_inner_step_leaves_the_window[cut-short-backward-adam]",
+            "test_failed_inner_step_leaves_the_window[retried-in-next-batch]",
+        ],
+        F16,
+    ),
+    "failed_step_forgets_preparation": (
+        "TXN-001",
+        ["test_failed_inner_step_leaves_the_window[prepared-backward-clipped]"],
+    ),
+    "failed_step_reported_as_skipped": (
+        "TXN-001",
+        [
+            "test_failed_inner_step_leaves_the_window[window-1-closure]",
+            "test_failed_inner_step_leaves_the_window[window-3-closure-clipped]",
+            "test_failed_inner_step_leaves_the_window[cut-short-backward-adam]",
+            "test_failed_inner_step_leaves_the_window[retried-in-next-batch]",
+        ],
+    ),
+    "reentrant_step_allowed": ("REENT-001", ["test_step_inside_a_running_step_is_refused"]),
+    "reentry_checked_per_wrapper": ("REENT-001", ["test_step_inside_a_running_step_is_refused[other]"]),
+    "truthy_is_last": ("ERR-009", ["test_non_bool_sync_grad_and_is_last"]),
+    "truthy_sync_grad": ("ERR-009", ["test_non_bool_sync_grad_and_is_last"]),
+    "second_context_may_wrap": ("ERR-010", ["test_wrap_of_an_optimizer_another_context_wraps"]),
+    "wrap_ownership_never_released": ("ERR-010", ["test_wrap_of_an_optimizer_another_context_wraps"]),
+    "clip_val_inf_accepted": (
+        "CTX-002",
+        ["test_invalid_gradient_clip_val[norm-inf]", "test_invalid_gradient_clip_val[value-inf]"],
+    ),
+    "clip_val_zero_disables_clipping": (
+        "CTX-002",
+        [
+            "test_invalid_gradient_clip_val[norm-0]",
+            "test_invalid_gradient_clip_val[norm-0.0]",
+            "test_invalid_gradient_clip_val[value-0]",
+            "test_invalid_gradient_clip_val[value-0.0]",
+        ],
+    ),
+    "checkpoint_drops_pending_update": ("CKPT-004", ["test_checkpoint_inside_batch_carries_the_pending_update"], F16),
+    "copy_forgets_pending_update": ("CKPT-004", ["test_copy_inside_batch_carries_the_pending_update"], F16),
+    "state_dict_mid_step_unguarded": ("CKPT-004", ["test_state_or_copy_mid_step_is_refused"]),
+    "backward_after_unscale_allowed": ("CLIP-002", ["test_backward_after_unscale_gradients_is_refused"]),
+    "backward_after_unscale_checked_in_closures_only": (
+        "CLIP-002",
+        ["test_backward_after_unscale_gradients_is_refused"],
+    ),
 }
 
 KNOWN_GAPS: dict[str, str] = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any, Literal, TypeVar
@@ -11,7 +13,7 @@ from torch.amp.grad_scaler import GradScaler
 from torch.nn.parallel import DistributedDataParallel
 
 from independent import devices
-from independent.wrapper import Wrapper, is_wrapper
+from independent.wrapper import Wrapper, evaluates_closure, is_wrapper
 from lightning_optimizer.spec import DEVICE_KINDS, PRECISIONS, GradScalerSettings, Precision
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
@@ -19,6 +21,8 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 _AUTOCAST_DTYPES = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
 _PARAMETER_DTYPES = {"64-true": torch.float64, "bf16-true": torch.bfloat16}
 _STATE_FORMAT = "independent-context/1"
+_OWNERS: weakref.WeakKeyDictionary[torch.optim.Optimizer, weakref.ref[Context]] = weakref.WeakKeyDictionary()
+"""The live context that wraps each optimizer."""
 
 
 class Context:
@@ -57,6 +61,11 @@ class Context:
         self.distributed_modules: list[DistributedDataParallel] = []
         self.position: tuple[int, bool] | None = None
         self.scaler_stepped = False
+        self.found_inf = False
+        """Whether an optimizer that stepped in this iteration had non-finite gradients."""
+        self.restored_found_inf: bool | None = None
+        """The found-inf of the steps of this iteration that a loaded state or a copy took before it was made."""
+        self.stepping = False
 
     @property
     def precision(self) -> Precision:
@@ -98,10 +107,18 @@ class Context:
             raise TypeError(f"wrap needs a torch.optim.Optimizer, got {type(optimizer).__name__}")
         if any(wrapper.optimizer is optimizer for wrapper in self.wrappers):
             raise ValueError(f"this {type(optimizer).__name__} is already wrapped in this context")
+        if evaluates_closure(optimizer) and self._precision == "16-mixed":
+            raise TypeError(f"{type(optimizer).__name__} evaluates its closure: loss scaling cannot follow it")
+        if evaluates_closure(optimizer) and self._accumulate_grad_batches > 1:
+            raise ValueError(f"{type(optimizer).__name__} evaluates its closure itself and cannot accumulate")
+        owner = _OWNERS.get(optimizer)
+        if owner is not None and owner() is not None:
+            raise ValueError(f"this {type(optimizer).__name__} is already wrapped by another live context")
         for group in optimizer.param_groups:
             self.check_parameters(group["params"])
         wrapper = Wrapper.around(optimizer, self)
         self.wrappers.append(wrapper)
+        _OWNERS[optimizer] = weakref.ref(self)
         return wrapper
 
     @property
@@ -147,9 +164,14 @@ class Context:
         """Update the scaler once after the optimizers that stepped, rescaling the windows still open."""
         if self.scaler is None or not self.scaler_stepped:
             return
+        if self.restored_found_inf is not None:
+            # The steps taken before the state was saved are not in this scaler's records: add their found-inf.
+            self.scaler.scale(torch.zeros((), device=self._device))  # a loaded scaler makes its scale tensor here
+            found = torch.full((), float(self.restored_found_inf), device=self._device)
+            self.scaler._per_optimizer_states[id(self)]["found_inf_per_device"][self._device] = found
         old_scale = self.scaler.get_scale()
         self.scaler.update()
-        self.scaler_stepped = False
+        self.scaler_stepped, self.found_inf, self.restored_found_inf = False, False, None
         new_scale = self.scaler.get_scale()
         if new_scale != old_scale:
             for wrapper in self.wrappers:
@@ -176,14 +198,54 @@ class Context:
             stack.enter_context(module.no_sync())
         return _closing(stack)
 
+    @contextmanager
+    def running_step(self) -> Iterator[None]:
+        """Mark a ``step()`` of one of the wrappers as running."""
+        self.stepping = True
+        try:
+            yield
+        finally:
+            self.stepping = False
+
+    def _check_between_steps(self, what: str) -> None:
+        if self.stepping or any(wrapper._window.prepared for wrapper in self.wrappers):
+            raise RuntimeError(f"{what} while a step() runs or after unscale_gradients(): take it between steps")
+
+    def _pending_update(self) -> dict[str, bool] | None:
+        """The iteration's scaler update still to come (an optimizer stepped), with its found-inf."""
+        if self.scaler is None or not self.scaler_stepped:
+            return None
+        return {"found_inf": self.found_inf or bool(self.restored_found_inf)}
+
     def state_dict(self) -> dict[str, Any]:
-        """The context's own state: scaler, and each wrapper's window, gradients and step counts."""
+        """The context's own state: scaler, the iteration's pending update, each wrapper's window and counts."""
+        self._check_between_steps("state_dict()")
         return {
             "format": _STATE_FORMAT,
             "precision": self._precision,
             "scaler": None if self.scaler is None else self.scaler.state_dict(),
+            "pending_update": self._pending_update(),
             "optimizers": [wrapper.window_state() for wrapper in self.wrappers],
         }
+
+    def __getstate__(self) -> dict[str, Any]:
+        # GradScaler refuses to be pickled mid-iteration: the copy carries its state dict and the pending update.
+        self._check_between_steps("a copy")
+        state = self.__dict__.copy()
+        if self.scaler is not None:
+            state["scaler"] = (self._device.type, self.scaler.state_dict())
+            pending = self._pending_update()
+            state["restored_found_inf"] = None if pending is None else pending["found_inf"]
+            state["found_inf"] = False
+        state["position"] = None  # the copy goes on in a batch() of its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if state["scaler"] is not None:
+            device_type, scaler_state = state["scaler"]
+            state["scaler"] = GradScaler(device_type)
+            state["scaler"].load_state_dict(scaler_state)
+        self.__dict__.update(state)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a state saved by ``state_dict``; one for another layout is refused before anything changes."""
@@ -202,14 +264,19 @@ class Context:
                 raise ValueError(f"optimizer {index} of the state does not fit: {problem}")
         if (state_dict.get("scaler") is None) != (self.scaler is None):
             raise ValueError("the state's loss-scaler state does not match this context's precision")
+        pending = state_dict.get("pending_update")
+        if pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("found_inf"), bool)):
+            raise ValueError(f"the state's pending loss-scaler update is malformed: {pending!r}")
         if self.scaler is not None:
             self.scaler.load_state_dict(state_dict["scaler"])
+            self.scaler_stepped, self.found_inf = pending is not None, False
+            self.restored_found_inf = None if pending is None else pending["found_inf"]
         for wrapper, window in zip(self.wrappers, windows, strict=True):
             wrapper.load_window_state(window)
 
 
 def _positive_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def _index(value: object) -> bool:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 import torch
+from torch.amp.grad_scaler import OptState
 
 from independent import devices
 from independent.window import Window
@@ -164,25 +166,40 @@ class Wrapper(Generic[OptimizerT]):
         if make_optimizer_step is not None and not isinstance(make_optimizer_step, bool):
             raise TypeError(f"make_optimizer_step must be True, False or None, got {make_optimizer_step!r}")
         context = self._context
+        if context.stepping:
+            raise RuntimeError("step() was called from inside a running step() of the same context: call it after")
+        if kwargs:
+            _check_step_kwargs(self._inner, kwargs)
         if evaluates_closure(self._inner):
             if context.precision == "16-mixed":
                 raise TypeError(f"{type(self._inner).__name__} evaluates its closure itself: not usable in 16-mixed")
             if context.accumulate_grad_batches > 1 or make_optimizer_step is False:
                 raise ValueError(f"{type(self._inner).__name__} evaluates its closure itself and cannot accumulate")
-            return cast("T | None", self._evaluating_step(closure, kwargs))
+            with context.running_step():
+                return cast("T | None", self._evaluating_step(closure, kwargs))
         closes = self._closes(make_optimizer_step)
         if self._window.prepared and not closes:
             raise RuntimeError("unscale_gradients() prepared this window: the next step() must close it")
-        result = None if closure is None else self._run_closure(closure, closes)
-        self._window.micro_steps += 1
-        if closes:
-            self._real_step(kwargs)
-        else:
-            self._outcome = StepOutcome.ACCUMULATED
+        # The whole call is one transaction: if the closure or the inner step raises, the window is put back.
+        before = _WindowBefore(self)
+        try:
+            with context.running_step():
+                result = None if closure is None else self._run_closure(closure, closes)
+                self._window.micro_steps += 1
+                if closes:
+                    self._real_step(kwargs)
+                else:
+                    self._outcome = StepOutcome.ACCUMULATED
+        except BaseException:
+            before.restore()
+            raise
         return result
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``loss.backward(*args, **kwargs)``, the loss scaled first under 16-mixed."""
+        if any(wrapper._window.prepared for wrapper in self._context.wrappers):
+            # It would add scaled gradients to a window whose gradients are averaged and unscaled already.
+            raise RuntimeError("backward() after unscale_gradients(): take the step that closes that window first")
         scaler = self._context.scaler
         (loss if scaler is None else scaler.scale(loss)).backward(*args, **kwargs)
 
@@ -208,6 +225,8 @@ class Wrapper(Generic[OptimizerT]):
 
     def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
         """Only this wrapper's parameters require grad inside; ``sync_grad=False`` suppresses DDP's sync."""
+        if not isinstance(sync_grad, bool):
+            raise TypeError(f"sync_grad must be a bool, got {sync_grad!r}")
         return self._region(sync=sync_grad, autocast=False)
 
     # -- what a step does -------------------------------------------------------------------------------
@@ -233,17 +252,10 @@ class Wrapper(Generic[OptimizerT]):
             yield
 
     def _run_closure(self, closure: Callable[[], T], closes: bool) -> T:
-        saved = [(p, None if p.grad is None else p.grad.detach().clone()) for p in self.parameters()]
-        prepared = self._window.prepared
         object.__setattr__(self, "_closing", closes)
         try:
             with self._region(sync=closes, autocast=True):
                 return closure()
-        except BaseException:
-            for param, grad in saved:
-                param.grad = grad
-            self._window.prepared = prepared
-            raise
         finally:
             object.__setattr__(self, "_closing", None)
 
@@ -281,6 +293,8 @@ class Wrapper(Generic[OptimizerT]):
         if context.on_xla:
             devices.cut_graph()
         skipped = scaler is not None and sum(v.item() for v in scaler._found_inf_per_device(self._inner).values()) > 0
+        if scaler is not None:
+            context.found_inf = context.found_inf or skipped
         if skipped and hasattr(inner_step, "_wrapped_by_lr_sched"):
             # The LR scheduler on the inner optimizer counts calls to its step; a skip is a step taken for it.
             self._inner._opt_called = True  # type: ignore[attr-defined]
@@ -351,6 +365,27 @@ class Wrapper(Generic[OptimizerT]):
         self._window.load(state)
 
 
+class _WindowBefore:
+    """A window as it was before a ``step()`` call: its gradients, its length and whether it was prepared."""
+
+    def __init__(self, wrapper: Wrapper[Any]) -> None:
+        self.wrapper = wrapper
+        self.grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in wrapper.parameters()]
+        self.micro_steps, self.prepared = wrapper._window.micro_steps, wrapper._window.prepared
+
+    def restore(self) -> None:
+        wrapper = self.wrapper
+        for param, grad in self.grads:
+            param.grad = grad
+        wrapper._window.micro_steps, wrapper._window.prepared = self.micro_steps, self.prepared
+        scaler = wrapper._context.scaler
+        if scaler is not None and not self.prepared:
+            # This call unscaled the window (the scaler records that once per iteration): the retry unscales again.
+            states = scaler._per_optimizer_states
+            if id(wrapper._inner) in states and states[id(wrapper._inner)]["stage"] is OptState.UNSCALED:
+                del states[id(wrapper._inner)]
+
+
 class _Before:
     """An optimizer's parameters, gradients and state before a step that may fail, to put back."""
 
@@ -367,6 +402,18 @@ class _Before:
                 param.grad = grad
         self.optimizer.state.clear()
         self.optimizer.load_state_dict(self.state)
+
+
+def _check_step_kwargs(optimizer: torch.optim.Optimizer, kwargs: dict[str, Any]) -> None:
+    """Refuse keyword arguments that the inner optimizer's ``step`` does not take."""
+    try:
+        signature = inspect.signature(optimizer.step)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as error:
+        raise TypeError(f"{type(optimizer).__name__}.step does not take {sorted(kwargs)}: {error}") from None
 
 
 def _class_for(optimizer_class: type[torch.optim.Optimizer]) -> type[Wrapper[Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_optimizer.reference.amp import NoLossScaling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -16,7 +17,7 @@ class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.device.type != "cuda":
-            self._scaler = None
+            self._scaling = NoLossScaling()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from lightning_optimizer.reference.amp import NoLossScaling
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -20,7 +21,7 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         if self.precision == "16-mixed" and self.device.type == "cpu":
             self._plugin = PrecisionPlugin("16-mixed", torch.float32, autocast_dtype=torch.bfloat16)
-            self._scaler = None
+            self._scaling = NoLossScaling()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -1,0 +1,1124 @@
+"""Checks of the rules that make a call all or nothing, or refuse it before anything changes.
+
+Refused arguments, failed inner steps, re-entered steps, mid-iteration checkpoints and copies, and what
+``unscale_gradients()`` forbids until the window's closing step.
+
+Every expected value comes from a plain PyTorch loop beside the check (a bare optimizer, ``torch.autocast`` and,
+under 16-mixed, a plain ``torch.amp.GradScaler``) or from hand arithmetic (loss scales worked out from the scaler
+settings); never from the implementation under test.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import io
+import math
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from torch.amp.grad_scaler import GradScaler
+
+from lightning_optimizer.conformance.harness import (
+    Batch,
+    assert_params_close,
+    cell_device,
+    cell_dtype,
+    make_batches,
+    make_model,
+    mse,
+    oracle_autocast,
+    oracle_step_done,
+    run_steps,
+)
+from lightning_optimizer.conformance.oracles import expected_outcomes, oracle_copy
+from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
+
+MakeContext = Callable[..., TrainingContext]
+A, S, SKIP = StepOutcome.ACCUMULATED, StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE
+
+EAGER = ("cpu", "cuda")
+"""Where the checks that train windows against an oracle run: on XLA every new graph compiles, which takes these
+checks 2 to 8 s per cell there; the checks that only construct or refuse run on XLA too."""
+
+LOSS_FACTOR = 1e-3
+"""Keeps 16-mixed's scaled float16 gradients finite at every scale below: only the planted overflows skip."""
+SGD_LR = 10.0
+"""Large enough that a window's mean taken over a wrong length, or a gradient left scaled, moves the parameters far
+beyond every precision's tolerance."""
+ADAM_LR = 0.01
+GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
+"""Under 16-mixed: the scale doubles after every iteration in which an optimizer stepped and nothing overflowed, and
+halves after one that overflowed: a scaler update too many, too few or with the wrong found-inf shows in the scales."""
+
+
+def _scaler_settings(cell: Cell, settings: GradScalerSettings) -> dict[str, Any]:
+    """The factory's ``grad_scaler`` argument, in 16-mixed cells only."""
+    return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
+
+
+def _grads(params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+    return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
+
+
+def _values(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [p.detach().cpu().clone() for p in params]
+
+
+def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor | None], what: str) -> None:
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert (a is None) == (b is None), f"{what}: the gradient of parameter {i} is {a}, was {b}"
+        if a is not None and b is not None:
+            assert torch.equal(a, b), f"{what}: the gradient of parameter {i} changed"
+
+
+def _assert_same_values(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert torch.equal(a, b), f"{what}: parameter {i} changed"
+
+
+def _assert_same_state(got: object, want: object, what: str, path: str = "state") -> None:
+    """Two state dicts hold the same structure and values (tensors bit for bit)."""
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor), f"{what}: {path} is {type(got).__name__}, was a tensor"
+        assert got.shape == want.shape and torch.equal(got.cpu(), want.cpu()), f"{what}: {path} changed"
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), f"{what}: {path} has keys {got}, had {sorted(want)}"
+        for key, value in want.items():
+            _assert_same_state(got[key], value, what, f"{path}[{key!r}]")
+    elif isinstance(want, list | tuple):
+        assert isinstance(got, list | tuple) and len(got) == len(want), f"{what}: {path} is {got}, was {want}"
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            _assert_same_state(a, b, what, f"{path}[{i}]")
+    else:
+        assert got == want, f"{what}: {path} is {got!r}, was {want!r}"
+
+
+class _Halves(torch.nn.Module):
+    """Two independent halves, one optimizer each (a loss of one half gives gradients to that half only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = make_model(seed=51)
+        self.b = make_model(seed=52)
+
+
+def _snapshot(model: torch.nn.Module) -> dict[str, Any]:
+    """Parameters, gradients and flags of ``model``, on the CPU."""
+    params = list(model.parameters())
+    return {
+        "the parameters": _values(params),
+        "the windows' gradients": _grads(params),
+        "the requires_grad flags": [p.requires_grad for p in params],
+    }
+
+
+def _assert_same_snapshot(got: dict[str, Any], want: dict[str, Any], what: str) -> None:
+    _assert_same_values(got["the parameters"], want["the parameters"], what)
+    _assert_same_grads(got["the windows' gradients"], want["the windows' gradients"], what)
+    assert got["the requires_grad flags"] == want["the requires_grad flags"], f"{what} changed requires_grad flags"
+
+
+# -- ERR-008: keyword arguments the inner step cannot take ---------------------------------------------------
+
+
+class _KeywordSGD(torch.optim.SGD):
+    """An SGD whose ``step`` takes one keyword argument of its own, and records what it received."""
+
+    received: list[float]
+
+    def step(self, closure: Any = None, *, lr_factor: float = 1.0) -> Any:
+        self.received.append(lr_factor)
+        for group in self.param_groups:
+            group["lr"] *= lr_factor
+        try:
+            return super().step(closure)
+        finally:
+            for group in self.param_groups:
+                group["lr"] /= lr_factor
+
+
+@pytest.mark.requirement("ERR-008", "STEP-005")
+@pytest.mark.cells(devices=EAGER)
+@pytest.mark.varies(
+    faults=("invalid argument",),
+    window=("1 micro-step", "k >= 2 micro-steps"),
+    make_optimizer_step=("True", "False", "None"),
+    step_kwargs=("without gradients", "with gradients"),
+    optimizer=("SGD", "Adam"),
+    call_form=("closure, wrapper.backward", "backward, then step()"),
+)
+def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell: Cell) -> None:
+    """A keyword the inner ``step`` does not take is refused with ``TypeError`` before anything runs, on every call.
+
+    On an empty window (Adam, whose ``step`` takes only ``closure``) and on an open one (an SGD whose ``step`` takes
+    ``lr_factor``), for calls that would accumulate and calls that would step; the keyword the inner step takes is
+    accepted on an accumulating call and reaches the closing step.
+    """
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    calls: list[int] = []
+
+    def closure_for(model: torch.nn.Module, wrapper: Any, batch: Batch) -> Callable[[], None]:
+        def closure() -> None:
+            calls.append(1)
+            with context.autocast():
+                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
+            wrapper.backward(loss)
+
+        return closure
+
+    batches = make_batches(2, seed=11)
+    # An empty window: Adam's step(closure=None) takes no keyword at all.
+    context = make_context()
+    model = context.prepare_module(make_model())
+    adam = context.wrap(torch.optim.Adam(model.parameters(), lr=ADAM_LR))
+    before = _values(list(model.parameters()))
+    for make_step in (True, None, False):
+        with pytest.raises(TypeError):
+            adam.step(closure_for(model, adam, batches[0]), make_optimizer_step=make_step, lr_factor=2.0)
+        assert calls == [], f"step(lr_factor=2.0, make_optimizer_step={make_step}) on Adam ran the closure"
+        assert adam.last_outcome is None, f"a refused step() recorded the outcome {adam.last_outcome}"
+        assert all(p.grad is None for p in model.parameters()), "a refused step() left gradients"
+        _assert_same_values(_values(list(model.parameters())), before, "a refused step() on Adam")
+        assert not adam.optimizer.state, "a refused step() made Adam create its state"
+
+    # An open window of two micro-steps: SGD with a keyword of its own.
+    context = make_context(accumulate_grad_batches=2)
+    base = make_model()
+    oracle_model = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    inner = _KeywordSGD(model.parameters(), lr=SGD_LR)
+    inner.received = []
+    wrapper = context.wrap(inner)
+    params = list(model.parameters())
+    with context.batch(0):
+        wrapper.step(closure_for(model, wrapper, batches[0]), lr_factor=3.0)  # accumulates: the keyword is fine
+    assert wrapper.last_outcome is A, f"the first micro-step of a window of two: {wrapper.last_outcome}"
+    assert inner.received == [], f"an accumulating call reached the inner step with {inner.received}"
+    calls.clear()
+    window, values = _grads(params), _values(params)
+    bad: list[dict[str, Any]] = [{"lr_facter": 2.0}, {"lr_factor": 2.0, "nesterov": True}, {"set_to_none": True}]
+    with context.batch(1):
+        for make_step in (False, None, True):
+            for kwargs in bad:
+                what = f"step({', '.join(kwargs)}, make_optimizer_step={make_step}) with a window open"
+                with pytest.raises(TypeError):
+                    wrapper.step(closure_for(model, wrapper, batches[1]), make_optimizer_step=make_step, **kwargs)
+                assert calls == [], f"{what} ran the closure"
+                with pytest.raises(TypeError):
+                    wrapper.step(make_optimizer_step=make_step, **kwargs)
+                assert inner.received == [], f"{what} reached the inner step"
+                assert wrapper.last_outcome is A, f"{what} changed the outcome to {wrapper.last_outcome}"
+                _assert_same_grads(_grads(params), window, what)
+                _assert_same_values(_values(params), values, what)
+        # The backward-then-step form: the refused step leaves the backward's gradients in the window.
+        with context.autocast():
+            loss = mse(model, batches[1], device, dtype) * LOSS_FACTOR
+        wrapper.backward(loss)
+        window = _grads(params)
+        with pytest.raises(TypeError):
+            wrapper.step(make_optimizer_step=None, lr_facter=2.0)
+        _assert_same_grads(_grads(params), window, "a refused step(lr_facter=2.0) after the window's last backward")
+        wrapper.step(make_optimizer_step=None, lr_factor=2.0)
+    assert wrapper.last_outcome is S, f"after refused calls, the window did not close on time: {wrapper.last_outcome}"
+    assert inner.received == [2.0], f"the inner step received lr_factor {inner.received}, expected [2.0] once"
+
+    scaler = GradScaler(device.type) if cell.precision == "16-mixed" else None
+    optimizer = torch.optim.SGD(oracle_model.parameters(), lr=SGD_LR * 2.0)
+    for batch in batches:
+        with oracle_autocast(cell):
+            loss = mse(oracle_model, batch, device, dtype) * LOSS_FACTOR
+        (loss if scaler is None else scaler.scale(loss)).backward()
+    with torch.no_grad():
+        for param in oracle_model.parameters():
+            assert param.grad is not None
+            param.grad /= 2
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+    oracle_step_done(cell)
+    assert_params_close(model, oracle_model, cell, "a window closed with lr_factor=2.0 after refused keywords")
+
+
+# -- TXN-001: a real step whose inner step raises ------------------------------------------------------------
+
+
+class _InnerStepFailure(RuntimeError):
+    """What the planted inner step raises: the check expects this very exception to propagate."""
+
+
+class _FlakySGD(torch.optim.SGD):
+    """An SGD whose ``step`` raises, before it changes anything, while ``fail`` is set."""
+
+    fail = False
+
+    def step(self, closure: Any = None) -> Any:
+        if self.fail:
+            raise _InnerStepFailure("the inner optimizer's step failed (planted by the check)")
+        return super().step(closure)
+
+
+class _FlakyAdam(torch.optim.Adam):
+    """An Adam whose ``step`` raises, before it changes anything, while ``fail`` is set."""
+
+    fail = False
+
+    def step(self, closure: Any = None) -> Any:
+        if self.fail:
+            raise _InnerStepFailure("the inner optimizer's step failed (planted by the check)")
+        return super().step(closure)
+
+
+_OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], type[torch.optim.Optimizer], dict[str, Any]]] = {
+    "SGD": (_FlakySGD, torch.optim.SGD, {"lr": SGD_LR}),
+    "SGD momentum": (_FlakySGD, torch.optim.SGD, {"lr": SGD_LR, "momentum": 0.9}),
+    "Adam": (_FlakyAdam, torch.optim.Adam, {"lr": ADAM_LR}),
+}
+"""The flaky optimizer, its plain twin for the oracle, and their hyper-parameters."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """One epoch in which the closing step of one window fails once, then succeeds."""
+
+    accumulate: int
+    optimizer: str
+    closure_form: bool
+    batches: int
+    failing: int
+    """The batch whose call's inner step raises."""
+    windows: tuple[tuple[int, ...], ...]
+    """The windows the oracle trains, worked out by hand: the failed call adds nothing to its window."""
+    outcomes: tuple[StepOutcome, ...]
+    """``last_outcome`` after each batch (16-mixed skips none: the losses are small)."""
+    schedule: dict[int, bool | None] = field(default_factory=dict)
+    clip: float | None = None
+    unscale_first: bool = False
+    """``unscale_gradients()`` prepares the window before its failing closing step (backward-then-step form)."""
+    retry_in_next_batch: bool = False
+    """The failed call is not retried: the next batch's call closes the window (without the failed micro-batch)."""
+
+
+_FAILURES = {
+    "window-1-closure": _Failure(1, "SGD momentum", True, 3, 1, ((0,), (1,), (2,)), (S, S, S)),
+    "window-3-closure-clipped": _Failure(3, "SGD", True, 6, 5, ((0, 1, 2), (3, 4, 5)), (A, A, S, A, A, S), clip=2e-4),
+    "cut-short-backward-adam": _Failure(
+        4, "Adam", False, 7, 5, ((0, 1, 2, 3), (4, 5), (6,)), (A, A, A, S, A, S, S), schedule={5: True}
+    ),
+    "prepared-backward-clipped": _Failure(
+        2, "SGD momentum", False, 4, 3, ((0, 1), (2, 3)), (A, S, A, S), clip=2e-4, unscale_first=True
+    ),
+    "retried-in-next-batch": _Failure(
+        4,
+        "SGD momentum",
+        True,
+        4,
+        1,
+        ((0, 2), (3,)),
+        (A, A, S, S),
+        schedule={1: True, 2: True, 3: True},
+        retry_in_next_batch=True,
+    ),
+}
+
+
+def _oracle_windows(
+    cell: Cell,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Sequence[Batch],
+    windows: Sequence[Sequence[int]],
+    clip: float | None,
+    settings: GradScalerSettings,
+) -> tuple[list[float], list[bool]]:
+    """One step per window on its mean, unscaled, clipped; the scale of each backward pass and which windows stepped."""
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    scaler = GradScaler(device.type, **settings.as_kwargs()) if cell.precision == "16-mixed" else None
+    scales: list[float] = []
+    stepped: list[bool] = []
+    for window in windows:
+        for batch_idx in window:
+            with oracle_autocast(cell):
+                loss = mse(model, batches[batch_idx], device, dtype) * LOSS_FACTOR
+            if scaler is None:
+                loss.backward()
+            else:
+                scales.append(scaler.get_scale())
+                scaler.scale(loss).backward()
+        with torch.no_grad():
+            for param in model.parameters():
+                if param.grad is not None:
+                    param.grad /= len(window)
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], clip)
+        if scaler is None:
+            optimizer.step()
+            stepped.append(True)
+        else:
+            scale = scaler.get_scale()
+            scaler.step(optimizer)
+            scaler.update()
+            stepped.append(scaler.get_scale() >= scale)
+        optimizer.zero_grad(set_to_none=True)
+        oracle_step_done(cell)
+    return scales, stepped
+
+
+@pytest.mark.requirement("TXN-001", "STEP-004", "ACC-001")
+@pytest.mark.cells(devices=EAGER)
+@pytest.mark.parametrize("scenario", list(_FAILURES))
+@pytest.mark.varies(
+    window=("1 micro-step", "k >= 2 micro-steps", "cut short by True"),
+    make_optimizer_step=("True", "None"),
+    optimizer=("SGD", "SGD momentum", "Adam"),
+    call_form=("closure, wrapper.backward", "backward, then step()"),
+    clipping=("norm", "unscale_gradients() by hand"),
+    loss_scale=("grown", "settings given to the factory"),
+    position=("inside batch()",),
+    faults=("raising inner step",),
+)
+def test_failed_inner_step_leaves_the_window(
+    make_context: MakeContext, cell: Cell, implementation: ImplementationInfo[Any], scenario: str
+) -> None:
+    """The inner step of a closing call raises: the exception propagates, the window is as before the call.
+
+    Its gradients (not averaged, unscaled or clipped, without the failed call's closure), its length, whether
+    ``unscale_gradients()`` prepared it, ``last_outcome``, the step count and the loss scaler (the context's
+    ``state_dict()`` where checkpointing is claimed) are unchanged; the retry, or the next batch's call, then applies
+    the window's true mean: the parameters match a plain loop over the windows worked out by hand, and under 16-mixed
+    every backward pass used the scale that the plain ``GradScaler`` had there.
+    """
+    plan = _FAILURES[scenario]
+    flaky_class, plain_class, hyper = _OPTIMIZERS[plan.optimizer]
+    sixteen = cell.precision == "16-mixed"
+    context = make_context(
+        accumulate_grad_batches=plan.accumulate, gradient_clip_val=plan.clip, **_scaler_settings(cell, GROWING)
+    )
+    base = make_model()
+    oracle_model = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    inner = flaky_class(model.parameters(), **hyper)
+    wrapper = context.wrap(inner)
+    params = list(model.parameters())
+    batches = make_batches(plan.batches, seed=12)
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    scales: list[float] = []
+    checkpointing = "checkpointing" in implementation.features
+
+    def loss_of(batch_idx: int, record: bool) -> torch.Tensor:
+        with context.autocast():
+            loss = mse(model, batches[batch_idx], device, dtype) * LOSS_FACTOR
+        if sixteen and record:
+            loss.register_hook(lambda grad: scales.append(float(grad)))
+        return loss
+
+    def closure_for(batch_idx: int, record: bool = True) -> Callable[[], torch.Tensor]:
+        def closure() -> torch.Tensor:
+            loss = loss_of(batch_idx, record)
+            wrapper.backward(loss)
+            return loss
+
+        return closure
+
+    def call(batch_idx: int, *, backward: bool = True, record: bool = True) -> None:
+        make_step = plan.schedule.get(batch_idx)
+        if plan.closure_form:
+            wrapper.step(closure_for(batch_idx, record), make_optimizer_step=make_step)
+            return
+        if backward:
+            wrapper.backward(loss_of(batch_idx, record))
+        wrapper.step(make_optimizer_step=make_step)
+
+    outcomes = []
+    for batch_idx in range(plan.batches):
+        with context.batch(batch_idx, is_last=batch_idx == plan.batches - 1):
+            if batch_idx != plan.failing:
+                call(batch_idx)
+                outcomes.append(wrapper.last_outcome)
+                continue
+            if not plan.closure_form:
+                wrapper.backward(loss_of(batch_idx, record=True))
+                if plan.unscale_first:
+                    wrapper.unscale_gradients()
+            outcome, window, values = wrapper.last_outcome, _grads(params), _values(params)
+            state = copy.deepcopy(context.state_dict()) if checkpointing and not plan.unscale_first else None
+            inner.fail = True  # type: ignore[attr-defined]
+            with pytest.raises(_InnerStepFailure):
+                call(batch_idx, backward=False, record=False)
+            inner.fail = False  # type: ignore[attr-defined]
+            what = f"a closing step whose inner step raised ({scenario})"
+            _assert_same_grads(_grads(params), window, f"{what}, the window")
+            _assert_same_values(_values(params), values, what)
+            assert wrapper.last_outcome is outcome, (
+                f"{what} changed last_outcome from {outcome} to {wrapper.last_outcome}"
+            )
+            if state is not None:
+                _assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
+            if plan.unscale_first:
+                with pytest.raises(RuntimeError):
+                    wrapper.zero_grad()  # still prepared: zero_grad() before the closing step is refused (CLIP-002)
+                _assert_same_grads(_grads(params), window, f"{what}, then a refused zero_grad(), the prepared window")
+            if not plan.retry_in_next_batch:
+                call(batch_idx, backward=False)
+            outcomes.append(wrapper.last_outcome)
+
+    oracle_optimizer = plain_class(oracle_model.parameters(), **hyper)
+    want_scales, stepped = _oracle_windows(
+        cell, oracle_model, oracle_optimizer, batches, plan.windows, plan.clip, GROWING
+    )
+    want_outcomes = expected_outcomes(plan.outcomes, stepped)
+    assert outcomes == want_outcomes, f"the calls took {outcomes}, expected {want_outcomes} ({scenario})"
+    if sixteen:
+        assert scales == want_scales, (
+            f"the backward passes were scaled by {scales}; a plain GradScaler over the windows {plan.windows} scales "
+            f"them by {want_scales}: the failed step changed the loss scaler"
+        )
+    assert_params_close(
+        model, oracle_model, cell, f"after a failed inner step and its retry, the windows {plan.windows} ({scenario})"
+    )
+
+
+# -- REENT-001: a step() inside a running step() --------------------------------------------------------------
+
+
+@pytest.mark.requirement("REENT-001", "CLOS-003", "STEP-004")
+@pytest.mark.cells(devices=EAGER)
+@pytest.mark.parametrize("reentered", ["same", "other"])
+@pytest.mark.varies(
+    wrappers=("2",),
+    window=("k >= 2 micro-steps",),
+    make_optimizer_step=("True", "False", "None"),
+    faults=("raising closure", "re-entered step"),
+    optimizer=("SGD momentum", "Adam"),
+    outcome_read=("after every call of every wrapper",),
+    position=("inside batch()",),
+)
+def test_step_inside_a_running_step_is_refused(make_context: MakeContext, cell: Cell, reentered: str) -> None:
+    """A ``step()`` from inside a closure, of the same wrapper or the other, raises ``RuntimeError``; nothing changes.
+
+    The refused call's closure never runs, and the outer call fails as a raising closure does: the same exception
+    propagates, and both windows (gradients, parameters, flags, outcomes) are as before; both then close on time and
+    match a plain loop.
+    """
+    context = make_context(accumulate_grad_batches=3)
+    base = _Halves()
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    assert isinstance(model, _Halves) and isinstance(oracle, _Halves)
+    halves = {"a": model.a, "b": model.b}
+    wrappers: dict[str, Any] = {
+        "a": context.wrap(torch.optim.SGD(model.a.parameters(), lr=SGD_LR, momentum=0.9)),
+        "b": context.wrap(torch.optim.Adam(model.b.parameters(), lr=ADAM_LR)),
+    }
+    batches = make_batches(3, seed=13)
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    calls: list[str] = []
+
+    def closure_for(name: str, batch_idx: int) -> Callable[[], torch.Tensor]:
+        def closure() -> torch.Tensor:
+            calls.append(name)
+            with context.autocast():
+                loss = mse(halves[name], batches[batch_idx], device, dtype) * LOSS_FACTOR
+            wrappers[name].backward(loss)
+            return loss
+
+        return closure
+
+    with context.batch(0):
+        for name in halves:
+            wrappers[name].step(closure_for(name, 0))
+    with context.batch(1):
+        for name in halves:
+            target = name if reentered == "same" else ("b" if name == "a" else "a")
+            for outer_step in (False, None, True):
+                for inner_step in (None, True, False):
+                    refused: list[BaseException] = []
+
+                    def reentering(
+                        name: str = name,
+                        target: str = target,
+                        inner_step: bool | None = inner_step,
+                        refused: list[BaseException] = refused,
+                    ) -> torch.Tensor:
+                        loss = closure_for(name, 1)()
+                        try:
+                            wrappers[target].step(closure_for(target, 1), make_optimizer_step=inner_step)
+                        except RuntimeError as error:
+                            refused.append(error)
+                            raise
+                        return loss
+
+                    before = _snapshot(model)
+                    outcomes = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
+                    calls.clear()
+                    what = (
+                        f"wrapper {name}'s step(make_optimizer_step={outer_step}) whose closure called wrapper "
+                        f"{target}'s step(make_optimizer_step={inner_step})"
+                    )
+                    with pytest.raises(RuntimeError) as raised:
+                        wrappers[name].step(reentering, make_optimizer_step=outer_step)
+                    assert len(refused) == 1, f"{what}: the inner step() was not refused with RuntimeError"
+                    assert raised.value is refused[0], (
+                        f"{what}: the outer call raised {raised.value!r}, not the inner call's {refused[0]!r}"
+                    )
+                    assert calls == [name], f"{what}: the closures that ran are {calls}, only {name}'s may"
+                    _assert_same_snapshot(_snapshot(model), before, what)
+                    now = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
+                    assert now == outcomes, f"{what} changed the outcomes from {outcomes} to {now}"
+        for name in halves:
+            wrappers[name].step(closure_for(name, 1))
+            assert wrappers[name].last_outcome is A, (
+                f"wrapper {name}'s second micro-step: {wrappers[name].last_outcome}"
+            )
+    with context.batch(2):
+        for name in halves:
+            wrappers[name].step(closure_for(name, 2))
+            assert wrappers[name].last_outcome is S, (
+                f"after refused re-entered calls, wrapper {name}'s window did not close on time: "
+                f"{wrappers[name].last_outcome}"
+            )
+
+    # The oracle by hand: each half one step on the mean of its three micro-batches, one scaler update for both.
+    scaler = GradScaler(device.type) if cell.precision == "16-mixed" else None
+    optimizers = {
+        "a": torch.optim.SGD(oracle.a.parameters(), lr=SGD_LR, momentum=0.9),
+        "b": torch.optim.Adam(oracle.b.parameters(), lr=ADAM_LR),
+    }
+    for name, half in (("a", oracle.a), ("b", oracle.b)):
+        for batch in batches:
+            with oracle_autocast(cell):
+                loss = mse(half, batch, device, dtype) * LOSS_FACTOR
+            (loss if scaler is None else scaler.scale(loss)).backward()
+        with torch.no_grad():
+            for param in half.parameters():
+                assert param.grad is not None
+                param.grad /= len(batches)
+        if scaler is None:
+            optimizers[name].step()
+        else:
+            scaler.unscale_(optimizers[name])
+            scaler.step(optimizers[name])
+    if scaler is not None:
+        scaler.update()
+    oracle_step_done(cell)
+    assert_params_close(model, oracle, cell, "two windows that closed after refused re-entered steps")
+
+
+# -- ERR-009: flags that are not bool -------------------------------------------------------------------------
+
+_NOT_BOOL: list[object] = [1, 0, "yes", None, torch.tensor(True)]
+
+
+@pytest.mark.requirement("ERR-009", "TOGGLE-002")
+@pytest.mark.parametrize("value", _NOT_BOOL, ids=["1", "0", "yes", "None", "tensor"])
+@pytest.mark.varies(
+    faults=("invalid argument",),
+    wrappers=("2",),
+    window=("k >= 2 micro-steps",),
+    position=("inside batch()",),
+    call_form=("toggle_model block, then step()",),
+)
+def test_non_bool_sync_grad_and_is_last(make_context: MakeContext, cell: Cell, value: object) -> None:
+    """``toggle_model(sync_grad=...)`` and ``batch(is_last=...)`` refuse a non-bool with ``TypeError``; nothing changes.
+
+    The block never runs, no ``requires_grad`` flag changes, the open window stays as it was and closes on time in
+    the next valid ``batch()`` (which a refused one must not have left entered).
+    """
+    context = make_context(accumulate_grad_batches=2)
+    model = context.prepare_module(_Halves())
+    assert isinstance(model, _Halves)
+    wrapper = context.wrap(torch.optim.SGD(model.a.parameters(), lr=SGD_LR))
+    other = context.wrap(torch.optim.SGD(model.b.parameters(), lr=SGD_LR))
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    batches = make_batches(2, seed=14)
+
+    def closure_for(batch: Batch) -> Callable[[], None]:
+        def closure() -> None:
+            with context.autocast():
+                loss = mse(model.a, batch, device, dtype) * LOSS_FACTOR
+            wrapper.backward(loss)
+
+        return closure
+
+    with context.batch(0):
+        wrapper.step(closure_for(batches[0]))
+    assert wrapper.last_outcome is A, f"the first micro-step of a window of two: {wrapper.last_outcome}"
+    before = _snapshot(model)
+    ran: list[str] = []
+    for owner in (wrapper, other):
+        # Raised by the call or on entering the block: either way the block must not run.
+        with pytest.raises(TypeError), owner.toggle_model(sync_grad=value):  # type: ignore[arg-type]
+            ran.append("toggle_model")
+    with pytest.raises(TypeError), context.batch(1, is_last=value):  # type: ignore[arg-type]
+        ran.append("batch")
+    assert ran == [], f"the blocks of {ran} ran with a flag of {value!r}"
+    _assert_same_snapshot(_snapshot(model), before, f"refused toggle_model(sync_grad={value!r}) and batch(is_last=...)")
+    assert wrapper.last_outcome is A and other.last_outcome is None, "a refused block changed an outcome"
+    with context.batch(1, is_last=True):
+        with wrapper.toggle_model(sync_grad=True):
+            closure_for(batches[1])()
+        wrapper.step()
+    assert wrapper.last_outcome is S, f"after refused flags, the window did not close on time: {wrapper.last_outcome}"
+
+
+# -- ERR-010: an optimizer another live context wraps ---------------------------------------------------------
+
+
+@pytest.mark.requirement("ERR-010", "TOGGLE-001")
+@pytest.mark.cells(devices=EAGER)
+@pytest.mark.varies(faults=("invalid argument",), wrappers=("1", "2"), modules=("1 prepared module",))
+def test_wrap_of_an_optimizer_another_context_wraps(make_context: MakeContext, cell: Cell) -> None:
+    """``wrap`` refuses, with ``ValueError``, an optimizer that another live context wraps; it changes nothing.
+
+    The first context's wrapper still steps; the second context has not taken the optimizer (its own wrapper's
+    closure leaves the refused optimizer's parameters alone); once the first context is gone, a new one may wrap it.
+    """
+    first = make_context()
+    model = first.prepare_module(make_model())
+    inner = torch.optim.SGD(model.parameters(), lr=0.1)
+    wrapper = first.wrap(inner)
+    second = make_context()
+    with pytest.raises(ValueError):
+        second.wrap(inner)
+    other_model = second.prepare_module(make_model(seed=3))
+    mine = second.wrap(torch.optim.SGD(other_model.parameters(), lr=0.1))
+    flags: list[bool] = []
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    batch = make_batches(1)[0]
+
+    def closure() -> None:
+        flags.extend(p.requires_grad for p in model.parameters())
+        with second.autocast():
+            loss = mse(other_model, batch, device, dtype) * LOSS_FACTOR
+        mine.backward(loss)
+
+    mine.step(closure, make_optimizer_step=True)
+    assert mine.last_outcome is S, f"the second context's own wrapper: {mine.last_outcome}"
+    assert all(flags), "the second context toggled the refused optimizer's parameters off: it took the optimizer"
+    outcomes = run_steps(first, model, wrapper, make_batches(1), cell, lambda i: True)
+    assert outcomes == [S], f"after a refused wrap elsewhere, the first context's wrapper stepped as {outcomes}"
+    del wrapper, first
+    gc.collect()
+    third = make_context()
+    try:
+        again = third.wrap(inner)  # the first context is gone: nothing wraps the optimizer any more
+    except ValueError as error:
+        gone = "once its first context was gone, wrapping the optimizer again was refused"
+        raise AssertionError(f"{gone}: {error}") from None
+    outcomes = run_steps(third, model, again, make_batches(1), cell, lambda i: True)
+    assert outcomes == [S], f"the optimizer wrapped again after its first context was gone stepped as {outcomes}"
+
+
+# -- CTX-002: gradient_clip_val -------------------------------------------------------------------------------
+
+
+@pytest.mark.requirement("CTX-002")
+@pytest.mark.parametrize(
+    "value", [math.nan, math.inf, -math.inf, 0, 0.0, -0.5], ids=["nan", "inf", "-inf", "0", "0.0", "-0.5"]
+)
+@pytest.mark.parametrize("algorithm", ["norm", "value"])
+@pytest.mark.varies(faults=("invalid argument",), clipping=("norm", "value"))
+def test_invalid_gradient_clip_val(make_context: MakeContext, cell: Cell, value: float, algorithm: str) -> None:
+    """``gradient_clip_val`` of ``nan``, ``inf``, zero or less is refused with ``ValueError`` at construction."""
+    with pytest.raises(ValueError, match="gradient_clip_val"):
+        make_context(gradient_clip_val=value, gradient_clip_algorithm=algorithm)
+    for fine in (1, 0.5, 1e-6):
+        make_context(gradient_clip_val=fine, gradient_clip_algorithm=algorithm)
+
+
+# -- CKPT-004: a state or copy taken inside batch() after a real step -----------------------------------------
+
+_PENDING_BATCHES = make_batches(4, seed=15)
+_OVERFLOW = 1
+"""Under 16-mixed, the batch in which optimizer A's loss is infinite (A skips its step, the scale backs off)."""
+_PENDING_SCALES = [2.0**10] * 2 + [2.0**11] * 2 + [2.0**10] * 2 + [2.0**11] * 2
+"""Under 16-mixed, the scale of each backward pass (A's, then B's, per batch), worked by hand from ``GROWING``: one
+update per iteration over both optimizers; batch 0 grows, batch 1 backs off (A overflowed), batch 2 grows."""
+_TAKEN = {
+    "overflow-then-B": (1, 1),
+    "overflow-and-B": (1, 2),
+    "finite-and-B": (2, 2),
+}
+"""Where the state or copy is taken: (batch, how many of A's and B's steps of that batch ran before)."""
+
+
+def _pair(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, list[Any]]:
+    """A fresh context (one micro-step per window) with A (SGD momentum, the first layer) and B (Adam, the last)."""
+    context = make_context(**_scaler_settings(cell, GROWING))
+    model = context.prepare_module(make_model())
+    first_weight, first_bias, last_weight, last_bias = model.parameters()
+    opt_a = context.wrap(torch.optim.SGD([first_weight, first_bias], lr=0.5, momentum=0.9))
+    opt_b = context.wrap(torch.optim.Adam([last_weight, last_bias], lr=ADAM_LR))
+    return context, model, [opt_a, opt_b]
+
+
+def _pair_step(
+    context: TrainingContext, model: torch.nn.Module, wrappers: list[Any], batch_idx: int, which: int, cell: Cell
+) -> list[float]:
+    """Optimizer ``which``'s step in batch ``batch_idx``; under 16-mixed, the scale its backward pass used."""
+    scales: list[float] = []
+    wrapper = wrappers[which]
+
+    def closure() -> torch.Tensor:
+        with context.autocast():
+            loss = mse(model, _PENDING_BATCHES[batch_idx], cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
+        if cell.precision == "16-mixed":
+            if which == 0 and batch_idx == _OVERFLOW:
+                loss = loss * math.inf
+            loss.register_hook(lambda grad: scales.append(float(grad)))
+        wrapper.backward(loss)
+        return loss
+
+    wrapper.step(closure)
+    return scales
+
+
+def _pair_batches(
+    context: TrainingContext, model: torch.nn.Module, wrappers: list[Any], cell: Cell, start: tuple[int, int]
+) -> list[float]:
+    """Train from step ``start[1]`` of batch ``start[0]`` to the end of the epoch; the scales used."""
+    scales: list[float] = []
+    for batch_idx in range(start[0], len(_PENDING_BATCHES)):
+        with context.batch(batch_idx, is_last=batch_idx == len(_PENDING_BATCHES) - 1):
+            for which in range(start[1] if batch_idx == start[0] else 0, 2):
+                scales += _pair_step(context, model, wrappers, batch_idx, which, cell)
+    return scales
+
+
+def _pair_oracle(cell: Cell) -> tuple[torch.nn.Module, list[float]]:
+    """The plain loop: A then B each batch, one ``GradScaler`` updated once per iteration over both optimizers."""
+    model = oracle_copy(make_model(), cell)
+    first_weight, first_bias, last_weight, last_bias = model.parameters()
+    optimizers: list[torch.optim.Optimizer] = [
+        torch.optim.SGD([first_weight, first_bias], lr=0.5, momentum=0.9),
+        torch.optim.Adam([last_weight, last_bias], lr=ADAM_LR),
+    ]
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    scaler = GradScaler(device.type, **GROWING.as_kwargs()) if cell.precision == "16-mixed" else None
+    scales: list[float] = []
+    for batch_idx, batch in enumerate(_PENDING_BATCHES):
+        for which, optimizer in enumerate(optimizers):
+            model.zero_grad(set_to_none=True)  # the other optimizer's parameters get no gradient (toggled)
+            with oracle_autocast(cell):
+                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
+            if scaler is None:
+                loss.backward()
+                optimizer.step()
+                continue
+            if which == 0 and batch_idx == _OVERFLOW:
+                loss = loss * math.inf
+            scales.append(scaler.get_scale())
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+        if scaler is not None:
+            scaler.update()
+        oracle_step_done(cell)
+    return model, scales
+
+
+def _assert_pair_run(
+    model: torch.nn.Module, scales: list[float], cell: Cell, what: str, oracle: tuple[torch.nn.Module, list[float]]
+) -> None:
+    oracle_model, want = oracle
+    if cell.precision == "16-mixed":
+        assert want == _PENDING_SCALES, f"the plain GradScaler loop scaled by {want}, by hand {_PENDING_SCALES}"
+        assert scales == want, (
+            f"{what}: the backward passes were scaled by {scales}; a plain GradScaler updated once per iteration over "
+            f"both optimizers scales them by {want}: the iteration's pending update was lost or applied twice"
+        )
+    assert_params_close(model, oracle_model, cell, what)
+
+
+@pytest.mark.requirement("CKPT-004", "CKPT-002", "AMP-003")
+@pytest.mark.features("checkpointing")
+@pytest.mark.cells(devices=EAGER)
+@pytest.mark.parametrize("taken", list(_TAKEN))
+@pytest.mark.varies(
+    copies=("checkpoint",),
+    wrappers=("2",),
+    window=("1 micro-step",),
+    position=("inside batch()",),
+    loss_scale=("backed off", "grown", "settings given to the factory"),
+    optimizer=("SGD momentum", "Adam"),
+)
+def test_checkpoint_inside_batch_carries_the_pending_update(make_context: MakeContext, cell: Cell, taken: str) -> None:
+    """A state taken inside ``batch()`` after a real step, loaded into fresh objects inside the resumed ``batch()``.
+
+    The resumed context applies the iteration's pending loss-scaler update (A's overflow or A's finite step) at the
+    block's end, with those of the steps it takes before: every scale is the plain loop's, and so are the parameters
+    of the resumed run and of the original, which goes on after the state was taken.
+    """
+    start = _TAKEN[taken]
+    oracle_model, want_scales = _pair_oracle(cell)
+    context, model, wrappers = _pair(make_context, cell)
+    scales: list[float] = []
+    buffer = io.BytesIO()
+    for batch_idx in range(start[0]):
+        with context.batch(batch_idx):
+            for which in range(2):
+                scales += _pair_step(context, model, wrappers, batch_idx, which, cell)
+    with context.batch(start[0]):
+        for which in range(start[1]):
+            scales += _pair_step(context, model, wrappers, start[0], which, cell)
+        state = {
+            "model": model.state_dict(),
+            "optimizers": [wrapper.state_dict() for wrapper in wrappers],
+            "context": context.state_dict(),
+        }
+        torch.save(state, buffer)
+        for which in range(start[1], 2):
+            scales += _pair_step(context, model, wrappers, start[0], which, cell)
+    original = scales + _pair_batches(context, model, wrappers, cell, (start[0] + 1, 0))
+    _assert_pair_run(
+        model, original, cell, f"the original, after a state was taken ({taken})", (oracle_model, want_scales)
+    )
+
+    resumed_context, resumed_model, resumed_wrappers = _pair(make_context, cell)
+    saved = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    resumed_model.load_state_dict(saved["model"])
+    for wrapper, optimizer_state in zip(resumed_wrappers, saved["optimizers"], strict=True):
+        wrapper.load_state_dict(optimizer_state)
+    resumed = scales[: 2 * start[0] + start[1]]
+    with resumed_context.batch(start[0], is_last=start[0] == len(_PENDING_BATCHES) - 1):
+        resumed_context.load_state_dict(saved["context"])
+        for which in range(start[1], 2):
+            resumed += _pair_step(resumed_context, resumed_model, resumed_wrappers, start[0], which, cell)
+    resumed += _pair_batches(resumed_context, resumed_model, resumed_wrappers, cell, (start[0] + 1, 0))
+    _assert_pair_run(
+        resumed_model,
+        resumed,
+        cell,
+        f"resumed from a state taken inside batch() ({taken})",
+        (oracle_model, want_scales),
+    )
+
+
+@pytest.mark.requirement("CKPT-004", "PICKLE-001", "AMP-003")
+@pytest.mark.features("pickling")
+@pytest.mark.cells(devices=EAGER)
+@pytest.mark.parametrize("taken", list(_TAKEN))
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+@pytest.mark.varies(
+    copies=("pickle", "deepcopy"),
+    wrappers=("2",),
+    window=("1 micro-step",),
+    position=("inside batch()",),
+    loss_scale=("backed off", "grown", "settings given to the factory"),
+    optimizer=("SGD momentum", "Adam"),
+)
+def test_copy_inside_batch_carries_the_pending_update(
+    make_context: MakeContext, cell: Cell, taken: str, how: str
+) -> None:
+    """A copy of the whole training state taken inside ``batch()`` after a real step continues in a ``batch()``.
+
+    The copy (context, model and wrappers together) applies the pending update when its resumed block ends; the
+    original, which finishes its own block, is unaffected: both follow the plain loop's scales and parameters.
+    """
+    start = _TAKEN[taken]
+    oracle_model, want_scales = _pair_oracle(cell)
+    context, model, wrappers = _pair(make_context, cell)
+    scales: list[float] = []
+    for batch_idx in range(start[0]):
+        with context.batch(batch_idx):
+            for which in range(2):
+                scales += _pair_step(context, model, wrappers, batch_idx, which, cell)
+    with context.batch(start[0]):
+        for which in range(start[1]):
+            scales += _pair_step(context, model, wrappers, start[0], which, cell)
+        whole = (context, model, wrappers)
+        clone = pickle.loads(pickle.dumps(whole)) if how == "pickle" else copy.deepcopy(whole)
+        for which in range(start[1], 2):
+            scales += _pair_step(context, model, wrappers, start[0], which, cell)
+    copied = list(scales[: 2 * start[0] + start[1]])
+    original = scales + _pair_batches(context, model, wrappers, cell, (start[0] + 1, 0))
+    _assert_pair_run(
+        model, original, cell, f"the original, after a {how} was taken ({taken})", (oracle_model, want_scales)
+    )
+
+    clone_context, clone_model, clone_wrappers = clone
+    assert clone_model is not model, f"the {how} shares the model"
+    copied += _pair_batches(clone_context, clone_model, clone_wrappers, cell, start)
+    _assert_pair_run(
+        clone_model, copied, cell, f"a {how} taken inside batch() ({taken}), continued", (oracle_model, want_scales)
+    )
+
+
+def _halves_pair(
+    make_context: MakeContext, cell: Cell
+) -> tuple[TrainingContext, _Halves, _Halves, dict[str, Any], dict[str, Callable[[int], torch.Tensor]]]:
+    """Two halves with a window of two micro-steps each, and each half's loss of batch ``i``."""
+    context = make_context(accumulate_grad_batches=2)
+    base = _Halves()
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    assert isinstance(model, _Halves) and isinstance(oracle, _Halves)
+    wrappers: dict[str, Any] = {
+        "a": context.wrap(torch.optim.SGD(model.a.parameters(), lr=SGD_LR)),
+        "b": context.wrap(torch.optim.SGD(model.b.parameters(), lr=SGD_LR)),
+    }
+    batches = make_batches(2, seed=16)
+    device, dtype = cell_device(cell), cell_dtype(cell)
+
+    def loss_for(half: torch.nn.Module) -> Callable[[int], torch.Tensor]:
+        def loss(batch_idx: int) -> torch.Tensor:
+            with context.autocast():
+                return mse(half, batches[batch_idx], device, dtype) * LOSS_FACTOR
+
+        return loss
+
+    losses = {"a": loss_for(model.a), "b": loss_for(model.b)}
+    return context, model, oracle, wrappers, losses
+
+
+def _halves_oracle(cell: Cell, oracle: _Halves) -> None:
+    """Each half one SGD step on the mean of its two micro-batches; one scaler, updated once."""
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    scaler = GradScaler(device.type) if cell.precision == "16-mixed" else None
+    batches = make_batches(2, seed=16)
+    for half in (oracle.a, oracle.b):
+        optimizer = torch.optim.SGD(half.parameters(), lr=SGD_LR)
+        for batch in batches:
+            with oracle_autocast(cell):
+                loss = mse(half, batch, device, dtype) * LOSS_FACTOR
+            (loss if scaler is None else scaler.scale(loss)).backward()
+        with torch.no_grad():
+            for param in half.parameters():
+                assert param.grad is not None
+                param.grad /= 2
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+    if scaler is not None:
+        scaler.update()
+    oracle_step_done(cell)
+
+
+@pytest.mark.requirement("CKPT-004", "CLOS-003")
+@pytest.mark.features("checkpointing")
+@pytest.mark.cells(devices=EAGER)
+@pytest.mark.varies(
+    copies=("checkpoint", "pickle", "deepcopy"),
+    faults=("raising closure",),
+    clipping=("unscale_gradients() by hand",),
+    wrappers=("2",),
+    window=("k >= 2 micro-steps",),
+    call_form=("closure, wrapper.backward", "backward, then step()"),
+    position=("inside batch()",),
+)
+def test_state_or_copy_mid_step_is_refused(
+    make_context: MakeContext, cell: Cell, implementation: ImplementationInfo[Any]
+) -> None:
+    """``state_dict()`` or a copy while a ``step()`` runs, or after ``unscale_gradients()``, raises ``RuntimeError``.
+
+    From a closure, the refusal fails the call as a raising closure does (both windows as before); after
+    ``unscale_gradients()``, the prepared window is unchanged and its closing step applies it. Both windows then
+    close as a plain loop's; the state can be taken again once the step has run.
+    """
+    context, model, oracle, wrappers, losses = _halves_pair(make_context, cell)
+    pickling = "pickling" in implementation.features
+    takes: dict[str, Callable[[], object]] = {"state_dict()": context.state_dict}
+    if pickling:
+        takes |= {
+            "copy.deepcopy(context)": lambda: copy.deepcopy(context),
+            "pickle.dumps(wrapper b)": lambda: pickle.dumps(wrappers["b"]),
+        }
+    with context.batch(0):
+        for name in ("a", "b"):
+            wrappers[name].step(lambda name=name: wrappers[name].backward(losses[name](0)))
+    with context.batch(1):
+        for what, take in takes.items():
+            for make_step in (False, True):
+
+                def closure(take: Callable[[], object] = take) -> None:
+                    wrappers["a"].backward(losses["a"](1))
+                    take()
+
+                before = _snapshot(model)
+                with pytest.raises(RuntimeError):
+                    wrappers["a"].step(closure, make_optimizer_step=make_step)
+                _assert_same_snapshot(
+                    _snapshot(model), before, f"{what} inside the closure of step(make_optimizer_step={make_step})"
+                )
+                assert wrappers["a"].last_outcome is A, f"a refused {what} changed the outcome"
+        wrappers["a"].backward(losses["a"](1))
+        wrappers["a"].unscale_gradients()
+        before = _snapshot(model)
+        for what, take in takes.items():
+            with pytest.raises(RuntimeError):
+                take()
+            _assert_same_snapshot(_snapshot(model), before, f"{what} after unscale_gradients()")
+        wrappers["a"].step(make_optimizer_step=True)
+        assert wrappers["a"].last_outcome is S, f"the prepared window's closing step: {wrappers['a'].last_outcome}"
+        for take in takes.values():
+            take()  # between calls, inside batch() after a real step: allowed
+        wrappers["b"].step(lambda: wrappers["b"].backward(losses["b"](1)))
+        assert wrappers["b"].last_outcome is S, f"wrapper b's window: {wrappers['b'].last_outcome}"
+    _halves_oracle(cell, oracle)
+    assert_params_close(model, oracle, cell, "two windows closed after refused states and copies")
+
+
+# -- CLIP-002: backward() after unscale_gradients() -----------------------------------------------------------
+
+
+@pytest.mark.requirement("CLIP-002", "CLOS-003")
+@pytest.mark.cells(devices=EAGER)
+@pytest.mark.varies(
+    clipping=("unscale_gradients() by hand",),
+    wrappers=("2",),
+    window=("k >= 2 micro-steps", "open while another optimizer steps"),
+    call_form=("backward, then step()", "closure, wrapper.backward"),
+    faults=("raising closure",),
+    position=("inside batch()",),
+)
+def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, cell: Cell) -> None:
+    """After ``unscale_gradients()``, a ``backward()`` of either wrapper raises ``RuntimeError`` and changes nothing.
+
+    Between the calls, and inside the closure of the closing step (which then fails as a raising closure does: the
+    window as before the call, so that its retry prepares it once). Both windows then close as a plain loop's.
+    """
+    context, model, oracle, wrappers, losses = _halves_pair(make_context, cell)
+    with context.batch(0):
+        for name in ("a", "b"):
+            wrappers[name].step(lambda name=name: wrappers[name].backward(losses[name](0)))
+    with context.batch(1):
+        before = _snapshot(model)
+
+        def closure() -> None:
+            wrappers["a"].backward(losses["a"](1))
+            wrappers["a"].unscale_gradients()
+            wrappers["a"].backward(losses["a"](1))
+
+        with pytest.raises(RuntimeError):
+            wrappers["a"].step(closure, make_optimizer_step=True)
+        _assert_same_snapshot(_snapshot(model), before, "a closing step whose closure ran backward() after unscaling")
+        assert wrappers["a"].last_outcome is A, (
+            f"the refused backward changed the outcome: {wrappers['a'].last_outcome}"
+        )
+        wrappers["a"].backward(losses["a"](1))
+        wrappers["a"].unscale_gradients()
+        before = _snapshot(model)
+        for name in ("a", "b"):
+            with pytest.raises(RuntimeError):
+                wrappers[name].backward(losses[name](1))
+            _assert_same_snapshot(
+                _snapshot(model), before, f"wrapper {name}'s backward() after a's unscale_gradients()"
+            )
+        wrappers["a"].step(make_optimizer_step=True)
+        assert wrappers["a"].last_outcome is S, f"the prepared window's closing step: {wrappers['a'].last_outcome}"
+        wrappers["b"].backward(losses["b"](1))  # the closing step has run: backward is allowed again
+        wrappers["b"].step()
+        assert wrappers["b"].last_outcome is S, f"wrapper b's window: {wrappers['b'].last_outcome}"
+    _halves_oracle(cell, oracle)
+    assert_params_close(model, oracle, cell, "two windows closed after refused backward() calls")

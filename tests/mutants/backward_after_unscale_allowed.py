@@ -1,0 +1,25 @@
+"""CLIP-002 broken: ``backward()`` after ``unscale_gradients()`` and before the closing step is not refused.
+
+Its scaled gradients are added to the prepared (averaged, unscaled) window, which the closing step then applies as
+it is: the mean is wrong, and under 16-mixed the new gradients are never unscaled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")
+        self._scaling.scale(loss).backward(*args, **kwargs)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,28 @@
+"""CLIP-002 broken: ``backward()`` is refused after ``unscale_gradients()`` only inside the closing step's closure.
+
+Between calls (the backward-then-step form), a backward of any wrapper after another's ``unscale_gradients()`` adds
+scaled gradients to the prepared window.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")
+        call = self._call
+        if call is not None and call.prepared:
+            raise RuntimeError("backward() after unscale_gradients() in the closure of the closing step")
+        self._scaling.scale(loss).backward(*args, **kwargs)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

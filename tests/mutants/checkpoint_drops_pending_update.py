@@ -1,0 +1,25 @@
+"""CKPT-004 broken: the context's state holds the loss scaler's own state dict, not the iteration's pending update.
+
+A checkpoint taken inside ``batch()`` after a real step forgets that an optimizer stepped (and whether its gradients
+were finite): the resumed block updates the scale from the steps it takes itself, or not at all, so an overflow
+before the checkpoint no longer backs the scale off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if isinstance(state.get("scaler"), dict):
+            state["scaler"]["pending_update"] = None  # GradScaler.state_dict() alone
+        return state
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

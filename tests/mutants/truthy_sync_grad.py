@@ -1,0 +1,27 @@
+"""ERR-009 broken: ``toggle_model(sync_grad=...)`` is coerced with ``bool(...)`` instead of being type-checked.
+
+``0``, ``None`` or an empty string suppresses DDP's gradient sync, any other object keeps it, without an error.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
+        return super().toggle_model(bool(sync_grad))
+
+
+class Context(MutantContext):
+    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
