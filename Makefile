@@ -62,10 +62,11 @@ dimensions: env
 mutation: env
 	$(BIN)/pytest tests/test_mutants.py -q --mutation-report=$(REPORTS)/mutation.json
 
-# Benchmarks (not part of `make test`): per-iteration cost against raw PyTorch and the peers, the DDP
-# accumulation case, the suite's wall time per device; writes $(REPORTS)/bench.json and docs/bench.png.
+# Benchmarks (not part of `make test`): time per optimizer step and peak memory against raw PyTorch and the
+# peers, every run a whole process; the DDP accumulation case; the suite's wall time per device; writes
+# $(REPORTS)/bench.json and docs/bench.png.
 bench: env
-	$(BIN)/python -m bench --suite $(BENCH_SUITE) --json $(REPORTS)/bench.json --chart docs/bench.png
+	$(BIN)/python -m bench --cases default,ddp --suite $(BENCH_SUITE) --json $(REPORTS)/bench.json --chart docs/bench.png
 
 # Each example prints one summary line and exits 0.
 examples: env

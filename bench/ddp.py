@@ -6,13 +6,18 @@ under ``no_sync`` by themselves), plain PyTorch that enters ``no_sync()`` by han
 PyTorch that syncs on every micro-step. A DDP communication hook counts the gradient all-reduces (one per
 bucket) and the sync rounds (backward passes that reduced) before doing DDP's default all-reduce.
 
-The ranks are those of the conformance suite's rank pool; each call of :func:`train_windows` builds its models
-afresh, runs untimed warm-up windows, then times each window on the rank.
+The ranks are those of the conformance suite's rank pool, a fresh pool (fresh processes) for every run of
+every implementation, as in the other cases; :func:`train_windows` builds the models, runs untimed warm-up
+windows, then times each window on the rank and reports the rank's peak resident memory.
 """
 
 # No ``from __future__ import annotations`` here: DDP checks a communication hook's annotations at run time.
+import os
+import resource
+import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +28,12 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from bench.cases import LEARNING_RATE, mse
-from bench.report import Samples
+from bench.worker import RunResult
 from lightning_optimizer.spec import Cell, ImplementationInfo
 
 ACCUMULATE = 4
+WINDOWS = 8
+"""Timed windows per run by default."""
 WORLD_SIZE = 2
 WIDTH, BATCH = 512, 16
 CASE = "ddp-accumulate-4"
@@ -143,37 +150,56 @@ def train_windows(
         "allreduces": sum(counter.allreduces for counter in counters),
         "rounds": sum(counter.rounds for counter in counters),
         "models": len(models),
+        "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
 
 
 @dataclass
-class DdpSamples:
-    """Per implementation: each repeat's window times on rank 0, and the all-reduce counts of every rank."""
+class DdpRuns:
+    """Per implementation: each run's window times and peak memory on rank 0, and the all-reduce counts."""
 
     windows: int
-    samples: Samples = field(default_factory=dict)
-    """A repeat is one round: each implementation's windows back to back."""
+    runs: dict[str, list[RunResult]] = field(default_factory=dict)
     allreduces_per_window: dict[str, float] = field(default_factory=dict)
     rounds_per_window_per_model: dict[str, float] = field(default_factory=dict)
 
 
-def measure_ddp(repeats: int, windows: int, warmup: int, threads: int) -> DdpSamples:
-    """Time the three loops interleaved on one pool of 2 gloo ranks; check that the ranks agree on the counts."""
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 pointed at the standard error while the ranks start (and print)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def measure_ddp(
+    runs: int, windows: int, warmup: int, threads: int, progress: Callable[[str], None] | None = None
+) -> DdpRuns:
+    """Time the three loops, alternating, each run on a fresh pool of 2 gloo ranks; check the ranks' counts."""
     from lightning_optimizer.conformance.ranks import RankPool
 
-    pool = RankPool("lightning_optimizer.reference", "cpu", WORLD_SIZE, scenarios=__name__)
     cell = Cell("cpu", "32-true", WORLD_SIZE)
-    result = DdpSamples(windows, {impl: [] for impl in IMPLEMENTATIONS})
+    result = DdpRuns(windows, {impl: [] for impl in IMPLEMENTATIONS})
     counts: dict[str, list[tuple[int, int, int]]] = {impl: [] for impl in IMPLEMENTATIONS}
-    try:
-        for repeat in range(repeats):
-            turn = repeat % len(IMPLEMENTATIONS)
-            for impl in IMPLEMENTATIONS[turn:] + IMPLEMENTATIONS[:turn]:
-                ranks = pool.run("train_windows", cell, impl=impl, windows=windows, warmup=warmup, threads=threads)
-                result.samples[impl].append([ranks[0]["window_ns"]])
-                counts[impl].extend((r["allreduces"], r["rounds"], r["models"]) for r in ranks)
-    finally:
-        pool.stop()
+    for index in range(runs):
+        for impl in IMPLEMENTATIONS:
+            pool = RankPool("lightning_optimizer.reference", "cpu", WORLD_SIZE, scenarios=__name__)
+            try:
+                with _stdout_to_stderr():  # the ranks inherit it: gloo's connection messages stay off the table
+                    ranks = pool.run("train_windows", cell, impl=impl, windows=windows, warmup=warmup, threads=threads)
+            finally:
+                pool.stop()
+            run = RunResult(CASE, impl, step_ns=ranks[0]["window_ns"], peak_rss_kib=ranks[0]["peak_rss_kib"])
+            result.runs[impl].append(run)
+            counts[impl].extend((r["allreduces"], r["rounds"], r["models"]) for r in ranks)
+            if progress is not None:
+                progress(f"{CASE} run {index + 1}/{runs} {impl}")
     for impl, per_rank in counts.items():
         if len(set(per_rank)) != 1:
             raise RuntimeError(f"{impl}: the ranks counted different all-reduces: {sorted(set(per_rank))}")

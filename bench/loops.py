@@ -1,17 +1,18 @@
-"""One timed training iteration per implementation, each written the way its documentation tells users to.
+"""One implementation's training loop on one case, each written the way its documentation tells users to.
 
-Every loop trains its own copy of the case's model (same initial weights) with SGD on one fixed batch, and
-reports the wall time of each iteration (zero_grad, forward, backward, step) in nanoseconds. On CUDA each
-iteration ends with ``torch.cuda.synchronize()`` inside the timed region.
+Every loop trains the case's model (same initial weights) with the case's optimizer on one fixed batch. A
+*micro-step* is a forward and a backward; a *step* is a window of ``case.accumulate`` micro-steps and the
+optimizer step that closes it (without accumulation: zero_grad, forward, backward, step). Every loop computes
+the same update: the window's gradient is the mean of its micro-steps' gradients, as the reference's is with
+``accumulate_grad_batches``. :meth:`Loop.time` runs untimed warm-up steps, then reports the wall time of each
+timed step in nanoseconds. On CUDA each step ends with ``torch.cuda.synchronize()`` inside the timed region.
+Each loop runs alone in its process (:mod:`bench.worker`).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
-import queue
-import threading
 import time
 import warnings
 from abc import ABC, abstractmethod
@@ -20,7 +21,10 @@ from typing import Any
 
 import torch
 
-from bench.cases import IMPLEMENTATIONS, LEARNING_RATE, Case, mse
+from bench.cases import IMPLEMENTATIONS, Case, mse
+
+MicroStep = Callable[[int, bool], None]
+"""One micro-step: ``(batch_idx, is_last)``, where ``is_last`` marks the run's last batch (its epoch's end)."""
 
 
 class Unavailable(Exception):
@@ -34,32 +38,38 @@ class Loop(ABC):
     note: str
 
     @abstractmethod
-    def run(self, iterations: int) -> list[int]:
-        """Run ``iterations`` timed iterations; return each one's wall time in nanoseconds."""
-
-    def close(self) -> None:  # noqa: B027 - a no-op unless the loop holds something
-        """Release what the loop holds (a thread, for Lightning)."""
+    def time(self, warmup: int, steps: int) -> list[int]:
+        """Run ``warmup`` untimed then ``steps`` timed optimizer steps; return each timed one's wall time (ns)."""
 
 
 class StepLoop(Loop):
-    """A loop whose iteration is a plain function of the batch index, timed call by call."""
+    """A loop whose micro-step is a plain function of the batch index; a step is timed as a whole."""
 
-    def __init__(self, impl: str, note: str, iteration: Callable[[int], object], device: torch.device) -> None:
-        self.impl, self.note = impl, note
-        self._iteration = iteration
+    def __init__(
+        self, impl: str, note: str, micro_step: MicroStep, case: Case, device: torch.device, model: torch.nn.Module
+    ) -> None:
+        self.impl, self.note, self.model = impl, note, model
+        self._micro_step, self._accumulate = micro_step, case.accumulate
         self._sync = torch.cuda.synchronize if device.type == "cuda" else None
-        self._batch_idx = 0
 
-    def run(self, iterations: int) -> list[int]:
-        iteration, sync, clock = self._iteration, self._sync, time.perf_counter_ns
+    def time(self, warmup: int, steps: int) -> list[int]:
+        micro_step, accumulate, sync, clock = self._micro_step, self._accumulate, self._sync, time.perf_counter_ns
+        last = (warmup + steps) * accumulate - 1
+        batch_idx = 0
+        for _ in range(warmup * accumulate):
+            micro_step(batch_idx, batch_idx == last)
+            batch_idx += 1
+        if sync is not None:
+            sync()
         samples = []
-        for _ in range(iterations):
+        for _ in range(steps):
             start = clock()
-            iteration(self._batch_idx)
+            for _ in range(accumulate):
+                micro_step(batch_idx, batch_idx == last)
+                batch_idx += 1
             if sync is not None:
                 sync()
             samples.append(clock() - start)
-            self._batch_idx += 1
         return samples
 
 
@@ -88,35 +98,68 @@ def quiet_frameworks() -> None:
     os.environ["USE_TORCH_XLA"] = "0"
 
 
+def _closes(case: Case, batch_idx: int, is_last: bool) -> bool:
+    """Whether micro-step ``batch_idx`` closes its window (the schedule of ``accumulate_grad_batches``)."""
+    return (batch_idx + 1) % case.accumulate == 0 or is_last
+
+
 # -- raw PyTorch -----------------------------------------------------------------------------------------
 
 
 def _raw(case: Case, device: torch.device) -> Loop:
     model = case.model.build().to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    optimizer = case.build_optimizer(model.parameters())
     inputs, targets = case.model.data(device)
-    if case.precision == "32-true":
+    k = case.accumulate
+    if case.precision == "32-true" and k == 1:
 
-        def iteration(batch_idx: int) -> None:
+        def iteration(batch_idx: int, is_last: bool) -> None:
             optimizer.zero_grad()
             loss = mse(model(inputs), targets)
             loss.backward()
             optimizer.step()
 
-        return StepLoop("raw", "zero_grad, forward, backward, step", iteration, device)
+        return StepLoop("raw", "zero_grad, forward, backward, step", iteration, case, device, model)
 
-    # The loop of PyTorch's AMP examples: autocast forward, scaled backward, scaler.step, scaler.update.
+    if case.precision == "32-true":
+        # The usual accumulation loop: `loss / k` makes the summed gradients the window's mean, which is what
+        # the reference applies with accumulate_grad_batches=k; step and zero_grad on the window's last batch.
+        def accumulating(batch_idx: int, is_last: bool) -> None:
+            loss = mse(model(inputs), targets) / k
+            loss.backward()
+            if _closes(case, batch_idx, is_last):
+                optimizer.step()
+                optimizer.zero_grad()
+
+        return StepLoop("raw", f"loss / {k}, backward; step, zero_grad every {k}th", accumulating, case, device, model)
+
+    # The loops of PyTorch's AMP examples: autocast forward, scaled backward, scaler.step, scaler.update; with
+    # accumulation ("Gradient accumulation" there) the loss divided by k under autocast, one step and one
+    # update of the scale per window.
     scaler = torch.amp.grad_scaler.GradScaler(device.type)
+    if k == 1:
 
-    def amp_iteration(batch_idx: int) -> None:
-        optimizer.zero_grad()
+        def amp_iteration(batch_idx: int, is_last: bool) -> None:
+            optimizer.zero_grad()
+            with torch.autocast(device.type, dtype=torch.float16):
+                loss = mse(model(inputs), targets)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+        return StepLoop("raw", "hand-written GradScaler loop", amp_iteration, case, device, model)
+
+    def amp_accumulating(batch_idx: int, is_last: bool) -> None:
         with torch.autocast(device.type, dtype=torch.float16):
-            loss = mse(model(inputs), targets)
+            loss = mse(model(inputs), targets) / k
         scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
+        if _closes(case, batch_idx, is_last):
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
 
-    return StepLoop("raw", "hand-written GradScaler loop", amp_iteration, device)
+    note = f"hand-written GradScaler loop, loss / {k}; step, update, zero_grad every {k}th"
+    return StepLoop("raw", note, amp_accumulating, case, device, model)
 
 
 # -- the reference ---------------------------------------------------------------------------------------
@@ -125,9 +168,11 @@ def _raw(case: Case, device: torch.device) -> Loop:
 def _reference_parts(case: Case, device: torch.device) -> tuple[Any, torch.nn.Module, Any, torch.Tensor, torch.Tensor]:
     from lightning_optimizer.reference import TrainingContext
 
-    context = TrainingContext(precision=case.precision, device="cuda" if device.type == "cuda" else "cpu")
+    context = TrainingContext(
+        case.precision, "cuda" if device.type == "cuda" else "cpu", accumulate_grad_batches=case.accumulate
+    )
     model = context.prepare_module(case.model.build())
-    optimizer = context.wrap(torch.optim.SGD(model.parameters(), lr=LEARNING_RATE))
+    optimizer = context.wrap(case.build_optimizer(model.parameters()))
     inputs, targets = case.model.data(context.device)
     return context, model, optimizer, inputs, targets
 
@@ -136,8 +181,8 @@ def _reference_closure(case: Case, device: torch.device) -> Loop:
     context, model, optimizer, inputs, targets = _reference_parts(case, device)
 
     # The README's quickstart form: a closure that runs forward and opt.backward, handed to opt.step.
-    def iteration(batch_idx: int) -> None:
-        with context.batch(batch_idx):
+    def micro_step(batch_idx: int, is_last: bool) -> None:
+        with context.batch(batch_idx, is_last=is_last):
 
             def closure() -> torch.Tensor:
                 with context.autocast():
@@ -147,31 +192,26 @@ def _reference_closure(case: Case, device: torch.device) -> Loop:
 
             optimizer.step(closure)
 
-    return StepLoop("reference", "closure form (README quickstart)" + _freeing_note(case, device), iteration, device)
+    note = "closure form (README quickstart)" + _accumulation_note(case)
+    return StepLoop("reference", note, micro_step, case, device, model)
 
 
 def _reference_direct(case: Case, device: torch.device) -> Loop:
     context, model, optimizer, inputs, targets = _reference_parts(case, device)
 
-    def iteration(batch_idx: int) -> None:
-        with context.batch(batch_idx):
+    def micro_step(batch_idx: int, is_last: bool) -> None:
+        with context.batch(batch_idx, is_last=is_last):
             with context.autocast():
                 loss = mse(model(inputs), targets)
             optimizer.backward(loss)
             optimizer.step()
 
-    note = "opt.backward(loss); opt.step() without a closure" + _freeing_note(case, device)
-    return StepLoop("reference-direct", note, iteration, device)
+    note = "opt.backward(loss); opt.step() without a closure" + _accumulation_note(case)
+    return StepLoop("reference-direct", note, micro_step, case, device, model)
 
 
-def _freeing_note(case: Case, device: torch.device) -> str:
-    if device.type != "cpu" or case.model.width * case.model.width * case.model.layers < 1 << 20:
-        return ""
-    # Measured: with MALLOC_TRIM_THRESHOLD_=2000000000 in the environment these rows fall to the raw loop's time.
-    return (
-        "; the real step sets the gradients to None, and glibc hands their pages back to the OS for the next "
-        "backward to fault in again (raw zeroes right before its forward instead)"
-    )
+def _accumulation_note(case: Case) -> str:
+    return f", accumulate_grad_batches={case.accumulate}" if case.accumulate > 1 else ""
 
 
 # -- PyTorch Lightning -----------------------------------------------------------------------------------
@@ -187,13 +227,13 @@ def _lightning(case: Case, device: torch.device) -> Loop:
 
 
 class _LightningLoop(Loop):
-    """A real ``Trainer.fit`` in manual optimization, in a thread of its own, one training step per request.
+    """A real ``Trainer.fit`` in manual optimization over ``warmup + steps`` windows of the same batch.
 
     ``self.optimizers()`` hands out the ``LightningOptimizer``; ``manual_backward`` and its ``step`` go through the
-    Trainer's strategy and precision plugin. The ``training_step`` body is timed; the Trainer's loop around it
-    (data, hooks, progress, entering autocast under 16-mixed) is not. Between steps the fit waits in
-    ``on_train_batch_start`` for the next request, so the other implementations' iterations can be interleaved
-    with Lightning's one by one while the fit stays a single, ordinary ``Trainer.fit``.
+    Trainer's strategy and precision plugin. The ``training_step`` body is timed (a step: the sum over its
+    window's micro-steps); the Trainer's loop around it (data, hooks, progress, entering autocast under
+    16-mixed) is not. With accumulation the body is the manual-optimization recipe of Lightning's documentation:
+    ``manual_backward(loss / k)``, then ``step`` and ``zero_grad`` on every k-th batch.
     """
 
     impl = "lightning"
@@ -202,93 +242,75 @@ class _LightningLoop(Loop):
         import pytorch_lightning as pl
         from pytorch_lightning.plugins.precision import MixedPrecision
 
-        trainer_kwargs: dict[str, Any] = {"accelerator": "gpu" if device.type == "cuda" else "cpu"}
+        self._pl, self._case = pl, case
+        self._trainer_kwargs: dict[str, Any] = {"accelerator": "gpu" if device.type == "cuda" else "cpu"}
         self.note = "Trainer.fit, manual optimization, training_step timed"
+        if case.accumulate > 1:
+            self.note += f"; manual_backward(loss / {case.accumulate}), step every {case.accumulate}th batch"
         if case.precision == "16-mixed" and device.type == "cpu":
             # Trainer(precision="16-mixed") on CPU switches to bf16; this plugin keeps fp16 with a GradScaler.
-            trainer_kwargs["plugins"] = [MixedPrecision("16-mixed", "cpu")]
+            self._trainer_kwargs["plugins"] = [MixedPrecision("16-mixed", "cpu")]
             self.note += "; fp16 via plugins=[MixedPrecision('16-mixed', 'cpu')]"
         else:
-            trainer_kwargs["precision"] = case.precision
-        self._requests: queue.Queue[bool] = queue.Queue()
-        self._samples: queue.Queue[int | BaseException] = queue.Queue()
-        sync = torch.cuda.synchronize if device.type == "cuda" else None
-        module = _timed_manual_module(pl, case.model.build(), sync, self._requests, self._samples)
-        trainer = pl.Trainer(devices=1, max_epochs=1, barebones=True, **trainer_kwargs)
-        batches = _SameBatch(*case.model.data(torch.device("cpu")))
-        # Intra-op threads are a per-thread setting (OpenMP): the fit's thread takes this thread's.
-        threads = torch.get_num_threads()
-        self._thread = threading.Thread(
-            target=self._fit, args=(trainer, module, batches, threads), name="lightning-fit", daemon=True
-        )
-        self._thread.start()
+            self._trainer_kwargs["precision"] = case.precision
+        self._sync = torch.cuda.synchronize if device.type == "cuda" else None
 
-    def _fit(self, trainer: Any, module: Any, batches: _SameBatch, threads: int) -> None:
-        torch.set_num_threads(threads)
-        try:
-            trainer.fit(module, torch.utils.data.DataLoader(batches, batch_size=None))
-        except BaseException as exc:  # reported to the timing thread, which raises it
-            self._samples.put(exc)
-
-    def run(self, iterations: int) -> list[int]:
-        samples = []
-        for _ in range(iterations):
-            self._requests.put(True)
-            sample = self._samples.get(timeout=600)
-            if isinstance(sample, BaseException):
-                raise RuntimeError("the Lightning Trainer failed") from sample
-            samples.append(sample)
-        return samples
-
-    def close(self) -> None:
-        self._requests.put(False)
-        self._thread.join(timeout=60)
+    def time(self, warmup: int, steps: int) -> list[int]:
+        k = self._case.accumulate
+        micro_ns: list[int] = []
+        module = _timed_manual_module(self._pl, self._case, self._sync, micro_ns)
+        trainer = self._pl.Trainer(devices=1, max_epochs=1, barebones=True, **self._trainer_kwargs)
+        batches = _SameBatch(*self._case.model.data(torch.device("cpu")), length=(warmup + steps) * k)
+        trainer.fit(module, torch.utils.data.DataLoader(batches, batch_size=None))
+        timed = micro_ns[warmup * k :]
+        if len(timed) != steps * k:
+            raise RuntimeError(f"the Lightning fit ran {len(micro_ns)} training steps, not {(warmup + steps) * k}")
+        return [sum(timed[index : index + k]) for index in range(0, len(timed), k)]
 
 
 class _SameBatch(torch.utils.data.IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
-    """The same batch, endlessly (the other loops also train on one fixed batch); the fit ends on request."""
+    """The same batch ``length`` times (the other loops also train on one fixed batch)."""
 
-    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-        self._batch = (inputs, targets)
+    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor, length: int) -> None:
+        self._batch, self._length = (inputs, targets), length
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        return itertools.repeat(self._batch)
+        return (self._batch for _ in range(self._length))
+
+    def __len__(self) -> int:
+        return self._length
 
 
-def _timed_manual_module(
-    pl: Any,
-    model: torch.nn.Module,
-    sync: Callable[[], None] | None,
-    requests: queue.Queue[bool],
-    samples: queue.Queue[int | BaseException],
-) -> Any:
+def _timed_manual_module(pl: Any, case: Case, sync: Callable[[], None] | None, micro_ns: list[int]) -> Any:
+    k = case.accumulate
+
     class TimedManualModule(pl.LightningModule):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
-            self.model = model
+            self.model = case.model.build()
             self.automatic_optimization = False
-            self.last_sample: int | None = None
-
-        def on_train_batch_start(self, batch: object, batch_idx: int) -> int | None:
-            # Report the previous step and wait for the next request here, where the fit would block anyway.
-            if self.last_sample is not None:
-                samples.put(self.last_sample)
-            return None if requests.get() else -1  # -1 ends the epoch, and with max_epochs=1 the fit
 
         def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
             start = time.perf_counter_ns()
             inputs, targets = batch
             optimizer = self.optimizers()
-            optimizer.zero_grad()
-            loss = mse(self.model(inputs), targets)
-            self.manual_backward(loss)
-            optimizer.step()
+            if k == 1:
+                optimizer.zero_grad()
+                loss = mse(self.model(inputs), targets)
+                self.manual_backward(loss)
+                optimizer.step()
+            else:
+                loss = mse(self.model(inputs), targets) / k
+                self.manual_backward(loss)
+                if (batch_idx + 1) % k == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
             if sync is not None:
                 sync()
-            self.last_sample = time.perf_counter_ns() - start
+            micro_ns.append(time.perf_counter_ns() - start)
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE)
+            return case.build_optimizer(self.model.parameters())
 
     return TimedManualModule()
 
@@ -311,16 +333,32 @@ def _fabric(case: Case, device: torch.device) -> Loop:
     else:
         fabric = Fabric(accelerator=device.type, devices=1, precision=case.precision)
     module = case.model.build()
-    model, optimizer = fabric.setup(module, torch.optim.SGD(module.parameters(), lr=LEARNING_RATE))
+    model, optimizer = fabric.setup(module, case.build_optimizer(module.parameters()))
     inputs, targets = case.model.data(fabric.device)
+    k = case.accumulate
+    if k == 1:
 
-    def iteration(batch_idx: int) -> None:
-        optimizer.zero_grad()
-        loss = mse(model(inputs), targets)
-        fabric.backward(loss)
-        optimizer.step()
+        def iteration(batch_idx: int, is_last: bool) -> None:
+            optimizer.zero_grad()
+            loss = mse(model(inputs), targets)
+            fabric.backward(loss)
+            optimizer.step()
 
-    return StepLoop("fabric", note, iteration, device)
+        return StepLoop("fabric", note, iteration, case, device, model)
+
+    # Fabric's gradient-accumulation recipe (no_backward_sync on the micro-steps that do not step), with the
+    # window closing on its last batch as everywhere here, and the loss divided by k for the window's mean.
+    def accumulating(batch_idx: int, is_last: bool) -> None:
+        is_accumulating = not _closes(case, batch_idx, is_last)
+        with fabric.no_backward_sync(model, enabled=is_accumulating):
+            loss = mse(model(inputs), targets) / k
+            fabric.backward(loss)
+        if not is_accumulating:
+            optimizer.step()
+            optimizer.zero_grad()
+
+    note += f"; no_backward_sync, loss / {k}, step every {k}th"
+    return StepLoop("fabric", note, accumulating, case, device, model)
 
 
 # -- Accelerate ------------------------------------------------------------------------------------------
@@ -333,18 +371,32 @@ def _accelerate(case: Case, device: torch.device) -> Loop:
         raise Unavailable(f"accelerate is not installed ({exc})") from exc
     quiet_frameworks()
     mixed_precision = "fp16" if case.precision == "16-mixed" else "no"
-    accelerator = Accelerator(cpu=device.type == "cpu", mixed_precision=mixed_precision)
+    k = case.accumulate
+    accelerator = Accelerator(cpu=device.type == "cpu", mixed_precision=mixed_precision, gradient_accumulation_steps=k)
     note = "accelerator.prepare, accelerator.backward, optimizer.step"
     if mixed_precision == "fp16" and accelerator.scaler is None:
         note += "; fp16 ignored on CPU by Accelerate (no autocast, no GradScaler): 32-bit work"
     module = case.model.build()
-    model, optimizer = accelerator.prepare(module, torch.optim.SGD(module.parameters(), lr=LEARNING_RATE))
+    model, optimizer = accelerator.prepare(module, case.build_optimizer(module.parameters()))
     inputs, targets = case.model.data(accelerator.device)
+    if k == 1:
 
-    def iteration(batch_idx: int) -> None:
-        optimizer.zero_grad()
-        loss = mse(model(inputs), targets)
-        accelerator.backward(loss)
-        optimizer.step()
+        def iteration(batch_idx: int, is_last: bool) -> None:
+            optimizer.zero_grad()
+            loss = mse(model(inputs), targets)
+            accelerator.backward(loss)
+            optimizer.step()
 
-    return StepLoop("accelerate", note, iteration, device)
+        return StepLoop("accelerate", note, iteration, case, device, model)
+
+    # Accelerate's recipe: gradient_accumulation_steps=k, every micro-step inside accelerator.accumulate(model);
+    # backward divides the loss by k, and the prepared optimizer steps (and zeroes) on every k-th micro-step only.
+    def accumulating(batch_idx: int, is_last: bool) -> None:
+        with accelerator.accumulate(model):
+            loss = mse(model(inputs), targets)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+
+    note += f"; gradient_accumulation_steps={k}, accelerator.accumulate(model)"
+    return StepLoop("accelerate", note, accumulating, case, device, model)

@@ -7,27 +7,30 @@ import json
 import os
 import platform
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
-from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.suite import SuiteTime
 
-Samples = dict[str, list[list[list[int]]]]
-"""Per implementation, per repeat, per round: the wall time (ns) of each timed iteration of its turn."""
+if TYPE_CHECKING:
+    from bench.worker import RunResult
+
+KIB_PER_MIB = 1024
 
 
 @dataclass(frozen=True)
 class Row:
-    """One implementation on one case.
+    """One implementation on one case, over its runs (each a whole process).
 
-    ``median_us`` is the median over repeats of each repeat's median iteration (or window) time.
-    ``ratio_vs_raw`` is the median over all rounds of the implementation's median in the round divided by raw
-    PyTorch's in the same round: the turns of a round run within milliseconds of each other, so the ratio
-    cancels drift in the machine's load. ``ratio_q1``/``ratio_q3`` are the quartiles, over repeats, of each
-    repeat's median round ratio.
+    ``median_us`` is the median over runs of each run's median step time (a step: one optimizer step, a window
+    of ``micro_steps`` micro-steps). ``ratio_vs_raw`` is the median over rounds of the run's median divided by
+    raw PyTorch's in the same round (the runs of a round follow each other); ``ratio_min``/``ratio_max`` are
+    the extremes of those per-round ratios. ``peak_mib`` is the median over runs of the process's peak
+    resident memory, ``peak_ratio_vs_raw`` the median over rounds of its ratio to raw's, and
+    ``above_torch_mib`` the median of the peak less the resident memory right after ``import torch``: what the
+    implementation's framework, the model and the training add to the interpreter and torch.
     """
 
     case: str
@@ -36,12 +39,24 @@ class Row:
     description: str
     median_us: float
     ratio_vs_raw: float | None
-    ratio_q1: float | None
-    ratio_q3: float | None
-    repeats: int
-    iterations: int
-    """Timed iterations (or windows) per repeat."""
+    ratio_min: float | None
+    ratio_max: float | None
+    runs: int
+    steps: int
+    """Timed optimizer steps per run."""
+    micro_steps: int
+    """Micro-steps (forward and backward) per optimizer step."""
+    peak_mib: float | None
+    peak_ratio_vs_raw: float | None
+    peak_ratio_min: float | None
+    peak_ratio_max: float | None
+    above_torch_mib: float | None
     note: str
+    cpu_fraction_min: float | None
+    """The least, over runs, of the process's CPU time over the wall time of its steps (1 thread: about 1)."""
+    run_medians_us: list[float] = field(default_factory=list)
+    """Each run's median step time, in the order the runs ran."""
+    run_peaks_mib: list[float] = field(default_factory=list)
     allreduces_per_window: float | None = None
     rounds_per_window_per_model: float | None = None
 
@@ -50,39 +65,46 @@ def summarise(
     case: str,
     device: str,
     description: str,
-    samples: Samples,
+    runs: dict[str, list[RunResult]],
     notes: dict[str, str],
+    micro_steps: int,
     counts: dict[str, tuple[float, float]] | None = None,
 ) -> list[Row]:
-    """Rows for one case from its samples; ``raw`` is the baseline of the ratios."""
-    round_medians = {
-        impl: [[statistics.median(turn) for turn in repeat] for repeat in repeats] for impl, repeats in samples.items()
-    }
-    baseline = round_medians.get("raw")
+    """Rows for one case from its runs; ``raw`` is the baseline of the ratios."""
+    medians = {impl: [statistics.median(run.step_ns) / 1000 for run in results] for impl, results in runs.items()}
+    peaks = {impl: [run.peak_rss_kib / KIB_PER_MIB for run in results] for impl, results in runs.items()}
     rows = []
-    for impl, repeats in samples.items():
-        ratios = None
-        if baseline is not None:
-            ratios = [
-                [mine / raw for mine, raw in zip(rounds, raw_rounds, strict=True)]
-                for rounds, raw_rounds in zip(round_medians[impl], baseline, strict=True)
-            ]
-        q1, q3 = _quartiles([statistics.median(repeat) for repeat in ratios]) if ratios else (None, None)
+    for impl, results in runs.items():
+        ratio, ratio_min, ratio_max = _paired(medians[impl], medians.get("raw"))
+        has_peak = all(run.peak_rss_kib for run in results)
+        peak_ratio, peak_min, peak_max = _paired(peaks[impl], peaks.get("raw")) if has_peak else (None, None, None)
+        above = [
+            (run.peak_rss_kib - run.rss_torch_kib) / KIB_PER_MIB for run in results if run.rss_torch_kib is not None
+        ]
         allreduces, sync_rounds = counts[impl] if counts else (None, None)
-        repeat_medians = [statistics.median(chain.from_iterable(repeat)) for repeat in repeats]
+        fractions = [run.cpu_fraction for run in results if run.cpu_fraction is not None]
         rows.append(
             Row(
                 case=case,
                 impl=impl,
                 device=device,
                 description=description,
-                median_us=statistics.median(repeat_medians) / 1000,
-                ratio_vs_raw=statistics.median(chain.from_iterable(ratios)) if ratios else None,
-                ratio_q1=q1,
-                ratio_q3=q3,
-                repeats=len(repeats),
-                iterations=sum(len(turn) for turn in repeats[0]) if repeats else 0,
+                median_us=statistics.median(medians[impl]),
+                ratio_vs_raw=ratio,
+                ratio_min=ratio_min,
+                ratio_max=ratio_max,
+                runs=len(results),
+                steps=len(results[0].step_ns),
+                micro_steps=micro_steps,
+                peak_mib=statistics.median(peaks[impl]) if has_peak else None,
+                peak_ratio_vs_raw=peak_ratio,
+                peak_ratio_min=peak_min,
+                peak_ratio_max=peak_max,
+                above_torch_mib=statistics.median(above) if above and has_peak else None,
                 note=notes.get(impl, ""),
+                cpu_fraction_min=min(fractions) if fractions else None,
+                run_medians_us=[round(value, 3) for value in medians[impl]],
+                run_peaks_mib=[round(value, 1) for value in peaks[impl]] if has_peak else [],
                 allreduces_per_window=allreduces,
                 rounds_per_window_per_model=sync_rounds,
             )
@@ -90,16 +112,20 @@ def summarise(
     return rows
 
 
-def _quartiles(values: list[float]) -> tuple[float, float]:
-    if len(values) < 2:
-        return values[0], values[0]
-    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, q3
+def _paired(mine: list[float], raw: list[float] | None) -> tuple[float | None, float | None, float | None]:
+    """The median, least and greatest of the ratios of run ``i`` to raw's run ``i``."""
+    if raw is None or len(raw) != len(mine) or not mine:
+        return None, None, None
+    ratios = [value / baseline for value, baseline in zip(mine, raw, strict=True)]
+    return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def table(rows: list[Row], suite: list[SuiteTime], unavailable: dict[str, str]) -> str:
     """The terminal table: one line per row, the notes below, the suite's wall times last."""
-    header = f"{'case':<18} {'impl':<24} {'median':>11} {'x raw':>6} {'(IQR)':>13}  all-reduces/window"
+    header = (
+        f"{'case':<26} {'impl':<22} {'per step':>10} {'x raw':>6} {'(min-max)':>12}"
+        f" {'peak MiB':>9} {'x raw':>6} {'(min-max)':>12} {'>torch':>7}  all-reduces/window"
+    )
     lines = [header, "-" * len(header)]
     notes: dict[str, int] = {}
     previous_case = None
@@ -107,8 +133,9 @@ def table(rows: list[Row], suite: list[SuiteTime], unavailable: dict[str, str]) 
         if previous_case is not None and row.case != previous_case:
             lines.append("")
         previous_case = row.case
-        ratio = "" if row.ratio_vs_raw is None else f"{row.ratio_vs_raw:.3f}"
-        spread = "" if row.ratio_q1 is None else f"({row.ratio_q1:.2f}-{row.ratio_q3:.2f})"
+        ratio = _number(row.ratio_vs_raw, ".3f")
+        spread = "" if row.ratio_min is None else f"({row.ratio_min:.2f}-{row.ratio_max:.2f})"
+        peak_spread = "" if row.peak_ratio_min is None else f"({row.peak_ratio_min:.2f}-{row.peak_ratio_max:.2f})"
         reduces = (
             ""
             if row.allreduces_per_window is None
@@ -116,13 +143,26 @@ def table(rows: list[Row], suite: list[SuiteTime], unavailable: dict[str, str]) 
         )
         mark = notes.setdefault(f"{row.impl}: {row.note}", len(notes) + 1) if row.note else None
         impl = row.impl + (f" [{mark}]" if mark else "")
-        lines.append(f"{row.case:<18} {impl:<24} {_duration(row.median_us):>11} {ratio:>6} {spread:>13}  {reduces}")
+        lines.append(
+            f"{row.case:<26} {impl:<22} {_duration(row.median_us):>10} {ratio:>6} {spread:>12}"
+            f" {_number(row.peak_mib, '.0f'):>9} {_number(row.peak_ratio_vs_raw, '.3f'):>6} {peak_spread:>12}"
+            f" {_number(row.above_torch_mib, '.0f'):>7}  {reduces}"
+        )
     lines.append("")
+    lines.append(
+        "per step: median over runs (whole processes) of each run's median optimizer step (a window of the case's"
+        " micro-steps); x raw: median over rounds of the ratio to raw's run of the same round (min-max over"
+        " rounds); peak: ru_maxrss of the run's process; >torch: peak less the resident memory after import torch"
+    )
     lines.extend(f"[{number}] {text}" for text, number in notes.items())
-    lines.extend(f"not run: {impl}: {why}" for impl, why in unavailable.items())
+    lines.extend(f"not run: {what}: {why}" for what, why in unavailable.items())
     for run in suite:
         lines.append(f"conformance suite on {run.device}: {run.seconds:.1f} s (exit {run.exit_code}; {run.summary})")
     return "\n".join(lines)
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)
 
 
 def _duration(microseconds: float) -> str:
@@ -183,7 +223,7 @@ def write_json(path: Path, meta: dict[str, Any], rows: list[Row], suite: list[Su
 
 
 def write_chart(path: Path, rows: list[Row], title: str) -> None:
-    """Bars of ``ratio_vs_raw`` (with the IQR over repeats) per case and implementation; a PNG via matplotlib."""
+    """Bars of ``ratio_vs_raw`` and of ``peak_ratio_vs_raw`` (min-max over rounds) per case; a PNG via matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,29 +233,37 @@ def write_chart(path: Path, rows: list[Row], title: str) -> None:
     cases = list(dict.fromkeys(row.case for row in rows))
     impls = list(dict.fromkeys(row.impl for row in rows))
     colours = {impl: plt.get_cmap("tab10")(index % 10) for index, impl in enumerate(impls)}
-    figure, axes = plt.subplots(figsize=(max(8.0, 1.7 * len(cases) + 3.5), 4.8))
+    figure, (time_axes, memory_axes) = plt.subplots(2, 1, figsize=(max(8.0, 1.5 * len(cases) + 3.5), 8.4))
+    panels = (
+        (time_axes, "ratio_vs_raw", "ratio_min", "ratio_max", "time per optimizer step\n/ raw PyTorch, median"),
+        (memory_axes, "peak_ratio_vs_raw", "peak_ratio_min", "peak_ratio_max", "peak resident memory\n/ raw PyTorch"),
+    )
     labelled: set[str] = set()
-    for index, case in enumerate(cases):
-        present = [row for row in rows if row.case == case]
-        width = 0.8 / len(present)
-        for position, row in enumerate(present):
-            ratio = row.ratio_vs_raw or 0.0
-            x = index + (position - (len(present) - 1) / 2) * width
-            spread = [[ratio - (row.ratio_q1 or ratio)], [(row.ratio_q3 or ratio) - ratio]]
-            label = row.impl if row.impl not in labelled else None
-            labelled.add(row.impl)
-            axes.bar(x, ratio, width=width, color=colours[row.impl], label=label, yerr=spread, capsize=2)
-            above = max(ratio, row.ratio_q3 or ratio)
-            axes.text(x, above, f" {ratio:.2f}", rotation=90, ha="center", va="bottom", fontsize=7)
-    axes.axhline(1.0, color="black", linewidth=0.8)
-    axes.axhline(1.05, color="grey", linewidth=0.8, linestyle="--", label="1.05 x raw")
-    axes.set_xticks(range(len(cases)), cases)
-    axes.set_ylabel("time per iteration (DDP: per window)\n/ raw PyTorch, median")
-    axes.set_title(title, fontsize=10)
-    top = max((row.ratio_q3 or row.ratio_vs_raw or 0.0 for row in rows), default=1.0)
-    axes.set_ylim(0, top * 1.2 + 0.2)
-    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    figure.tight_layout()
+    for axes, key, low_key, high_key, ylabel in panels:
+        top = 1.0
+        for index, case in enumerate(cases):
+            present = [row for row in rows if row.case == case and getattr(row, key) is not None]
+            for position, row in enumerate(present):
+                width = 0.8 / len(present)
+                ratio = float(getattr(row, key))
+                low, high = getattr(row, low_key) or ratio, getattr(row, high_key) or ratio
+                x = index + (position - (len(present) - 1) / 2) * width
+                label = row.impl if row.impl not in labelled else None
+                labelled.add(row.impl)
+                spread = [[ratio - low], [high - ratio]]
+                axes.bar(x, ratio, width=width, color=colours[row.impl], label=label, yerr=spread, capsize=2)
+                axes.text(x, max(ratio, high), f" {ratio:.2f}", rotation=90, ha="center", va="bottom", fontsize=7)
+                top = max(top, high)
+        axes.axhline(1.0, color="black", linewidth=0.8)
+        axes.axhline(
+            1.05, color="grey", linewidth=0.8, linestyle="--", label="1.05 x raw" if axes is time_axes else None
+        )
+        axes.set_xticks(range(len(cases)), cases, rotation=20, ha="right", fontsize=8)
+        axes.set_ylabel(ylabel)
+        axes.set_ylim(0, top * 1.2 + 0.2)
+    time_axes.set_title(title, fontsize=10)
+    figure.legend(fontsize=8, loc="upper right")
+    figure.tight_layout(rect=(0, 0, 0.86, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)

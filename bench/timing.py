@@ -1,138 +1,107 @@
-"""Interleaved timing of one case: the implementations take short turns in random order, in a fresh process.
+"""Runs of a case: one fresh process per (implementation, run), the implementations alternating.
 
-Each case runs in its own process (spawned), so that one framework's process-wide state (Accelerate's
-singleton, autocast caches, thread settings) never carries into another case. Within the case a repeat is a
-series of rounds; in each round every implementation, in a shuffled order, runs one turn: an untimed
-iteration to warm the caches back up (small model), then a few timed ones back to back. Short turns keep the
-implementations of a round within milliseconds of each other, so drift in the machine's load (other
-processes, a busy sibling core) reaches all of them alike; the shuffle gives each the same mix of
-predecessors. :func:`bench.report.summarise` takes the ratios to raw PyTorch round by round.
+Every run is a whole process (:mod:`bench.worker`): it imports torch, builds its implementation's loop, warms
+up, times its steps and reports them with its peak memory. No two implementations ever share a process, so one
+implementation's frees cannot become another's page faults, and the peak memory is the implementation's own.
+Runs alternate (raw, reference, ..., accelerate, raw, reference, ...), so that drift in the machine's load
+reaches every implementation alike; :func:`bench.report.summarise` pairs each run with raw PyTorch's run of
+the same round.
 """
 
 from __future__ import annotations
 
-import cProfile
-import gc
-import io
-import pstats
-import random
+import json
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
-from multiprocessing import get_context
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
-from bench.cases import TIMED_CASES
-from bench.report import Samples
+from bench.suite import REPO
+from bench.worker import RunRequest, RunResult
 
-if TYPE_CHECKING:  # imported in the case's process only: the parent never imports torch or a framework
-    from bench.loops import Loop
+RUN_TIMEOUT_S = 900
 
 
 @dataclass(frozen=True)
 class Settings:
-    """How long to time: repeats, iterations per repeat, warm-up, threads, and an optional profile."""
+    """How much to run: runs per implementation, steps per run, warm-up, threads, and an optional profile."""
 
     device: str = "cpu"
-    repeats: int = 20
-    iterations: int | None = None
-    """Iterations per repeat; ``None``: the model's default."""
+    runs: int = 5
+    steps: int | None = None
+    """Timed optimizer steps per run; ``None``: the case's default."""
     warmup: int | None = None
     threads: int = 1
     profile: str | None = None
-    """An implementation to run under cProfile after the timing, for a breakdown of its time."""
+    """An implementation to run once more per case under cProfile, for a breakdown of its time."""
 
 
 @dataclass
-class CaseSamples:
-    """What a case's process sends back."""
+class CaseRuns:
+    """Every run of a case, per implementation, in the order they ran."""
 
     case: str
-    iterations: int
-    samples: Samples = field(default_factory=dict)
+    runs: dict[str, list[RunResult]] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
+    """Implementations that did not run, and why (missing framework, or a run that failed)."""
+    failed: bool = False
+    """A run failed (as opposed to a framework that is not installed here)."""
     profile: str = ""
 
 
-def measure_case_in_subprocess(case: str, impls: tuple[str, ...], settings: Settings) -> CaseSamples:
-    """:func:`measure_case` in a fresh spawned process."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(measure_case, case, impls, settings).result()
-
-
-def measure_case(case_name: str, impls: tuple[str, ...], settings: Settings) -> CaseSamples:
-    """Build every available implementation's loop for the case, warm each up, then time them interleaved."""
-    import torch
-
-    from bench.loops import Unavailable, build_loop, quiet_frameworks
-
-    quiet_frameworks()
-    torch.set_num_threads(settings.threads)
-    case = TIMED_CASES[case_name]
-    device = torch.device(settings.device)
-    iterations = settings.iterations or case.model.iterations
-    warmup = case.model.warmup if settings.warmup is None else settings.warmup
-    result = CaseSamples(case_name, iterations)
-    loops: list[Loop] = []
+def measure_case(
+    case: str, impls: tuple[str, ...], settings: Settings, progress: Callable[[str], None] | None = None
+) -> CaseRuns:
+    """``settings.runs`` rounds; in each, one fresh process per implementation, in the order of ``impls``."""
+    result = CaseRuns(case, {impl: [] for impl in impls})
+    active = list(impls)
+    for index in range(settings.runs):
+        for impl in list(active):
+            request = RunRequest(case, impl, settings.device, settings.threads, settings.warmup, settings.steps)
+            try:
+                run = run_in_subprocess(request)
+            except RuntimeError as exc:
+                result.unavailable[impl] = f"failed in run {index + 1}: {exc}"
+                result.failed = True
+                active.remove(impl)
+                continue
+            if run.unavailable is not None:
+                result.unavailable[impl] = run.unavailable
+                active.remove(impl)
+                continue
+            result.runs[impl].append(run)
+            result.notes[impl] = run.note
+            if progress is not None:
+                progress(f"{case} run {index + 1}/{settings.runs} {impl}")
     for impl in impls:
-        try:
-            loop = build_loop(impl, case, device)
-        except Unavailable as exc:
-            result.unavailable[impl] = str(exc)
-            continue
-        loops.append(loop)
-        result.notes[impl] = loop.note
-        result.samples[impl] = []
-    try:
-        for loop in loops:
-            loop.run(warmup)
-        shuffle = random.Random(0).shuffle
-        turn = min(case.model.turn, iterations)
-        for _ in range(settings.repeats):
-            repeat = _interleaved_repeat(loops, iterations, turn, case.model.rewarm, settings.threads, shuffle)
-            for impl, rounds in repeat.items():
-                result.samples[impl].append(rounds)
-        if settings.profile is not None:
-            chosen = next((loop for loop in loops if loop.impl == settings.profile), None)
-            if chosen is None:
-                raise ValueError(f"--profile {settings.profile}: not one of the implementations run here")
-            result.profile = _profile(chosen, iterations * 10)
-    finally:
-        for loop in loops:
-            loop.close()
+        # Not run, or failed after some runs: partial runs would not pair with raw's round by round.
+        if not result.runs[impl] or impl not in active:
+            del result.runs[impl]
+    if settings.profile is not None and settings.profile in result.runs:
+        request = RunRequest(case, settings.profile, settings.device, settings.threads, settings.warmup, settings.steps)
+        result.profile = run_in_subprocess(RunRequest(**{**asdict(request), "profile": True})).profile
     return result
 
 
-def _interleaved_repeat(
-    loops: list[Loop], iterations: int, turn: int, rewarm: int, threads: int, shuffle: Callable[[list[Loop]], None]
-) -> dict[str, list[list[int]]]:
-    """One repeat: rounds of one turn per loop, in shuffled order, until each loop has ``iterations`` samples."""
-    import torch
-
-    torch.set_num_threads(threads)  # a framework may have changed it while setting up
-    rounds: dict[str, list[list[int]]] = {loop.impl: [] for loop in loops}
-    order = list(loops)
-    gc.collect()
-    gc.disable()
-    try:
-        for done in range(0, iterations, turn):
-            shuffle(order)
-            for loop in order:
-                if rewarm:
-                    loop.run(rewarm)
-                rounds[loop.impl].append(loop.run(min(turn, iterations - done)))
-    finally:
-        gc.enable()
-    return rounds
-
-
-def _profile(loop: Loop, iterations: int) -> str:
-    profiler = cProfile.Profile()
-    profiler.enable()
-    loop.run(iterations)
-    profiler.disable()
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out)
-    stats.sort_stats("tottime").print_stats(30)
-    return f"cProfile of {loop.impl}, {iterations} iterations, by own time:\n{out.getvalue()}"
+def run_in_subprocess(request: RunRequest) -> RunResult:
+    """:func:`bench.worker.run` in a fresh interpreter; :class:`RuntimeError` with its error output if it fails."""
+    env = dict(os.environ)
+    # One thread means one thread from the start: the OpenMP and MKL pools are sized at import.
+    env.update(OMP_NUM_THREADS=str(request.threads), MKL_NUM_THREADS=str(request.threads), USE_TORCH_XLA="0")
+    with tempfile.TemporaryDirectory(prefix="bench-run-") as folder:
+        out = Path(folder) / "result.json"
+        command = [sys.executable, "-m", "bench.worker", json.dumps(asdict(request)), str(out)]
+        try:
+            done = subprocess.run(
+                command, cwd=REPO, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"{request.impl} on {request.case} ran past {RUN_TIMEOUT_S} s") from exc
+        if done.returncode != 0 or not out.is_file():
+            lines = [line for line in done.stderr.splitlines() if line.strip()]
+            raise RuntimeError(f"exit {done.returncode}: " + (" | ".join(lines[-3:]) or "no error output"))
+        return RunResult(**json.loads(out.read_text(encoding="utf-8")))

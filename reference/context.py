@@ -352,13 +352,19 @@ class TrainingContext:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")
         call = self._call
-        if (call is not None and call.prepared) or any(slot.stage is WindowStage.PREPARED for slot in self._slots):
+        if (call is not None and call.prepared) or self._any_prepared():
             raise RuntimeError(
                 "backward() after unscale_gradients() would add scaled gradients to a prepared window: run every "
                 "backward of the window first, then unscale_gradients(), then the step that closes the window"
             )
         backward: Callable[..., None] = self._scaling.scale(loss).backward
         backward(*args, **kwargs)
+
+    def _any_prepared(self) -> bool:
+        for slot in self._slots:  # noqa: SIM110 (a plain loop: it runs on every backward, a generator costs more)
+            if slot.stage is WindowStage.PREPARED:
+                return True
+        return False
 
     def _unscale_gradients(self, index: int) -> None:
         slot = self._slots[index]

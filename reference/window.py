@@ -95,14 +95,19 @@ class StepCall:
         """The window is prepared for its real step (before the call, or by ``unscale_gradients()`` inside it)."""
         self.unscaled_here = False
         """This call unscaled the window (the loss scaler has to forget it if the call fails)."""
-        self._params = window.params()
-        self._before: list[torch.Tensor | None] = [param.grad for param in self._params]
-        self._stashed = stash and any(grad is not None for grad in self._before)
-        self._protected = self._stashed or not any(grad is not None for grad in self._before)
+        self._params = params = window.params()
+        self._before: list[torch.Tensor | None] = [param.grad for param in params]
+        holds = False
+        for grad in self._before:
+            if grad is not None:
+                holds = True
+                break
+        self._stashed = stash and holds
+        self._protected = self._stashed or not holds  # nothing to protect: every gradient is None
         self._merged = not self._stashed
         self._cleared = False
         if self._stashed:
-            for param in self._params:
+            for param in params:
                 param.grad = None
         window.stage = WindowStage.CLOSING if real else WindowStage.ACCUMULATING
 

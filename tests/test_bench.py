@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CASES = ("small-16-mixed",)
+CASES = ("small-16-mixed", "small-adam-acc4-32-true")
 IMPLS = ("raw", "reference", "reference-direct")
 
 
@@ -20,23 +20,52 @@ def test_quick_run_writes_the_report_and_the_chart(tmp_path: Path) -> None:
     report, chart = tmp_path / "bench.json", tmp_path / "bench.png"
     command = [sys.executable, "-m", "bench", "--quick", "--cases", ",".join(CASES), "--impls", ",".join(IMPLS)]
     command += ["--json", str(report), "--chart", str(chart)]
-    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
     rows = json.loads(report.read_text(encoding="utf-8"))["rows"]
     assert sorted((row["case"], row["impl"]) for row in rows) == sorted((c, i) for c in CASES for i in IMPLS)
     for row in rows:
-        assert {"case", "impl", "median_us", "ratio_vs_raw", "repeats"} <= row.keys(), row
-        assert row["repeats"] == 2 and row["iterations"] == 3, row  # --quick: 2 repeats of 3 iterations
-        # An iteration of Linear(32, 32) on a batch of 8 takes microseconds to milliseconds, never nothing.
+        # --quick: 2 runs (each a process of its own) of 3 timed optimizer steps
+        assert row["runs"] == 2 and row["steps"] == 3, row
+        assert len(row["run_medians_us"]) == 2 and len(row["run_peaks_mib"]) == 2, row
+        assert row["micro_steps"] == (4 if "acc4" in row["case"] else 1), row
+        # A step of Linear(32, 32) on a batch of 8 takes microseconds to milliseconds, never nothing.
         assert 1.0 < row["median_us"] < 1e6, row
         assert math.isfinite(row["ratio_vs_raw"]) and row["ratio_vs_raw"] > 0, row
+        assert row["ratio_min"] <= row["ratio_vs_raw"] <= row["ratio_max"], row
+        # Each run's peak is its own process's: the interpreter and torch, some hundreds of MiB.
+        assert 50 < row["peak_mib"] < 10_000 and row["above_torch_mib"] >= 0, row
+        assert math.isfinite(row["peak_ratio_vs_raw"]) and row["peak_ratio_vs_raw"] > 0, row
         if row["impl"] == "raw":
-            assert row["ratio_vs_raw"] == 1.0, row
-    raw_note = next(row["note"] for row in rows if row["impl"] == "raw")
-    assert raw_note == "hand-written GradScaler loop", raw_note
+            assert row["ratio_vs_raw"] == 1.0 and row["peak_ratio_vs_raw"] == 1.0, row
+    notes = {(row["case"], row["impl"]): row["note"] for row in rows}
+    assert notes["small-16-mixed", "raw"] == "hand-written GradScaler loop", notes
+    assert "loss / 4" in notes["small-adam-acc4-32-true", "raw"], notes
+    assert "accumulate_grad_batches=4" in notes["small-adam-acc4-32-true", "reference"], notes
 
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "the chart is not a PNG"
     table = run.stdout.splitlines()
     for case in CASES:
         assert any(line.startswith(case) and "reference-direct" in line for line in table), run.stdout
+
+
+def test_the_raw_accumulation_loop_computes_what_the_reference_does() -> None:
+    # The same weights after 2 steps of 4 micro-steps: loss / 4 per micro-step is the reference's window mean.
+    script = """
+import torch
+from bench.cases import TIMED_CASES
+from bench.loops import build_loop
+case = TIMED_CASES["small-adam-acc4-32-true"]
+models = {}
+for impl in ("raw", "reference", "reference-direct"):
+    loop = build_loop(impl, case, torch.device("cpu"))
+    loop.time(1, 1)
+    models[impl] = dict(loop.model.named_parameters())
+for impl in ("reference", "reference-direct"):
+    for name, param in models["raw"].items():
+        torch.testing.assert_close(models[impl][name], param, rtol=1e-5, atol=1e-6)
+print("same")
+"""
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip().endswith("same"), run.stdout[-2000:] + run.stderr[-2000:]
