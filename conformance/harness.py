@@ -18,6 +18,8 @@ from torch.amp.grad_scaler import GradScaler
 from lightning_optimizer.spec import Cell, OptimizerWrapper, Precision, TrainingContext
 
 __all__ = [
+    "Halves",
+    "assert_same_state",
     "REORDERED_TOLERANCES",
     "TOLERANCES",
     "Batch",
@@ -120,6 +122,33 @@ def make_model(seed: int = 0, sizes: Sequence[int] = (4, 8, 2)) -> torch.nn.Sequ
         if i < len(sizes) - 2:
             layers.append(torch.nn.Tanh())
     return torch.nn.Sequential(*layers)
+
+
+class Halves(torch.nn.Module):
+    """Two independent models ``a`` and ``b``, one optimizer each: a loss of one half gives gradients to it only."""
+
+    def __init__(self, seed_a: int, seed_b: int) -> None:
+        super().__init__()
+        self.a = make_model(seed=seed_a)
+        self.b = make_model(seed=seed_b)
+
+
+def assert_same_state(got: object, want: object, what: str, path: str = "state") -> None:
+    """Two state dicts hold the same structure and values (tensors bit for bit, same dtype)."""
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor), f"{what}: {path} is {type(got).__name__}, was a tensor"
+        assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: {path} is {got.shape} {got.dtype}"
+        assert torch.equal(got.cpu(), want.cpu()), f"{what}: {path} changed"
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), f"{what}: {path} has keys {got}, had {sorted(want)}"
+        for key, value in want.items():
+            assert_same_state(got[key], value, what, f"{path}[{key!r}]")
+    elif isinstance(want, list | tuple):
+        assert isinstance(got, list | tuple) and len(got) == len(want), f"{what}: {path} is {got}, was {want}"
+        for i, (a, b) in enumerate(zip(got, want, strict=True)):
+            assert_same_state(a, b, what, f"{path}[{i}]")
+    else:
+        assert got == want, f"{what}: {path} is {got!r}, was {want!r}"
 
 
 def make_batches(count: int, seed: int = 1, batch_size: int = 4, features: int = 4, targets: int = 2) -> list[Batch]:

@@ -12,6 +12,7 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
+    Halves,
     assert_params_close,
     cell_device,
     cell_dtype,
@@ -32,23 +33,14 @@ MakeContext = Callable[..., TrainingContext]
 A, S, SKIP = StepOutcome.ACCUMULATED, StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE
 
 
-class _Halves(torch.nn.Module):
-    """Two independent halves, one optimizer each."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = make_model(seed=21)
-        self.b = make_model(seed=22)
-
-
 LR = 10.0
 """Large enough that a twice-too-large or badly scaled gradient moves the parameters far beyond the tolerance."""
 
 
-def _halves(make_context: MakeContext, cell: Cell, **kwargs: Any) -> tuple[TrainingContext, _Halves, Any, Any]:
+def _halves(make_context: MakeContext, cell: Cell, **kwargs: Any) -> tuple[TrainingContext, Halves, Any, Any]:
     context = make_context(**kwargs)
-    model = context.prepare_module(_Halves())
-    assert isinstance(model, _Halves)
+    model = context.prepare_module(Halves(21, 22))
+    assert isinstance(model, Halves)
     opt_a = context.wrap(torch.optim.SGD(model.a.parameters(), lr=LR, momentum=0.9))
     opt_b = context.wrap(torch.optim.SGD(model.b.parameters(), lr=LR, momentum=0.9))
     return context, model, opt_a, opt_b
@@ -134,8 +126,8 @@ def test_overflow_in_one_optimizer_skips_only_that_one(make_context: MakeContext
     ``update`` per iteration after both.
     """
     context, model, opt_a, opt_b = _halves(make_context, cell)
-    oracle = oracle_copy(_Halves(), cell)
-    assert isinstance(oracle, _Halves)
+    oracle = oracle_copy(Halves(21, 22), cell)
+    assert isinstance(oracle, Halves)
     oracle_a = torch.optim.SGD(oracle.a.parameters(), lr=LR, momentum=0.9)
     oracle_b = torch.optim.SGD(oracle.b.parameters(), lr=LR, momentum=0.9)
     scaler = oracle_scaler(cell)
@@ -187,8 +179,8 @@ def test_open_window_survives_a_scale_change(make_context: MakeContext, cell: Ce
     loss scaling at all.
     """
     context, model, opt_a, opt_b = _halves(make_context, cell)
-    oracle = oracle_copy(_Halves(), cell)
-    assert isinstance(oracle, _Halves)
+    oracle = oracle_copy(Halves(21, 22), cell)
+    assert isinstance(oracle, Halves)
     oracle_a = torch.optim.SGD(oracle.a.parameters(), lr=LR, momentum=0.9)
     batches = make_batches(2)
     for batch_idx, batch in enumerate(batches):
@@ -680,12 +672,12 @@ def _grouped_sgd(part: torch.nn.Module, wrap: Callable[[torch.optim.SGD], Any]) 
 def test_configured_clipping_spans_groups_and_spares_other_windows(make_context: MakeContext, cell: Cell) -> None:
     """A's clip takes the total norm over all its groups (one added after wrap); B's open window is not touched."""
     context = make_context(gradient_clip_val=CLIP_VALUE, **_scaler_setting(cell, SMALL_SCALE))
-    model = context.prepare_module(_Halves())
-    assert isinstance(model, _Halves)
+    model = context.prepare_module(Halves(21, 22))
+    assert isinstance(model, Halves)
     opt_a = _grouped_sgd(model.a, context.wrap)
     opt_b = context.wrap(torch.optim.SGD(model.b.parameters(), lr=CLIP_LR))
-    oracle = oracle_copy(_Halves(), cell)
-    assert isinstance(oracle, _Halves)
+    oracle = oracle_copy(Halves(21, 22), cell)
+    assert isinstance(oracle, Halves)
     oracle_a = _grouped_sgd(oracle.a, lambda optimizer: optimizer)
     oracle_b = torch.optim.SGD(oracle.b.parameters(), lr=CLIP_LR)
     scaler = _plain_scaler(cell, SMALL_SCALE)
@@ -815,12 +807,12 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
     closure. B (momentum): a window of three, open across A's batch 1, then one of one.
     """
     context = make_context(gradient_clip_val=CLIP_VALUE, **_scaler_setting(cell, SMALL_SCALE))
-    model = context.prepare_module(_Halves())
-    assert isinstance(model, _Halves)
+    model = context.prepare_module(Halves(21, 22))
+    assert isinstance(model, Halves)
     opt_a = context.wrap(torch.optim.SGD(model.a.parameters(), lr=CLIP_LR))
     opt_b = context.wrap(torch.optim.SGD(model.b.parameters(), lr=CLIP_LR, momentum=0.9))
-    oracle = oracle_copy(_Halves(), cell)
-    assert isinstance(oracle, _Halves)
+    oracle = oracle_copy(Halves(21, 22), cell)
+    assert isinstance(oracle, Halves)
     oracle_a = torch.optim.SGD(oracle.a.parameters(), lr=CLIP_LR)
     oracle_b = torch.optim.SGD(oracle.b.parameters(), lr=CLIP_LR, momentum=0.9)
     scaler = _plain_scaler(cell, SMALL_SCALE)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from lightning_optimizer.conformance.harness import (
+    Halves,
     assert_params_close,
     cell_device,
     cell_dtype,
@@ -128,15 +129,6 @@ def test_state_dict_of_another_layout(make_context: MakeContext, cell: Cell) -> 
             assert torch.equal(after["state"][index][key], value), f"state[{index}][{key!r}] changed by a refused load"
 
 
-class _Halves(torch.nn.Module):
-    """Two independent halves, one optimizer each."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = make_model(seed=41)
-        self.b = make_model(seed=42)
-
-
 def _snapshot(model: torch.nn.Module) -> dict[str, Any]:
     """Parameters, gradients (all present) and flags of ``model``, on the CPU (one transfer on XLA)."""
     params = list(model.parameters())
@@ -169,10 +161,10 @@ LOSS_FACTOR = 1e-3
 def test_bad_arguments_leave_both_windows(make_context: MakeContext, cell: Cell) -> None:
     """With two windows open, a refused ``step`` of either changes nothing of either window; both close on time."""
     context = make_context(accumulate_grad_batches=2)
-    base = _Halves()
+    base = Halves(41, 42)
     oracle = oracle_copy(base, cell)
     model = context.prepare_module(base)
-    assert isinstance(model, _Halves) and isinstance(oracle, _Halves)
+    assert isinstance(model, Halves) and isinstance(oracle, Halves)
     halves = {"a": model.a, "b": model.b}
     wrappers = {name: context.wrap(torch.optim.SGD(half.parameters(), lr=0.1)) for name, half in halves.items()}
     batches = make_batches(2, seed=3)

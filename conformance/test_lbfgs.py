@@ -22,6 +22,7 @@ import torch
 from lightning_optimizer.conformance.harness import (
     REORDERED_TOLERANCES,
     Batch,
+    Halves,
     assert_params_close,
     cell_device,
     cell_dtype,
@@ -40,15 +41,6 @@ LBFGS_HYPER: dict[str, Any] = {"lr": 0.5, "max_iter": 4, "line_search_fn": "stro
 norm summed in another order) stays far inside the tolerance, which it would not if the steps diverged."""
 """Four iterations per step: five evaluations of the closure, and parameters that move between them."""
 SGD_LR = 0.1
-
-
-class _Halves(torch.nn.Module):
-    """Two independent halves: ``a`` for LBFGS, ``b`` for SGD."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = make_model(seed=31)
-        self.b = make_model(seed=32)
 
 
 def _flags(model: torch.nn.Module) -> dict[str, bool]:
@@ -109,10 +101,10 @@ class _Pair:
         self.cell = cell
         self.device, self.dtype = cell_device(cell), cell_dtype(cell)
         self.context = make_context(**context_kwargs)
-        base = _Halves()
+        base = Halves(31, 32)
         oracle = oracle_copy(base, cell)
         model = self.context.prepare_module(base)
-        assert isinstance(model, _Halves) and isinstance(oracle, _Halves)
+        assert isinstance(model, Halves) and isinstance(oracle, Halves)
         self.model, self.oracle = model, oracle
         self.lbfgs = self.context.wrap(torch.optim.LBFGS(model.a.parameters(), **LBFGS_HYPER))
         self.sgd = self.context.wrap(torch.optim.SGD(model.b.parameters(), lr=SGD_LR))
@@ -123,7 +115,7 @@ class _Pair:
         self.evaluations: list[dict[str, bool]] = []
         """The ``requires_grad`` flags seen at the start of each evaluation of the wrapper's LBFGS closure."""
 
-    def loss(self, model: _Halves, batch: Batch) -> torch.Tensor:
+    def loss(self, model: Halves, batch: Batch) -> torch.Tensor:
         """Both halves' loss: LBFGS sees ``b``'s term too, which must not reach ``b``'s gradients."""
         return mse(model.a, batch, self.device, self.dtype) + mse(model.b, batch, self.device, self.dtype)
 

@@ -30,6 +30,7 @@ from lightning_optimizer.conformance.checkpointing import (
     uninterrupted,
 )
 from lightning_optimizer.conformance.harness import (
+    assert_same_state,
     cell_device,
     cell_dtype,
     make_batches,
@@ -275,24 +276,6 @@ def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor |
             assert torch.equal(a, b), f"{what}: the gradient of parameter {i} changed"
 
 
-def _assert_same_state(got: object, want: object, what: str, path: str = "state") -> None:
-    """Two state dicts hold the same structure and values (tensors bit for bit)."""
-    if isinstance(want, torch.Tensor):
-        assert isinstance(got, torch.Tensor), f"{what}: {path} is {type(got).__name__}, was a tensor"
-        assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: {path} is {got.shape} {got.dtype}"
-        assert torch.equal(got.cpu(), want.cpu()), f"{what}: {path} changed"
-    elif isinstance(want, dict):
-        assert isinstance(got, dict) and set(got) == set(want), f"{what}: {path} has keys {got}, had {sorted(want)}"
-        for key, value in want.items():
-            _assert_same_state(got[key], value, what, f"{path}[{key!r}]")
-    elif isinstance(want, list | tuple):
-        assert isinstance(got, list | tuple) and len(got) == len(want), f"{what}: {path} is {got}, was {want}"
-        for i, (a, b) in enumerate(zip(got, want, strict=True)):
-            _assert_same_state(a, b, what, f"{path}[{i}]")
-    else:
-        assert got == want, f"{what}: {path} is {got!r}, was {want!r}"
-
-
 def _growing_sgd(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, Any]:
     context = make_context(accumulate_grad_batches=2, **_scaler_settings(cell, GROWING))
     model = context.prepare_module(make_model())
@@ -393,7 +376,7 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
     what = f"after the {how} copy stepped, overflowed and grew"
     _assert_identical(params(model), taken_params, f"{what}, the original's parameters")
     _assert_same_grads(_grads_of(own), taken_grads, f"{what}, the original's open window")
-    _assert_same_state(context.state_dict(), taken_state, f"{what}, the original's context.state_dict()")
+    assert_same_state(context.state_dict(), taken_state, f"{what}, the original's context.state_dict()")
 
     # The other way round: the original closes its window on an infinite loss, then steps again.
     copy_params, copy_grads = [p.detach().cpu().clone() for p in copied], _grads_of(copied)
@@ -544,9 +527,9 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
         with pytest.raises(ValueError):
             context.load_state_dict(other.state_dict())
         _assert_same_grads(_grads_of(list(model.parameters())), grads, f"a refused load ({what})")
-        _assert_same_state(context.state_dict(), state, f"after a refused load ({what}), context.state_dict()")
+        assert_same_state(context.state_dict(), state, f"after a refused load ({what}), context.state_dict()")
         for index, wrapper in enumerate(wrappers):
-            _assert_same_state(wrapper.optimizer.state_dict(), inner_states[index], f"a refused load ({what})")
+            assert_same_state(wrapper.optimizer.state_dict(), inner_states[index], f"a refused load ({what})")
 
     scales: list[torch.Tensor] = []
     run(context, model, wrappers, closing, scales)

@@ -25,7 +25,9 @@ from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
     Batch,
+    Halves,
     assert_params_close,
+    assert_same_state,
     cell_device,
     cell_dtype,
     make_batches,
@@ -79,32 +81,6 @@ def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor |
 def _assert_same_values(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
     for i, (a, b) in enumerate(zip(got, want, strict=True)):
         assert torch.equal(a, b), f"{what}: parameter {i} changed"
-
-
-def _assert_same_state(got: object, want: object, what: str, path: str = "state") -> None:
-    """Two state dicts hold the same structure and values (tensors bit for bit)."""
-    if isinstance(want, torch.Tensor):
-        assert isinstance(got, torch.Tensor), f"{what}: {path} is {type(got).__name__}, was a tensor"
-        assert got.shape == want.shape and torch.equal(got.cpu(), want.cpu()), f"{what}: {path} changed"
-    elif isinstance(want, dict):
-        assert isinstance(got, dict) and set(got) == set(want), f"{what}: {path} has keys {got}, had {sorted(want)}"
-        for key, value in want.items():
-            _assert_same_state(got[key], value, what, f"{path}[{key!r}]")
-    elif isinstance(want, list | tuple):
-        assert isinstance(got, list | tuple) and len(got) == len(want), f"{what}: {path} is {got}, was {want}"
-        for i, (a, b) in enumerate(zip(got, want, strict=True)):
-            _assert_same_state(a, b, what, f"{path}[{i}]")
-    else:
-        assert got == want, f"{what}: {path} is {got!r}, was {want!r}"
-
-
-class _Halves(torch.nn.Module):
-    """Two independent halves, one optimizer each (a loss of one half gives gradients to that half only)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = make_model(seed=51)
-        self.b = make_model(seed=52)
 
 
 def _snapshot(model: torch.nn.Module) -> dict[str, Any]:
@@ -462,7 +438,7 @@ def test_failed_inner_step_leaves_the_window(
                 f"{what} changed last_outcome from {outcome} to {wrapper.last_outcome}"
             )
             if state is not None:
-                _assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
+                assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
             if plan.unscale_first:
                 with pytest.raises(RuntimeError):
                     wrapper.zero_grad()  # still prepared: zero_grad() before the closing step is refused (CLIP-002)
@@ -510,10 +486,10 @@ def test_step_inside_a_running_step_is_refused(make_context: MakeContext, cell: 
     match a plain loop.
     """
     context = make_context(accumulate_grad_batches=3)
-    base = _Halves()
+    base = Halves(51, 52)
     oracle = oracle_copy(base, cell)
     model = context.prepare_module(base)
-    assert isinstance(model, _Halves) and isinstance(oracle, _Halves)
+    assert isinstance(model, Halves) and isinstance(oracle, Halves)
     halves = {"a": model.a, "b": model.b}
     wrappers: dict[str, Any] = {
         "a": context.wrap(torch.optim.SGD(model.a.parameters(), lr=SGD_LR, momentum=0.9)),
@@ -634,8 +610,8 @@ def test_non_bool_sync_grad_and_is_last(make_context: MakeContext, cell: Cell, v
     the next valid ``batch()`` (which a refused one must not have left entered).
     """
     context = make_context(accumulate_grad_batches=2)
-    model = context.prepare_module(_Halves())
-    assert isinstance(model, _Halves)
+    model = context.prepare_module(Halves(51, 52))
+    assert isinstance(model, Halves)
     wrapper = context.wrap(torch.optim.SGD(model.a.parameters(), lr=SGD_LR))
     other = context.wrap(torch.optim.SGD(model.b.parameters(), lr=SGD_LR))
     device, dtype = cell_device(cell), cell_dtype(cell)
@@ -955,13 +931,13 @@ def test_copy_inside_batch_carries_the_pending_update(
 
 def _halves_pair(
     make_context: MakeContext, cell: Cell
-) -> tuple[TrainingContext, _Halves, _Halves, dict[str, Any], dict[str, Callable[[int], torch.Tensor]]]:
+) -> tuple[TrainingContext, Halves, Halves, dict[str, Any], dict[str, Callable[[int], torch.Tensor]]]:
     """Two halves with a window of two micro-steps each, and each half's loss of batch ``i``."""
     context = make_context(accumulate_grad_batches=2)
-    base = _Halves()
+    base = Halves(51, 52)
     oracle = oracle_copy(base, cell)
     model = context.prepare_module(base)
-    assert isinstance(model, _Halves) and isinstance(oracle, _Halves)
+    assert isinstance(model, Halves) and isinstance(oracle, Halves)
     wrappers: dict[str, Any] = {
         "a": context.wrap(torch.optim.SGD(model.a.parameters(), lr=SGD_LR)),
         "b": context.wrap(torch.optim.SGD(model.b.parameters(), lr=SGD_LR)),
@@ -980,7 +956,7 @@ def _halves_pair(
     return context, model, oracle, wrappers, losses
 
 
-def _halves_oracle(cell: Cell, oracle: _Halves) -> None:
+def _halves_oracle(cell: Cell, oracle: Halves) -> None:
     """Each half one SGD step on the mean of its two micro-batches; one scaler, updated once."""
     device, dtype = cell_device(cell), cell_dtype(cell)
     scaler = GradScaler(device.type) if cell.precision == "16-mixed" else None

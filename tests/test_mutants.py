@@ -481,6 +481,19 @@ MUTANTS: dict[str, Entry] = {
         "CTX-002",
         ["test_invalid_gradient_clip_val[norm-inf]", "test_invalid_gradient_clip_val[value-inf]"],
     ),
+    "clip_val_nan_accepted": (
+        "CTX-002",
+        ["test_invalid_gradient_clip_val[norm-nan]", "test_invalid_gradient_clip_val[value-nan]"],
+    ),
+    "clip_val_sign_ignored": (
+        "CTX-002",
+        [
+            "test_invalid_gradient_clip_val[norm--0.5]",
+            "test_invalid_gradient_clip_val[norm--inf]",
+            "test_invalid_gradient_clip_val[value--0.5]",
+            "test_invalid_gradient_clip_val[value--inf]",
+        ],
+    ),
     "clip_val_zero_disables_clipping": (
         "CTX-002",
         [
