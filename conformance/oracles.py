@@ -24,7 +24,7 @@ from lightning_optimizer.conformance.harness import (
 )
 from lightning_optimizer.spec import Cell, StepOutcome
 
-__all__ = ["WindowOracle", "expected_outcomes", "oracle_copy"]
+__all__ = ["WindowOracle", "expected_outcomes", "oracle_copy", "oracle_mean_steps"]
 
 
 def oracle_copy(model: torch.nn.Module, cell: Cell) -> torch.nn.Module:
@@ -68,6 +68,36 @@ class WindowOracle:
                 self.stepped.append(self.scaler.get_scale() >= scale)
             oracle_step_done(self.cell)
         self.optimizer.zero_grad(set_to_none=True)
+
+
+def oracle_mean_steps(
+    modules: Sequence[torch.nn.Module], batches: Sequence[Batch], cell: Cell, lr: float, loss_factor: float
+) -> None:
+    """Each module one SGD step (``lr``) on the mean of its gradients over ``batches``, in order; one scaler for all.
+
+    Under 16-mixed one plain ``GradScaler`` scales every backward, unscales and steps each module's optimizer, and
+    updates once at the end, as one training iteration of several optimizers does.
+    """
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    scaler = oracle_scaler(cell)
+    for module in modules:
+        optimizer = torch.optim.SGD(module.parameters(), lr=lr)
+        for batch in batches:
+            with oracle_autocast(cell):
+                loss = mse(module, batch, device, dtype) * loss_factor
+            (loss if scaler is None else scaler.scale(loss)).backward()
+        with torch.no_grad():
+            for param in module.parameters():
+                assert param.grad is not None
+                param.grad /= len(batches)
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+    if scaler is not None:
+        scaler.update()
+    oracle_step_done(cell)
 
 
 def expected_outcomes(pattern: Sequence[StepOutcome], stepped: Sequence[bool]) -> list[StepOutcome]:

@@ -19,12 +19,9 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     mse,
-    oracle_autocast,
-    oracle_scaler,
-    oracle_step_done,
     run_steps,
 )
-from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.conformance.oracles import oracle_copy, oracle_mean_steps
 from lightning_optimizer.spec import Cell, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -214,26 +211,8 @@ def test_bad_arguments_leave_both_windows(make_context: MakeContext, cell: Cell)
                 f"after refused calls, wrapper {name}'s window did not close on time: {wrappers[name].last_outcome}"
             )
 
-    # The oracle by hand: each half one SGD step on the mean of its two micro-batches, one scaler for both.
-    scaler = oracle_scaler(cell)
-    for half in (oracle.a, oracle.b):
-        optimizer = torch.optim.SGD(half.parameters(), lr=0.1)
-        for batch in batches:
-            with oracle_autocast(cell):
-                loss = mse(half, batch, device, dtype) * LOSS_FACTOR
-            (loss if scaler is None else scaler.scale(loss)).backward()
-        with torch.no_grad():
-            for param in half.parameters():
-                assert param.grad is not None
-                param.grad /= 2
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.unscale_(optimizer)
-            scaler.step(optimizer)
-    if scaler is not None:
-        scaler.update()
-    oracle_step_done(cell)
+    # The oracle: each half one SGD step on the mean of its two micro-batches, one scaler for both.
+    oracle_mean_steps([oracle.a, oracle.b], batches, cell, 0.1, LOSS_FACTOR)
     assert_params_close(model, oracle, cell, "two windows that closed after refused calls")
 
 

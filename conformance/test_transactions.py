@@ -37,7 +37,7 @@ from lightning_optimizer.conformance.harness import (
     oracle_step_done,
     run_steps,
 )
-from lightning_optimizer.conformance.oracles import expected_outcomes, oracle_copy
+from lightning_optimizer.conformance.oracles import expected_outcomes, oracle_copy, oracle_mean_steps
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -203,23 +203,7 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
     assert wrapper.last_outcome is S, f"after refused calls, the window did not close on time: {wrapper.last_outcome}"
     assert inner.received == [2.0], f"the inner step received lr_factor {inner.received}, expected [2.0] once"
 
-    scaler = GradScaler(device.type) if cell.precision == "16-mixed" else None
-    optimizer = torch.optim.SGD(oracle_model.parameters(), lr=SGD_LR * 2.0)
-    for batch in batches:
-        with oracle_autocast(cell):
-            loss = mse(oracle_model, batch, device, dtype) * LOSS_FACTOR
-        (loss if scaler is None else scaler.scale(loss)).backward()
-    with torch.no_grad():
-        for param in oracle_model.parameters():
-            assert param.grad is not None
-            param.grad /= 2
-    if scaler is None:
-        optimizer.step()
-    else:
-        scaler.unscale_(optimizer)
-        scaler.step(optimizer)
-        scaler.update()
-    oracle_step_done(cell)
+    oracle_mean_steps([oracle_model], batches, cell, SGD_LR * 2.0, LOSS_FACTOR)
     assert_params_close(model, oracle_model, cell, "a window closed with lr_factor=2.0 after refused keywords")
 
 
@@ -958,27 +942,7 @@ def _halves_pair(
 
 def _halves_oracle(cell: Cell, oracle: Halves) -> None:
     """Each half one SGD step on the mean of its two micro-batches; one scaler, updated once."""
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    scaler = GradScaler(device.type) if cell.precision == "16-mixed" else None
-    batches = make_batches(2, seed=16)
-    for half in (oracle.a, oracle.b):
-        optimizer = torch.optim.SGD(half.parameters(), lr=SGD_LR)
-        for batch in batches:
-            with oracle_autocast(cell):
-                loss = mse(half, batch, device, dtype) * LOSS_FACTOR
-            (loss if scaler is None else scaler.scale(loss)).backward()
-        with torch.no_grad():
-            for param in half.parameters():
-                assert param.grad is not None
-                param.grad /= 2
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.unscale_(optimizer)
-            scaler.step(optimizer)
-    if scaler is not None:
-        scaler.update()
-    oracle_step_done(cell)
+    oracle_mean_steps([oracle.a, oracle.b], make_batches(2, seed=16), cell, SGD_LR, LOSS_FACTOR)
 
 
 @pytest.mark.requirement("CKPT-004", "CLOS-003")

@@ -14,13 +14,13 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
-from lightning_optimizer.reference.clipping import ClipAlgorithm
+from lightning_optimizer.reference.clipping import ClipAlgorithm, check_clipping
 from lightning_optimizer.reference.conformance import conformance_info as reference_conformance_info
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.wrapper import wrapper_class
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo
 
-__all__ = ["MutantContext", "Slot", "conformance_info", "mutant_info", "wrapper_subclass"]
+__all__ = ["ClipValueContext", "MutantContext", "Slot", "conformance_info", "mutant_info", "wrapper_subclass"]
 
 ContextT = TypeVar("ContextT", bound=TrainingContext)
 T = TypeVar("T")
@@ -33,6 +33,33 @@ class MutantContext(TrainingContext):
     ``tests/test_mutants.py`` holds each mutant to that seam: the stages, the public members, construction and
     copies; never the transaction around the stages.
     """
+
+
+class ClipValueContext(MutantContext):
+    """The reference with its own check of ``gradient_clip_val`` in place of the reference's (CTX-002 mutants)."""
+
+    def __init__(
+        self,
+        precision: Any = "32-true",
+        device: Any = "cpu",
+        accumulate_grad_batches: int = 1,
+        *,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: ClipAlgorithm = "norm",
+        scaler: GradScaler | None = None,
+    ) -> None:
+        value = None if gradient_clip_val is None else self.clip_value(gradient_clip_val)
+        super().__init__(
+            precision, device, accumulate_grad_batches, gradient_clip_algorithm=gradient_clip_algorithm, scaler=scaler
+        )
+        self._clip_val = value
+
+    def clip_value(self, value: float) -> float | None:
+        """The clip value the context uses for ``value`` (``None``: no clipping), or a ``ValueError``.
+
+        The reference's check; each CTX-002 mutant replaces it with its own.
+        """
+        return check_clipping(value, "norm")[0]
 
 
 def wrapper_subclass(

@@ -6,31 +6,16 @@ and ``-inf`` becomes ``inf`` (never clips), where the contract asks for a ``Valu
 
 from __future__ import annotations
 
-from typing import Any
-
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import ClipValueContext, mutant_info
 
 
-class Context(MutantContext):
-    def __init__(
-        self,
-        precision: Any = "32-true",
-        device: Any = "cpu",
-        accumulate_grad_batches: int = 1,
-        *,
-        gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: Any = "norm",
-        scaler: Any = None,
-    ) -> None:
-        if gradient_clip_val is not None:
-            gradient_clip_val = abs(gradient_clip_val)
-            if not gradient_clip_val > 0:
-                raise ValueError(f"gradient_clip_val must not be 0, got {gradient_clip_val!r}")
-        super().__init__(
-            precision, device, accumulate_grad_batches, gradient_clip_algorithm=gradient_clip_algorithm, scaler=scaler
-        )
-        self._clip_val = None if gradient_clip_val is None else float(gradient_clip_val)
+class Context(ClipValueContext):
+    def clip_value(self, value: float) -> float | None:
+        value = abs(value)
+        if not value > 0:
+            raise ValueError(f"gradient_clip_val must not be 0, got {value!r}")
+        return float(value)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,31 +6,14 @@ gradient and a silent "off" hides the typo.
 
 from __future__ import annotations
 
-from typing import Any
-
+from lightning_optimizer.reference.clipping import check_clipping
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import ClipValueContext, mutant_info
 
 
-class Context(MutantContext):
-    def __init__(
-        self,
-        precision: Any = "32-true",
-        device: Any = "cpu",
-        accumulate_grad_batches: int = 1,
-        *,
-        gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: Any = "norm",
-        scaler: Any = None,
-    ) -> None:
-        super().__init__(
-            precision,
-            device,
-            accumulate_grad_batches,
-            gradient_clip_val=None if gradient_clip_val == 0 else gradient_clip_val,
-            gradient_clip_algorithm=gradient_clip_algorithm,
-            scaler=scaler,
-        )
+class Context(ClipValueContext):
+    def clip_value(self, value: float) -> float | None:
+        return None if value == 0 else check_clipping(value, "norm")[0]
 
 
 def conformance_info() -> ImplementationInfo[Context]:
