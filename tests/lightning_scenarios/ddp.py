@@ -137,6 +137,11 @@ def main(out_dir: Path) -> None:
     gan_trainer.fit(gan, datamodule=Shards(gan_data(), GAN_BATCH))
     gan_result = {"params": params_of(gan), "all_reduces": gan_counter.calls, "global_step": gan_trainer.global_step}
     torch.save({"windows": windows, "gan": gan_result}, out_dir / f"rank{trainer.global_rank}.pt")
+    # Lightning leaves the process group up after fit. Left to the interpreter's exit, gloo's worker threads can
+    # still hold tensors whose release needs the GIL during finalization: an occasional SIGABRT ("terminate called
+    # without an active exception", seen once on torch 2.13). torch's documented shutdown is this call.
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
