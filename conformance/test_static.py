@@ -12,19 +12,25 @@ from typing import Any
 import pytest
 
 from lightning_optimizer.conformance.outcomes import not_applicable
-from lightning_optimizer.spec import ImplementationInfo
+from lightning_optimizer.spec import ImplementationInfo, check_factory
 
 SNIPPET = """\
 from typing import reveal_type
 
 import torch
 
-from lightning_optimizer.spec import Cell, OptimizerWrapper, TrainingContext
+from lightning_optimizer.spec import Cell, GradScalerSettings, OptimizerWrapper, TrainingContext
 from {module} import conformance_info
 
 
 def check_factory() -> None:
-    concrete = conformance_info().factory(Cell("cpu", "32-true"), accumulate_grad_batches=1)
+    concrete = conformance_info().factory(
+        Cell("cpu", "32-true"),
+        accumulate_grad_batches=2,
+        gradient_clip_val=1.0,
+        gradient_clip_algorithm="value",
+        grad_scaler=GradScalerSettings(),
+    )
     reveal_type(concrete)
     context: TrainingContext = concrete
     model = concrete.prepare_module(torch.nn.Linear(2, 1))
@@ -50,7 +56,11 @@ def _search_root(module_name: str) -> Path | None:
 @pytest.mark.requirement("SURFACE-001", "SURFACE-002")
 @pytest.mark.varies(optimizer=("SGD", "Adam"))
 def test_static_surface(implementation: ImplementationInfo[Any], pytestconfig: pytest.Config, tmp_path: Path) -> None:
-    """Mypy --strict on a snippet that assigns the factory's context and wrappers to the protocols."""
+    """The factory takes the suite's call; mypy --strict accepts its context and wrappers as the protocols."""
+    try:
+        check_factory(implementation.factory)
+    except TypeError as error:
+        pytest.fail(str(error), pytrace=False)
     module = pytestconfig.getoption("impl").partition(":")[0]
     if pytestconfig.getoption("impl").partition(":")[2] not in ("", "conformance_info"):
         not_applicable("the static check needs the record behind a function named conformance_info")

@@ -1,7 +1,16 @@
 """The optimizer-wrapper contract: typed protocols, shared records and the requirement ids."""
 
+import importlib.metadata as _metadata
+
 from lightning_optimizer.spec.context import TrainingContext
-from lightning_optimizer.spec.implementation import Cell, ContextFactory, GradScalerSettings, ImplementationInfo
+from lightning_optimizer.spec.implementation import (
+    Cell,
+    ContextFactory,
+    GradScalerSettings,
+    ImplementationInfo,
+    check_factory,
+    implementation_info,
+)
 from lightning_optimizer.spec.requirements import REQUIREMENTS, requirement_group
 from lightning_optimizer.spec.types import (
     CONTRACT_VERSION,
@@ -31,5 +40,13 @@ __all__ = [
     "Precision",
     "StepOutcome",
     "TrainingContext",
+    "check_factory",
+    "implementation_info",
     "requirement_group",
 ]
+
+try:
+    # The one version of the distribution, pyproject.toml's; every package of it re-exports this value.
+    __version__: str = _metadata.version("lightning-optimizer")
+except _metadata.PackageNotFoundError:  # the sources imported without an install
+    __version__ = "0+unknown"

@@ -7,17 +7,27 @@ the construction of training contexts and the claims of what it supports.
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypedDict, TypeVar
 
 from lightning_optimizer.spec.context import TrainingContext
-from lightning_optimizer.spec.types import DeviceKind, Feature, Precision
+from lightning_optimizer.spec.types import CONTRACT_VERSION, DeviceKind, Feature, Precision
 
-__all__ = ["Cell", "ContextFactory", "GradScalerKwargs", "GradScalerSettings", "ImplementationInfo"]
+__all__ = [
+    "Cell",
+    "ContextFactory",
+    "GradScalerKwargs",
+    "GradScalerSettings",
+    "ImplementationInfo",
+    "check_factory",
+    "implementation_info",
+]
 
 ContextT_co = TypeVar("ContextT_co", bound=TrainingContext, covariant=True)
+ContextT = TypeVar("ContextT", bound=TrainingContext)
 
 
 @dataclass(frozen=True)
@@ -127,3 +137,74 @@ class ImplementationInfo(Generic[ContextT_co]):
     world_sizes: frozenset[int] = frozenset({1})
     features: frozenset[Feature] = frozenset()
     expected_failures: Mapping[str, str] = field(default_factory=dict)
+
+
+FACTORY_CALL = (
+    "factory(cell, *, accumulate_grad_batches=1, gradient_clip_val=None, gradient_clip_algorithm='norm', "
+    "grad_scaler=None)"
+)
+"""How the suite calls a context factory (see :class:`ContextFactory`)."""
+
+
+def check_factory(factory: object) -> None:
+    """Raise ``TypeError`` unless ``factory`` can be called as the suite calls it (:data:`FACTORY_CALL`).
+
+    The check binds the call to the factory's signature (a class: its constructor's); a callable whose signature
+    Python cannot read is accepted as it is.
+    """
+    if not callable(factory):
+        raise TypeError(f"a context factory must be callable, got {type(factory).__name__}")
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(
+            Cell("cpu", "32-true"),
+            accumulate_grad_batches=1,
+            gradient_clip_val=None,
+            gradient_clip_algorithm="norm",
+            grad_scaler=None,
+        )
+    except TypeError as error:
+        name = getattr(factory, "__qualname__", type(factory).__name__)
+        raise TypeError(
+            f"the context factory {name}{signature} cannot be called as the suite calls it, {FACTORY_CALL}: "
+            f"{error}. Give it the signature of lightning_optimizer.spec.ContextFactory"
+        ) from None
+
+
+def implementation_info(
+    factory: ContextFactory[ContextT],
+    *,
+    name: str,
+    version: str,
+    devices: Iterable[DeviceKind] = ("cpu",),
+    precisions: Iterable[Precision] = ("32-true",),
+    world_sizes: Iterable[int] = (1,),
+    features: Iterable[Feature] = (),
+    expected_failures: Mapping[str, str] | None = None,
+    contract_version: str = CONTRACT_VERSION,
+) -> ImplementationInfo[ContextT]:
+    """An :class:`ImplementationInfo` for ``factory``: a context class or function taking :data:`FACTORY_CALL`.
+
+    The claims may be any iterables of names (a set, a tuple); ``contract_version`` defaults to the version of
+    the installed contract. Raises ``TypeError`` when ``factory`` cannot take the suite's call, or a claim is a
+    single string instead of a collection of names.
+    """
+    check_factory(factory)
+    claims = {"devices": devices, "precisions": precisions, "world_sizes": world_sizes, "features": features}
+    for claim, names in claims.items():
+        if isinstance(names, str | bytes):
+            raise TypeError(f"{claim} must be a collection of names, got the string {names!r}: write {{{names!r}}}")
+    return ImplementationInfo(
+        name=name,
+        version=version,
+        contract_version=contract_version,
+        factory=factory,
+        devices=frozenset(devices),
+        precisions=frozenset(precisions),
+        world_sizes=frozenset(world_sizes),
+        features=frozenset(features),
+        expected_failures=dict(expected_failures or {}),
+    )

@@ -1,14 +1,18 @@
-"""The README's quickstart runs as written and does what the README says."""
+"""The README's examples run as written and do what the README says."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from lightning_optimizer.spec import StepOutcome
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+LEAKY_ENV = ("LIGHTNING_OPTIMIZER_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTHONPATH")
 
 
 def test_quickstart_runs_with_the_cadences_it_describes() -> None:
@@ -23,3 +27,23 @@ def test_quickstart_runs_with_the_cadences_it_describes() -> None:
     assert opt_gen.last_outcome is StepOutcome.ACCUMULATED
     assert opt_dis.last_outcome is StepOutcome.STEPPED
     assert all(p.grad is not None for p in namespace["gen"].parameters()), "batch 7's window should be open"
+
+
+def test_conformance_example_type_checks_and_passes_the_suite(tmp_path: Path) -> None:
+    """The README's ``my_conformance.py``, run with the README's commands in a folder of its own."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    example = next(block for block in blocks if "def conformance_info()" in block)
+    (tmp_path / "my_conformance.py").write_text(example, encoding="utf-8")
+    env = {key: value for key, value in os.environ.items() if key not in LEAKY_ENV}
+    script = Path(sys.executable).with_name("lightning-optimizer-conformance")
+    checks = "static_surface or configured_clipping or wrapper_surface"
+    command = [str(script), "--impl=my_conformance", "--devices=cpu", "-k", checks, "--report-md=conformance.md"]
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"exit {run.returncode}:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"
+    assert "test_static_surface" in run.stdout
+    assert "test_configured_clipping" in (tmp_path / "conformance.md").read_text(encoding="utf-8")
+    # test_static_surface's mypy run left its cache here: the README's own mypy command reuses it.
+    cache = tmp_path / ".pytest_cache" / "d" / "mypy"
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--config-file=", f"--cache-dir={cache}", "my_conformance.py"]
+    typed = subprocess.run(mypy, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert typed.returncode == 0, f"mypy --strict rejects the README's example:\n{typed.stdout}{typed.stderr}"

@@ -25,7 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TYPING = ROOT / "tests" / "typing"
 PASS_DIR = TYPING / "pass"
 MISUSE = TYPING / "fail" / "misuse.py"
-PASS_FILES = ("assert_types.py", "backward_then_step.py", "closure_step.py", "gan.py", "lightning_gan.py")
+PASS_FILES = (
+    "assert_types.py",
+    "backward_then_step.py",
+    "closure_step.py",
+    "gan.py",
+    "implementation_info.py",
+    "lightning_gan.py",
+)
 
 IGNORE = re.compile(r"\s*# type: ignore\[(?P<codes>[^\]]+)\]\s*$")
 DIAGNOSTIC = re.compile(

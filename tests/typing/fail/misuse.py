@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from lightning_optimizer.spec import OptimizerWrapper, StepOutcome
+from lightning_optimizer.reference import TrainingContext
+from lightning_optimizer.spec import Cell, OptimizerWrapper, StepOutcome, implementation_info
 
 
 class NoBackward:
@@ -83,3 +84,14 @@ def misuse(opt: OptimizerWrapper[torch.optim.SGD], loss: torch.Tensor, no_backwa
     opt.stepp()  # type: ignore[attr-defined]
     wrapper: OptimizerWrapper[torch.optim.SGD] = no_backward  # type: ignore[assignment]
     del wrapper
+
+
+def no_clipping(cell: Cell, *, accumulate_grad_batches: int = 1) -> TrainingContext:
+    """A factory that cannot take the suite's clipping and loss-scaler arguments."""
+    return TrainingContext(cell.precision, cell.device, accumulate_grad_batches)
+
+
+def misdescribed() -> None:
+    implementation_info(no_clipping, name="x", version="1")  # type: ignore[arg-type]
+    implementation_info(TrainingContext, name="x", version="1")  # type: ignore[arg-type]
+    implementation_info(TrainingContext, name="x", version="1", devices="cpu")  # type: ignore[arg-type]
