@@ -15,7 +15,7 @@ XLA_PIN := $(if $(filter 1,$(WITH_XLA)),torch_xla==$(TORCH_VERSION))
 EXAMPLES := $(sort $(wildcard examples/*.py))
 PY_SCRIPTS := scripts/peers
 
-.PHONY: env conformance test unit typecheck lint format clean examples peers mutation bench dimensions
+.PHONY: env conformance test unit typecheck lint format clean examples peers mutation bench dimensions dist
 
 env: $(VENV)/.project
 
@@ -74,9 +74,15 @@ examples: env
 
 test: unit conformance typecheck lint examples
 
+# The sdist and, built from it, the wheel, in dist/ (with the pinned setuptools: no build isolation, no download).
+# tests/test_packaging.py builds both the same way and installs the wheel into a fresh venv.
+dist: env
+	rm -rf dist
+	$(BIN)/python -m build --no-isolation --outdir dist .
+
 format: env
 	$(BIN)/ruff format . $(PY_SCRIPTS)
 	$(BIN)/ruff check --fix . $(PY_SCRIPTS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info $(REPORTS) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info $(REPORTS) .mypy_cache .pytest_cache .ruff_cache

@@ -24,6 +24,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 import torch
 
 from lightning_optimizer.spec import StepOutcome
+from lightning_optimizer.spec import __version__ as __version__
 
 __all__ = ["PeerContext", "PeerOptimizer"]
 

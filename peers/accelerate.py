@@ -20,13 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any, Literal, TypeVar, cast
 
-import accelerate  # type: ignore[import-untyped]
 import torch
-from accelerate import Accelerator
-from accelerate.data_loader import prepare_data_loader  # type: ignore[import-untyped]
-from accelerate.optimizer import AcceleratedOptimizer  # type: ignore[import-untyped]
-from accelerate.state import AcceleratorState, GradientState  # type: ignore[import-untyped]
-from accelerate.utils import GradScalerKwargs, is_torch_xla_available  # type: ignore[import-untyped]
 from torch.utils.data import DataLoader, IterableDataset
 
 from lightning_optimizer.peers import PeerOptimizer
@@ -38,6 +32,18 @@ from lightning_optimizer.spec import (
     Precision,
     StepOutcome,
 )
+
+try:
+    import accelerate  # type: ignore[import-untyped]
+    from accelerate import Accelerator
+    from accelerate.data_loader import prepare_data_loader  # type: ignore[import-untyped]
+    from accelerate.optimizer import AcceleratedOptimizer  # type: ignore[import-untyped]
+    from accelerate.state import AcceleratorState, GradientState  # type: ignore[import-untyped]
+    from accelerate.utils import GradScalerKwargs, is_torch_xla_available  # type: ignore[import-untyped]
+except ModuleNotFoundError as error:
+    raise ModuleNotFoundError(
+        f"{__name__} needs accelerate ({error}): pip install 'lightning-optimizer[peers]'", name=error.name
+    ) from error
 
 __all__ = ["NOT_CLAIMED", "TRANSLATIONS", "AccelerateContext", "conformance_info"]
 

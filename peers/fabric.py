@@ -16,11 +16,6 @@ from typing import Any, Literal, TypeVar, cast
 
 import torch
 import torch.distributed as dist
-from lightning_fabric import Fabric
-from lightning_fabric.__version__ import version as FABRIC_VERSION
-from lightning_fabric.accelerators.xla import XLAAccelerator
-from lightning_fabric.plugins.precision import MixedPrecision
-from lightning_fabric.wrappers import _FabricModule, _FabricOptimizer
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.peers import PeerOptimizer
@@ -32,6 +27,19 @@ from lightning_optimizer.spec import (
     Precision,
     StepOutcome,
 )
+
+try:
+    from lightning_fabric import Fabric
+    from lightning_fabric.__version__ import version as FABRIC_VERSION
+    from lightning_fabric.accelerators.xla import XLAAccelerator
+    from lightning_fabric.plugins.precision import MixedPrecision
+    from lightning_fabric.wrappers import _FabricModule, _FabricOptimizer
+except ModuleNotFoundError as error:
+    raise ModuleNotFoundError(
+        f"{__name__} needs lightning_fabric, which ships with pytorch-lightning ({error}): "
+        "pip install 'lightning-optimizer[peers]'",
+        name=error.name,
+    ) from error
 
 __all__ = ["NOT_CLAIMED", "TRANSLATIONS", "FabricContext", "conformance_info"]
 

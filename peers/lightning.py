@@ -18,15 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Literal, TypeVar, cast
 
-import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from pytorch_lightning.__version__ import version as LIGHTNING_VERSION
-from pytorch_lightning.accelerators import XLAAccelerator
-from pytorch_lightning.core.optimizer import LightningOptimizer
-from pytorch_lightning.plugins.precision import MixedPrecision
-from pytorch_lightning.trainer.configuration_validator import _verify_loop_configurations
-from pytorch_lightning.trainer.states import TrainerFn, TrainerStatus
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.peers import PeerOptimizer
@@ -38,6 +31,19 @@ from lightning_optimizer.spec import (
     Precision,
     StepOutcome,
 )
+
+try:
+    import pytorch_lightning as pl
+    from pytorch_lightning.__version__ import version as LIGHTNING_VERSION
+    from pytorch_lightning.accelerators import XLAAccelerator
+    from pytorch_lightning.core.optimizer import LightningOptimizer
+    from pytorch_lightning.plugins.precision import MixedPrecision
+    from pytorch_lightning.trainer.configuration_validator import _verify_loop_configurations
+    from pytorch_lightning.trainer.states import TrainerFn, TrainerStatus
+except ModuleNotFoundError as error:
+    raise ModuleNotFoundError(
+        f"{__name__} needs pytorch-lightning ({error}): pip install 'lightning-optimizer[peers]'", name=error.name
+    ) from error
 
 __all__ = ["NOT_CLAIMED", "TRANSLATIONS", "LightningContext", "conformance_info"]
 

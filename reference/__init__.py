@@ -12,5 +12,6 @@ Build a :class:`TrainingContext`, prepare the model with it, wrap each optimizer
 from lightning_optimizer.reference.conformance import conformance_info
 from lightning_optimizer.reference.context import CLOSURE_EVALUATING_OPTIMIZERS, TrainingContext
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
+from lightning_optimizer.spec import __version__ as __version__
 
 __all__ = ["CLOSURE_EVALUATING_OPTIMIZERS", "TrainingContext", "WrappedOptimizer", "conformance_info"]

@@ -16,11 +16,10 @@ from lightning_optimizer.spec import (
     DeviceKind,
     GradScalerSettings,
     ImplementationInfo,
+    __version__,
 )
 
 __all__ = ["conformance_info"]
-
-VERSION = "0.1.0"
 
 
 def _context_for(
@@ -49,7 +48,7 @@ def conformance_info() -> ImplementationInfo[TrainingContext]:
     devices: frozenset[DeviceKind] = frozenset(d for d in DEVICE_KINDS if d in SUPPORTED_DEVICES)
     return ImplementationInfo(
         name="lightning-optimizer reference",
-        version=VERSION,
+        version=__version__,
         contract_version=CONTRACT_VERSION,
         factory=_context_for,
         devices=devices,

@@ -32,10 +32,6 @@ from typing import Any, TypeVar, cast, overload
 
 import torch
 import torch.distributed as dist
-from pytorch_lightning import LightningModule, Trainer
-from pytorch_lightning.plugins.precision import DoublePrecision, HalfPrecision, Precision
-from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy, Strategy
-from pytorch_lightning.trainer.states import TrainerFn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.hooks import RemovableHandle
 
@@ -44,6 +40,17 @@ from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec.types import PRECISIONS
 from lightning_optimizer.spec.types import Precision as PrecisionName
+
+try:
+    from pytorch_lightning import LightningModule, Trainer
+    from pytorch_lightning.plugins.precision import DoublePrecision, HalfPrecision, Precision
+    from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy, Strategy
+    from pytorch_lightning.trainer.states import TrainerFn
+except ModuleNotFoundError as error:
+    raise ModuleNotFoundError(
+        f"{__name__} needs pytorch-lightning ({error}): pip install 'lightning-optimizer[lightning]'",
+        name=error.name,
+    ) from error
 
 __all__ = ["ReferenceDDPStrategy", "ReferencePrecision", "ReferenceSingleDeviceStrategy", "wrapped_optimizers"]
 

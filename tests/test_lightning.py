@@ -598,4 +598,6 @@ def test_the_reference_imports_without_lightning() -> None:
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False
     )
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.strip() == "integration needs pytorch_lightning"
+    message = completed.stdout.strip()
+    assert message.startswith("integration needs lightning_optimizer.reference.lightning needs pytorch-lightning")
+    assert message.endswith("pip install 'lightning-optimizer[lightning]'"), message
