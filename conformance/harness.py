@@ -7,15 +7,18 @@ plain PyTorch oracles in :mod:`lightning_optimizer.conformance.oracles`, never f
 from __future__ import annotations
 
 import itertools
+import re
+import types
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+import pytest
 import torch
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.spec import Cell, OptimizerWrapper, Precision, TrainingContext
+from lightning_optimizer.spec import REQUIREMENTS, Cell, OptimizerWrapper, Precision, TrainingContext
 
 __all__ = [
     "Halves",
@@ -33,6 +36,7 @@ __all__ = [
     "oracle_autocast",
     "oracle_scaler",
     "oracle_step_done",
+    "refuses",
     "run_steps",
     "tolerance_for",
 ]
@@ -212,3 +216,68 @@ def assert_params_close(
                 f"{what}: parameter {name!r} differs from the plain-PyTorch oracle on {cell.id} "
                 f"(max abs diff {diff:.3g}, rtol {tol.rtol}, atol {tol.atol})"
             )
+
+
+E = TypeVar("E", bound=BaseException)
+
+_WHY = re.compile(r"(?P<ids>[A-Z]+-\d{3}(?:, [A-Z]+-\d{3})*): \S")
+
+
+class _Refusal(Generic[E]):
+    """The context manager of :func:`refuses`: ``pytest.raises``, with the call and the rule named on a failure."""
+
+    def __init__(
+        self,
+        expected: type[E] | tuple[type[E], ...],
+        call: str,
+        why: str,
+        match: str | re.Pattern[str] | None,
+    ) -> None:
+        opening = _WHY.match(why)
+        unknown = [] if opening is None else [i for i in opening["ids"].split(", ") if i not in REQUIREMENTS]
+        if opening is None or unknown:
+            raise ValueError(f"refuses(why={why!r}) must open with known requirement ids and a colon: {unknown}")
+        names = [kind.__name__ for kind in (expected if isinstance(expected, tuple) else (expected,))]
+        self._expected = " or ".join(names)
+        self._call, self._why = call, why
+        self._raises = pytest.raises(expected, match=match)
+
+    def __enter__(self) -> pytest.ExceptionInfo[E]:
+        return self._raises.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: types.TracebackType | None,
+    ) -> bool:
+        __tracebackhide__ = True
+        if exc_type is None:
+            pytest.fail(f"{self._call} did not raise {self._expected} ({self._why})")
+        try:
+            return self._raises.__exit__(exc_type, exc_val, exc_tb)
+        except AssertionError as mismatch:  # the right type, but its message does not match ``match``
+            raise AssertionError(
+                f"{self._call} raised {exc_type.__name__}, but not with the message expected ({self._why}): {mismatch}"
+            ) from None
+
+
+def refuses(
+    expected: type[E] | tuple[type[E], ...],
+    call: str,
+    why: str,
+    *,
+    match: str | re.Pattern[str] | None = None,
+) -> _Refusal[E]:
+    """``pytest.raises(expected, match=match)`` whose failure says which call should have raised, and why.
+
+    ``call`` describes what the block calls, in the check's own terms (``"wrapper b's step() called from inside
+    wrapper a's running step()"``); ``why`` opens with the requirement ids and a colon, then says what the contract
+    expects (``"REENT-001: a step() re-entered while a step() of the same context runs is refused"``).
+
+    When the block raises nothing, the check fails with ``<call> did not raise <expected> (<why>)`` instead of a
+    bare ``DID NOT RAISE``. When it raises ``expected`` with a message that ``match`` does not find
+    (``re.search``), the failure names the call too. Everything else is ``pytest.raises``'s: an exception of another
+    type propagates unchanged, and the ``ExceptionInfo`` given to ``as`` holds the exception caught.
+    """
+    return _Refusal(expected, call, why, match)

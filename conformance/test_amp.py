@@ -22,6 +22,7 @@ from lightning_optimizer.conformance.harness import (
     oracle_autocast,
     oracle_scaler,
     oracle_step_done,
+    refuses,
     run_steps,
     tolerance_for,
 )
@@ -263,10 +264,20 @@ def test_manual_clip_after_unscale_gradients(make_context: MakeContext, cell: Ce
     assert_params_close(model, oracle, cell, "unscale_gradients(), clip_grad_norm_(0.05), step()")
     wrapper.backward(_loss(context, model, batches[0], cell))
     wrapper.unscale_gradients()
-    with pytest.raises(RuntimeError, match="unscale_gradients"):
+    with refuses(
+        RuntimeError,
+        "wrapper.step(make_optimizer_step=False) after unscale_gradients()",
+        "CLIP-002: a step() that would not close the window unscale_gradients() prepared is refused",
+        match="unscale_gradients",
+    ):
         wrapper.step(make_optimizer_step=False)
     prepared = [param.grad.detach().clone() for param in model.parameters() if param.grad is not None]
-    with pytest.raises(RuntimeError, match="unscale_gradients"):
+    with refuses(
+        RuntimeError,
+        "wrapper.zero_grad() after unscale_gradients(), before the closing step()",
+        "CLIP-002: a zero_grad() would discard the prepared gradients, so it is refused until the closing step()",
+        match="unscale_gradients",
+    ):
         wrapper.zero_grad()
     kept = [param.grad for param in model.parameters() if param.grad is not None]
     assert len(kept) == len(prepared) and all(torch.equal(a, b) for a, b in zip(kept, prepared, strict=True)), (
@@ -278,7 +289,12 @@ def test_manual_clip_after_unscale_gradients(make_context: MakeContext, cell: Ce
         wrapper.backward(_loss(context, model, batches[1], cell))
         wrapper.unscale_gradients()
 
-    with pytest.raises(RuntimeError, match="unscale_gradients"):
+    with refuses(
+        RuntimeError,
+        "wrapper.step(closure, make_optimizer_step=False) whose closure calls unscale_gradients()",
+        "CLIP-002: unscale_gradients() inside the closure of a step() that does not close the window is refused",
+        match="unscale_gradients",
+    ):
         wrapper.step(unscaling_closure, make_optimizer_step=False)
     assert all(param.grad is None for param in model.parameters()), (
         "unscale_gradients() in the closure of a step that does not close the window: the window must stay empty"

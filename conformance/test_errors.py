@@ -19,6 +19,7 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     mse,
+    refuses,
     run_steps,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy, oracle_mean_steps
@@ -52,7 +53,12 @@ def _assert_unchanged(model: torch.nn.Module, wrapper: Any, grads: list[torch.Te
 def test_non_callable_closure(make_context: MakeContext, cell: Cell, closure: object) -> None:
     """A closure that is not callable raises ``TypeError`` and changes nothing."""
     model, wrapper, grads = _open_window(make_context, cell)
-    with pytest.raises(TypeError, match=r"(?i)closure"):
+    with refuses(
+        TypeError,
+        f"wrapper.step({closure!r}) with a window open",
+        "ERR-001: a closure that is not callable is refused with TypeError before anything runs",
+        match=r"(?i)closure",
+    ):
         wrapper.step(closure)
     _assert_unchanged(model, wrapper, grads, f"step(closure={closure!r})")
 
@@ -64,7 +70,12 @@ def test_non_bool_make_optimizer_step(make_context: MakeContext, cell: Cell, val
     """A ``make_optimizer_step`` that is not a ``bool`` or ``None`` raises ``TypeError`` and changes nothing."""
     model, wrapper, grads = _open_window(make_context, cell)
     calls = []
-    with pytest.raises(TypeError, match="make_optimizer_step"):
+    with refuses(
+        TypeError,
+        f"wrapper.step(closure, make_optimizer_step={value!r}) with a window open",
+        "ERR-002: a make_optimizer_step that is not a bool or None is refused before anything runs",
+        match="make_optimizer_step",
+    ):
         wrapper.step(lambda: calls.append(1), make_optimizer_step=value)
     assert calls == [], "the closure ran although make_optimizer_step was invalid"
     _assert_unchanged(model, wrapper, grads, f"make_optimizer_step={value!r}")
@@ -75,7 +86,12 @@ def test_non_bool_make_optimizer_step(make_context: MakeContext, cell: Cell, val
 @pytest.mark.varies(faults=("invalid argument",))
 def test_invalid_accumulate_grad_batches(make_context: MakeContext, cell: Cell, value: object) -> None:
     """``accumulate_grad_batches`` that is not a positive ``int`` is refused at construction."""
-    with pytest.raises((TypeError, ValueError), match="accumulate_grad_batches"):
+    with refuses(
+        (TypeError, ValueError),
+        f"factory(cell, accumulate_grad_batches={value!r})",
+        "CTX-001: accumulate_grad_batches is a positive int, anything else is refused at construction",
+        match="accumulate_grad_batches",
+    ):
         make_context(accumulate_grad_batches=value)
 
 
@@ -88,7 +104,12 @@ def test_unknown_precision_or_device(
     """An unknown precision or device name raises ``ValueError`` naming it and the valid ones."""
     name: Any = value  # deliberately outside the Literal types
     bad = dataclasses.replace(cell, precision=name) if field == "precision" else dataclasses.replace(cell, device=name)
-    with pytest.raises(ValueError, match=value) as raised:
+    with refuses(
+        ValueError,
+        f"factory(cell) for a cell with {field}={value!r}",
+        "ERR-003: an unknown precision or device name is refused with ValueError naming the valid ones",
+        match=value,
+    ) as raised:
         implementation.factory(bad)
     valid = "32-true" if field == "precision" else "cpu"
     assert valid in str(raised.value), f"the error does not list the valid names: {raised.value}"
@@ -101,9 +122,10 @@ def test_wrapping_a_wrapper(make_context: MakeContext, cell: Cell) -> None:
     context = make_context()
     model = context.prepare_module(make_model())
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
-    with pytest.raises(TypeError):
+    why = "ERR-004: wrapping an object that is already a wrapper is refused with TypeError"
+    with refuses(TypeError, "context.wrap(wrapper) of a wrapper that this context made", why):
         context.wrap(wrapper)  # type: ignore[type-var]
-    with pytest.raises(TypeError):
+    with refuses(TypeError, "another context's wrap(wrapper) of a wrapper that the first context made", why):
         make_context().wrap(wrapper)  # type: ignore[type-var]
 
 
@@ -117,7 +139,11 @@ def test_state_dict_of_another_layout(make_context: MakeContext, cell: Cell) -> 
     run_steps(context, model, wrapper, make_batches(1), cell, lambda i: True)
     before = copy.deepcopy(wrapper.optimizer.state_dict())
     other = torch.optim.Adam(list(make_model().parameters())[:2], lr=0.1)
-    with pytest.raises(ValueError):
+    with refuses(
+        ValueError,
+        "wrapper.load_state_dict(state) of an Adam over 2 of the wrapper's 4 parameters",
+        "ERR-005: a state dict for another parameter layout is refused and leaves the inner state unchanged",
+    ):
         wrapper.load_state_dict(other.state_dict())
     after = wrapper.optimizer.state_dict()
     assert after["param_groups"] == before["param_groups"], "param_groups changed by a refused load"
@@ -192,7 +218,12 @@ def test_bad_arguments_leave_both_windows(make_context: MakeContext, cell: Cell)
             others_outcome = wrappers[other].last_outcome
             for what, arguments in bad:
                 calls.clear()
-                with pytest.raises(TypeError):
+                with refuses(
+                    TypeError,
+                    f"wrapper {name}'s step({what}) with both windows open",
+                    "ERR-001, ERR-002: a closure that is not callable, or a make_optimizer_step that is not a bool "
+                    "or None, is refused with TypeError before anything runs",
+                ):
                     wrappers[name].step(**arguments)
                 assert calls == [], f"wrapper {name}'s step({what}): a closure ran"
                 assert wrappers[other].last_outcome is others_outcome, (

@@ -29,6 +29,7 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     mse,
+    refuses,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
@@ -322,7 +323,11 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
                 raise AssertionError("an LBFGS step whose closure returned None did not raise")
             what = "an LBFGS step whose closure returned None"
         else:
-            with pytest.raises(_Boom):
+            with refuses(
+                _Boom,
+                f"the LBFGS wrapper's step(closure) whose closure {what}",
+                "CLOS-003: the exception of a closure that raises in any evaluation propagates out of step()",
+            ):
                 pair.lbfgs.step(closure)
             what = f"an LBFGS step whose closure {what}"
         if at == 3:
@@ -474,7 +479,12 @@ def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell)
     for what, arguments in bad:
         calls.clear()
         inner_steps.clear()
-        with pytest.raises(TypeError):
+        with refuses(
+            TypeError,
+            f"the LBFGS wrapper's step({what})",
+            "ERR-001, ERR-002: a closure that is not callable, or a make_optimizer_step that is not a bool or None, "
+            "is refused with TypeError before LBFGS starts a step",
+        ):
             wrapper.step(**arguments)
         assert calls == [], f"step({what}): the closure ran before the argument was refused"
         assert inner_steps == [], f"step({what}): LBFGS's step started before the argument was refused"
@@ -510,5 +520,9 @@ def test_lbfgs_evaluates_the_closure_itself(make_context: MakeContext, cell: Cel
     lbfgs_context = make_context(accumulate_grad_batches=2)
     lbfgs_model = lbfgs_context.prepare_module(make_model())
     lbfgs = torch.optim.LBFGS(lbfgs_model.parameters())
-    with pytest.raises(ValueError):
+    with refuses(
+        ValueError,
+        "wrap(LBFGS) in a context with accumulate_grad_batches=2, then its step(closure)",
+        "CLOS-002: an LBFGS cannot accumulate, so wrap refuses it when accumulate_grad_batches > 1",
+    ):
         lbfgs_context.wrap(lbfgs).step(lone.closure)

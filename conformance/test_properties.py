@@ -45,6 +45,7 @@ from lightning_optimizer.conformance.harness import (
     Batch,
     assert_params_close,
     cell_device,
+    refuses,
     tolerance_for,
 )
 from lightning_optimizer.conformance.outcomes import unavailable
@@ -238,9 +239,14 @@ class _Subject:
         flags = [param.requires_grad for param in params]
         values = [param.detach().clone() for param in params]
         grads = [None if param.grad is None else param.grad.detach().clone() for param in params]
-        with pytest.raises(ScheduleFault):
+        where = "toggle_model block" if call.form == "toggle_model" else "closure"
+        with refuses(
+            ScheduleFault,
+            f"{call}, whose {where} raises ScheduleFault",
+            f"CLOS-003: the exception raised in a step()'s {where} propagates",
+        ):
             self._attempt(call, batch, cell, [], raising=True)
-        what = f"after {call} raised in its {'toggle_model block' if call.form == 'toggle_model' else 'closure'}"
+        what = f"after {call} raised in its {where}"
         assert [param.requires_grad for param in params] == flags, f"{what}: requires_grad flags were not restored"
         for i, (param, value, grad) in enumerate(zip(params, values, grads, strict=True)):
             unchanged = _identical(param.detach(), value)

@@ -36,6 +36,7 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     oracle_autocast,
+    refuses,
     run_steps,
     tolerance_for,
 )
@@ -157,7 +158,11 @@ def test_context_state_for_another_layout_is_refused(make_context: MakeContext, 
     run_steps(other_shapes, wide_model, wide, make_batches(1), cell, lambda i: False)
 
     for what, other in (("two optimizers", two_optimizers), ("other parameter shapes", other_shapes)):
-        with pytest.raises(ValueError):
+        with refuses(
+            ValueError,
+            f"context.load_state_dict(state) of a context with {what}",
+            "CKPT-003: a state for another layout is refused with ValueError before anything changes",
+        ):
             context.load_state_dict(other.state_dict())
         for param, grad in zip(model.parameters(), grads, strict=True):
             assert grad is not None and param.grad is not None, f"a refused load ({what}) cleared a gradient"
@@ -189,7 +194,12 @@ def test_state_of_other_shapes_is_refused_with_its_windows_closed(
     assert wide.last_outcome in REAL_STEP, f"the saving context's window did not close: {wide.last_outcome}"
     values = [p.detach().clone() for p in model.parameters()]
     grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
-    with pytest.raises(ValueError):
+    with refuses(
+        ValueError,
+        "context.load_state_dict(state) of a context with other parameter shapes and every window closed "
+        f"(this context's window {'open' if open_here else 'closed'})",
+        "CKPT-003: a state for other parameter shapes is refused with ValueError, even when no window holds a gradient",
+    ):
         context.load_state_dict(other.state_dict())
     for i, (param, value, grad) in enumerate(zip(model.parameters(), values, grads, strict=True)):
         assert torch.equal(param.detach(), value), f"a refused load changed parameter {i}"
@@ -524,7 +534,11 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
     run(wide, wide_model, wide_wrappers, {0: (True, False)}, None)  # A's window closed, B's open: its shapes show
     others = {"one optimizer": one, "B's parameters of other shapes": wide, "a third optimizer": build(third=True)[0]}
     for what, other in others.items():
-        with pytest.raises(ValueError):
+        with refuses(
+            ValueError,
+            f"context.load_state_dict(state) of a context with {what}, two windows open here",
+            "CKPT-003: a state for another layout is refused with ValueError before anything changes",
+        ):
             context.load_state_dict(other.state_dict())
         _assert_same_grads(_grads_of(list(model.parameters())), grads, f"a refused load ({what})")
         assert_same_state(context.state_dict(), state, f"after a refused load ({what}), context.state_dict()")

@@ -15,6 +15,7 @@ from lightning_optimizer.conformance.harness import (
     oracle_autocast,
     oracle_scaler,
     oracle_step_done,
+    refuses,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.spec import Cell, TrainingContext
@@ -77,7 +78,14 @@ def test_toggle_model_block(make_context: MakeContext, cell: Cell) -> None:
         inside = _flags(model)
     assert inside == {"a": False, "b": True, "shared": True, "frozen_a": False, "frozen_b": False}, inside
     assert _flags(model) == before
-    with pytest.raises(KeyError), opt_b.toggle_model():
+    with (
+        refuses(
+            KeyError,
+            "opt_b.toggle_model() around a block that raises KeyError",
+            "TOGGLE-002: toggle_model() restores the flags when its block raises and lets the exception through",
+        ),
+        opt_b.toggle_model(),
+    ):
         raise KeyError("inside the block")
     assert _flags(model) == before, f"flags after a raising block: {_flags(model)}, before: {before}"
 
@@ -92,7 +100,12 @@ def test_raising_closure_restores_flags(make_context: MakeContext, cell: Cell) -
     def closure() -> None:
         raise ValueError("closure failed")
 
-    with pytest.raises(ValueError, match="closure failed"):
+    with refuses(
+        ValueError,
+        "opt_a.step(closure, make_optimizer_step=True) whose closure raises",
+        "CLOS-003: a closure's exception propagates out of step()",
+        match="closure failed",
+    ):
         opt_a.step(closure, make_optimizer_step=True)
     assert _flags(model) == before, f"flags after a raising closure: {_flags(model)}, before: {before}"
 
@@ -328,9 +341,22 @@ def test_toggling_follows_flags_and_groups_changed_after_wrap(make_context: Make
             assert _held(inside) == want, f"{phase}: flags inside {owner}.toggle_model() are {inside}, expected {want}"
             assert _flags(model) == flags, f"{phase}: flags after {owner}.toggle_model() are {_flags(model)}"
             _assert_gradients_only_where_on(before, model, want, f"{phase}, {owner}.toggle_model() block")
-            with pytest.raises(ValueError, match="closure failed"):
+            with refuses(
+                ValueError,
+                f"{phase}: wrapper {owner}'s step(closure, make_optimizer_step=False) whose closure raises",
+                "TOGGLE-002: a closure that raises gets every flag restored and its exception propagated",
+                match="closure failed",
+            ):
                 wrapper.step(_raise_inside, make_optimizer_step=False)
             assert _flags(model) == flags, f"{phase}: flags after {owner}'s raising closure are {_flags(model)}"
-            with pytest.raises(KeyError), wrapper.toggle_model():
+            with (
+                refuses(
+                    KeyError,
+                    f"{phase}: wrapper {owner}'s toggle_model() around a block that raises KeyError",
+                    "TOGGLE-002: toggle_model() restores the flags when its block raises and lets the exception "
+                    "through",
+                ),
+                wrapper.toggle_model(),
+            ):
                 raise KeyError("inside the block")
             assert _flags(model) == flags, f"{phase}: flags after {owner}'s raising block are {_flags(model)}"

@@ -35,6 +35,7 @@ from lightning_optimizer.conformance.harness import (
     mse,
     oracle_autocast,
     oracle_step_done,
+    refuses,
     run_steps,
 )
 from lightning_optimizer.conformance.oracles import expected_outcomes, oracle_copy, oracle_mean_steps
@@ -154,7 +155,12 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
     adam = context.wrap(torch.optim.Adam(model.parameters(), lr=ADAM_LR))
     before = _values(list(model.parameters()))
     for make_step in (True, None, False):
-        with pytest.raises(TypeError):
+        with refuses(
+            TypeError,
+            f"adam.step(closure, make_optimizer_step={make_step}, lr_factor=2.0) on an empty window (Adam's step() "
+            "takes no lr_factor)",
+            "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything runs",
+        ):
             adam.step(closure_for(model, adam, batches[0]), make_optimizer_step=make_step, lr_factor=2.0)
         assert calls == [], f"step(lr_factor=2.0, make_optimizer_step={make_step}) on Adam ran the closure"
         assert adam.last_outcome is None, f"a refused step() recorded the outcome {adam.last_outcome}"
@@ -182,10 +188,25 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
         for make_step in (False, None, True):
             for kwargs in bad:
                 what = f"step({', '.join(kwargs)}, make_optimizer_step={make_step}) with a window open"
-                with pytest.raises(TypeError):
+                given = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+                why = (
+                    "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything "
+                    "runs, on a call that only accumulates too"
+                )
+                with refuses(
+                    TypeError,
+                    f"wrapper.step(closure, make_optimizer_step={make_step}, {given}) with a window open (the inner "
+                    "step() takes lr_factor only)",
+                    why,
+                ):
                     wrapper.step(closure_for(model, wrapper, batches[1]), make_optimizer_step=make_step, **kwargs)
                 assert calls == [], f"{what} ran the closure"
-                with pytest.raises(TypeError):
+                with refuses(
+                    TypeError,
+                    f"wrapper.step(make_optimizer_step={make_step}, {given}) with a window open (the inner step() "
+                    "takes lr_factor only)",
+                    why,
+                ):
                     wrapper.step(make_optimizer_step=make_step, **kwargs)
                 assert inner.received == [], f"{what} reached the inner step"
                 assert wrapper.last_outcome is A, f"{what} changed the outcome to {wrapper.last_outcome}"
@@ -196,7 +217,12 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
             loss = mse(model, batches[1], device, dtype) * LOSS_FACTOR
         wrapper.backward(loss)
         window = _grads(params)
-        with pytest.raises(TypeError):
+        with refuses(
+            TypeError,
+            "wrapper.step(make_optimizer_step=None, lr_facter=2.0) after the window's last backward (the inner "
+            "step() takes lr_factor only)",
+            "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything runs",
+        ):
             wrapper.step(make_optimizer_step=None, lr_facter=2.0)
         _assert_same_grads(_grads(params), window, "a refused step(lr_facter=2.0) after the window's last backward")
         wrapper.step(make_optimizer_step=None, lr_factor=2.0)
@@ -412,7 +438,11 @@ def test_failed_inner_step_leaves_the_window(
             outcome, window, values = wrapper.last_outcome, _grads(params), _values(params)
             state = copy.deepcopy(context.state_dict()) if checkpointing and not plan.unscale_first else None
             inner.fail = True  # type: ignore[attr-defined]
-            with pytest.raises(_InnerStepFailure):
+            with refuses(
+                _InnerStepFailure,
+                f"a closing step() whose inner optimizer's step raises ({scenario})",
+                "TXN-001: the inner step's exception propagates out of step(), the window left as it was",
+            ):
                 call(batch_idx, backward=False, record=False)
             inner.fail = False  # type: ignore[attr-defined]
             what = f"a closing step whose inner step raised ({scenario})"
@@ -424,7 +454,11 @@ def test_failed_inner_step_leaves_the_window(
             if state is not None:
                 assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
             if plan.unscale_first:
-                with pytest.raises(RuntimeError):
+                with refuses(
+                    RuntimeError,
+                    f"wrapper.zero_grad() after unscale_gradients() and a failed closing step() ({scenario})",
+                    "CLIP-002: the window is still prepared, and a zero_grad() before its closing step() is refused",
+                ):
                     wrapper.zero_grad()  # still prepared: zero_grad() before the closing step is refused (CLIP-002)
                 _assert_same_grads(_grads(params), window, f"{what}, then a refused zero_grad(), the prepared window")
             if not plan.retry_in_next_batch:
@@ -524,7 +558,12 @@ def test_step_inside_a_running_step_is_refused(make_context: MakeContext, cell: 
                         f"wrapper {name}'s step(make_optimizer_step={outer_step}) whose closure called wrapper "
                         f"{target}'s step(make_optimizer_step={inner_step})"
                     )
-                    with pytest.raises(RuntimeError) as raised:
+                    with refuses(
+                        RuntimeError,
+                        what,
+                        "REENT-001: a step() called while a step() of the same context runs is refused with "
+                        "RuntimeError, and the outer call fails with it",
+                    ) as raised:
                         wrappers[name].step(reentering, make_optimizer_step=outer_step)
                     assert len(refused) == 1, f"{what}: the inner step() was not refused with RuntimeError"
                     assert raised.value is refused[0], (
@@ -616,9 +655,23 @@ def test_non_bool_sync_grad_and_is_last(make_context: MakeContext, cell: Cell, v
     ran: list[str] = []
     for owner in (wrapper, other):
         # Raised by the call or on entering the block: either way the block must not run.
-        with pytest.raises(TypeError), owner.toggle_model(sync_grad=value):  # type: ignore[arg-type]
+        with (
+            refuses(
+                TypeError,
+                f"{'the first' if owner is wrapper else 'the second'} wrapper's toggle_model(sync_grad={value!r})",
+                "ERR-009: a sync_grad that is not a bool is refused with TypeError before anything changes",
+            ),
+            owner.toggle_model(sync_grad=value),  # type: ignore[arg-type]
+        ):
             ran.append("toggle_model")
-    with pytest.raises(TypeError), context.batch(1, is_last=value):  # type: ignore[arg-type]
+    with (
+        refuses(
+            TypeError,
+            f"context.batch(1, is_last={value!r})",
+            "ERR-009: an is_last that is not a bool is refused with TypeError before anything changes",
+        ),
+        context.batch(1, is_last=value),  # type: ignore[arg-type]
+    ):
         ran.append("batch")
     assert ran == [], f"the blocks of {ran} ran with a flag of {value!r}"
     _assert_same_snapshot(_snapshot(model), before, f"refused toggle_model(sync_grad={value!r}) and batch(is_last=...)")
@@ -647,7 +700,11 @@ def test_wrap_of_an_optimizer_another_context_wraps(make_context: MakeContext, c
     inner = torch.optim.SGD(model.parameters(), lr=0.1)
     wrapper = first.wrap(inner)
     second = make_context()
-    with pytest.raises(ValueError):
+    with refuses(
+        ValueError,
+        "second.wrap(optimizer) of an optimizer that a first, live context wraps",
+        "ERR-010: wrap of an optimizer that another live training context already wraps is refused",
+    ):
         second.wrap(inner)
     other_model = second.prepare_module(make_model(seed=3))
     mine = second.wrap(torch.optim.SGD(other_model.parameters(), lr=0.1))
@@ -689,7 +746,12 @@ def test_wrap_of_an_optimizer_another_context_wraps(make_context: MakeContext, c
 @pytest.mark.varies(faults=("invalid argument",), clipping=("norm", "value"))
 def test_invalid_gradient_clip_val(make_context: MakeContext, cell: Cell, value: float, algorithm: str) -> None:
     """``gradient_clip_val`` of ``nan``, ``inf``, zero or less is refused with ``ValueError`` at construction."""
-    with pytest.raises(ValueError, match="gradient_clip_val"):
+    with refuses(
+        ValueError,
+        f"factory(cell, gradient_clip_val={value!r}, gradient_clip_algorithm={algorithm!r})",
+        "CTX-002: gradient_clip_val is None or a finite positive number, anything else is refused at construction",
+        match="gradient_clip_val",
+    ):
         make_context(gradient_clip_val=value, gradient_clip_algorithm=algorithm)
     for fine in (1, 0.5, 1e-6):
         make_context(gradient_clip_val=fine, gradient_clip_algorithm=algorithm)
@@ -974,6 +1036,7 @@ def test_state_or_copy_mid_step_is_refused(
             "copy.deepcopy(context)": lambda: copy.deepcopy(context),
             "pickle.dumps(wrapper b)": lambda: pickle.dumps(wrappers["b"]),
         }
+    calls_of = {what: "context.state_dict()" if what == "state_dict()" else what for what in takes}
     with context.batch(0):
         for name in ("a", "b"):
             wrappers[name].step(lambda name=name: wrappers[name].backward(losses[name](0)))
@@ -986,7 +1049,11 @@ def test_state_or_copy_mid_step_is_refused(
                     take()
 
                 before = _snapshot(model)
-                with pytest.raises(RuntimeError):
+                with refuses(
+                    RuntimeError,
+                    f"wrapper a's step(closure, make_optimizer_step={make_step}) whose closure calls {calls_of[what]}",
+                    "CKPT-004: a state or copy taken while a step() runs is refused with RuntimeError",
+                ):
                     wrappers["a"].step(closure, make_optimizer_step=make_step)
                 _assert_same_snapshot(
                     _snapshot(model), before, f"{what} inside the closure of step(make_optimizer_step={make_step})"
@@ -996,7 +1063,11 @@ def test_state_or_copy_mid_step_is_refused(
         wrappers["a"].unscale_gradients()
         before = _snapshot(model)
         for what, take in takes.items():
-            with pytest.raises(RuntimeError):
+            with refuses(
+                RuntimeError,
+                f"{calls_of[what]} after wrapper a's unscale_gradients(), before its closing step()",
+                "CKPT-004: a state or copy taken after unscale_gradients(), before the closing step(), is refused",
+            ):
                 take()
             _assert_same_snapshot(_snapshot(model), before, f"{what} after unscale_gradients()")
         wrappers["a"].step(make_optimizer_step=True)
@@ -1040,7 +1111,13 @@ def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, 
             wrappers["a"].unscale_gradients()
             wrappers["a"].backward(losses["a"](1))
 
-        with pytest.raises(RuntimeError):
+        with refuses(
+            RuntimeError,
+            "wrapper a's step(closure, make_optimizer_step=True) whose closure calls backward() after "
+            "unscale_gradients()",
+            "CLIP-002: a backward() after unscale_gradients() adds scaled gradients to prepared ones, so it is "
+            "refused until the closing step()",
+        ):
             wrappers["a"].step(closure, make_optimizer_step=True)
         _assert_same_snapshot(_snapshot(model), before, "a closing step whose closure ran backward() after unscaling")
         assert wrappers["a"].last_outcome is A, (
@@ -1050,7 +1127,12 @@ def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, 
         wrappers["a"].unscale_gradients()
         before = _snapshot(model)
         for name in ("a", "b"):
-            with pytest.raises(RuntimeError):
+            with refuses(
+                RuntimeError,
+                f"wrapper {name}'s backward(loss) after wrapper a's unscale_gradients(), before a's closing step()",
+                "CLIP-002: a backward() of any wrapper of the context is refused between unscale_gradients() and "
+                "the closing step()",
+            ):
                 wrappers[name].backward(losses[name](1))
             _assert_same_snapshot(
                 _snapshot(model), before, f"wrapper {name}'s backward() after a's unscale_gradients()"

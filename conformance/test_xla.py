@@ -45,6 +45,7 @@ from lightning_optimizer.conformance.harness import (
     mse,
     oracle_autocast,
     oracle_step_done,
+    refuses,
     tolerance_for,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy
@@ -477,6 +478,11 @@ def test_xla_without_torch_xla_names_it(implementation: ImplementationInfo[Any])
         not_applicable("not claimed (device xla)")
     if importlib.util.find_spec("torch_xla") is not None:
         unavailable("torch_xla is installed here, so its absence cannot be checked")
-    with pytest.raises(Exception, match="torch_xla") as raised:
+    with refuses(
+        Exception,
+        'factory(Cell("xla", "32-true")) where torch_xla cannot be imported',
+        "ERR-006: device xla without torch_xla raises an error that names torch_xla",
+        match="torch_xla",
+    ) as raised:
         implementation.factory(Cell("xla", "32-true"))
     assert not isinstance(raised.value, AssertionError)
