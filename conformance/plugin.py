@@ -333,6 +333,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return rep
     if result.outcome in (None, "passed"):
         result.outcome, result.reason = outcome, reason
+        if outcome == "deviation":  # the declared reason is the row's reason; keep what the check showed beside it
+            result.observed = _failure_message(rep)
     elif leak:
         result.outcome = "failed" if result.outcome == "deviation" else result.outcome
         result.reason = f"{result.reason}; {reason}" if result.reason else reason
@@ -368,13 +370,21 @@ def _classify(
                 f"unexpected pass: the check passes, but {entry.entry!r} ({entry.source}) declares it a "
                 f"deviation ({entry.reason}); remove that entry"
             )
-        crash = getattr(rep.longrepr, "reprcrash", None)
-        message = crash.message if crash is not None else rep.longreprtext.strip().splitlines()[-1:]
-        summary = message if isinstance(message, str) else "".join(message)
-        return ("failed" if rep.when == "call" else "error"), summary.strip()
+        return ("failed" if rep.when == "call" else "error"), _failure_message(rep)
     if rep.when == "call":
         return "passed", ""
     return None, ""
+
+
+def _failure_message(rep: pytest.TestReport) -> str:
+    """What a failed phase raised: its exception's type and message (with any notes), else the report's last line.
+
+    Also for a declared deviation: pytest reports it as an xfail, but keeps the failure's report.
+    """
+    crash = getattr(rep.longrepr, "reprcrash", None)
+    message = crash.message if crash is not None else rep.longreprtext.strip().splitlines()[-1:]
+    summary = message if isinstance(message, str) else "".join(message)
+    return summary.strip()
 
 
 def _declarations(config: pytest.Config) -> list[report.Declaration]:
@@ -425,7 +435,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Print the matrix and write the reports that were asked for."""
+    """Print the matrix, with one line of reason per failed or erroring cell; write the reports asked for."""
     results = list(config.stash.get(RESULTS_KEY, {}).values())
     if IMPL_KEY not in config.stash:
         return

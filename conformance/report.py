@@ -2,13 +2,33 @@
 
 Besides the matrix, a report lists the declared deviations (stale ones say why) and what failed the run as a
 whole (a required device on which nothing ran, stale entries under ``--strict-expected-failures``).
+
+What the reports leave out: a result that is ``n/a`` because its cell is not claimed (the cell's device,
+precision or world size is outside the implementation's ``claims``) is not listed; ``summary["n/a_left_out"]``
+counts those results and ``left_out`` names their cells and says why. Every other result is listed, an ``n/a``
+one inside a claimed cell included: it carries its own reason (the check does not apply to that cell, or needs a
+feature that is not claimed). The outcome counts of ``summary`` are those of the listed results, so the values of
+``summary`` add up to every result of the run.
+
+A result row (schema version 2) has ``check``, ``requirements``, ``device``, ``precision``, ``world_size``,
+``outcome``, ``reason``, ``observed`` and ``duration_s``. ``reason`` is why the outcome is what it is: the
+failure's message for ``failed`` and ``error``, the declared reason for ``deviation``. ``observed`` is the
+failure a declared deviation actually showed (empty for every other outcome), so that a reader can tell whether
+the check still fails the way the declaration says.
+
+The terminal matrix is followed by one line per failed or erroring cell (at most :data:`REASON_LINES`), the
+first meaningful line of its failure cut to :data:`REASON_WIDTH` characters. The Markdown page puts a reason
+that spans several lines, or is longer than one line of the terminal, in a collapsed ``<details>`` block with a
+fenced code block, below its one-line form; its text escapes what Markdown would act on (``|`` in table cells).
 """
 
 from __future__ import annotations
 
+import html
 import importlib.metadata
 import json
 import platform
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -16,7 +36,7 @@ from typing import Any
 
 import torch
 
-from lightning_optimizer.conformance.selection import devices_found
+from lightning_optimizer.conformance.selection import WORLD_SIZES, devices_found
 from lightning_optimizer.spec import DEVICE_KINDS, PRECISIONS, ImplementationInfo
 
 __all__ = [
@@ -24,7 +44,9 @@ __all__ = [
     "Declaration",
     "Result",
     "build",
+    "describe_cells",
     "environment",
+    "one_line",
     "render_run_notes",
     "render_terminal",
     "to_json",
@@ -32,7 +54,21 @@ __all__ = [
 ]
 
 OUTCOMES = ("passed", "failed", "error", "deviation", "n/a", "unavailable")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Version 2 added ``observed`` to each result, and left out the n/a results of unclaimed cells (counted in
+``summary["n/a_left_out"]``, described by ``left_out``); version 1 listed every result."""
+LEFT_OUT = "n/a_left_out"
+"""The key of ``summary`` that counts the n/a results left out (their cells are not claimed)."""
+LEFT_OUT_WHY = (
+    "not claimed: results are not listed where the cell's device, precision or world size is outside the "
+    "implementation's claims (every check is n/a there); summary.n/a_left_out counts them"
+)
+REASON_WIDTH = 160
+"""The widest line of reason: in the terminal, and in Markdown before a reason goes into a details block."""
+REASON_LINES = 20
+"""The most failed or erroring cells the terminal gives a line of reason; the reports list every one."""
+_GROUP_MIN = 40
+"""A bracketed value this long or longer may be cut to ``(...)`` in a reason that does not fit on one line."""
 _SYMBOLS = {
     "passed": "ok",
     "failed": "FAIL",
@@ -55,6 +91,8 @@ class Result:
     world_size: int | None
     outcome: str | None = None
     reason: str = ""
+    observed: str = ""
+    """For a declared deviation, the failure the check showed (``reason`` is then the declared reason)."""
     duration_s: float = 0.0
     column: str = field(init=False, repr=False)
 
@@ -100,13 +138,18 @@ def build(
     required_devices: Sequence[str] = (),
     run_failures: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The report document (the JSON schema).
+    """The report document (the JSON schema, see the module's docstring).
 
-    ``declarations``: every expected-failure entry; ``run_failures``: why the run fails beyond its results.
+    ``declarations``: every expected-failure entry; ``run_failures``: why the run fails beyond its results. The
+    n/a results of cells that ``info`` does not claim are left out: counted in ``summary["n/a_left_out"]``, their
+    cells named in ``left_out["cells"]``.
     """
-    rows = [asdict(result) | {"outcome": result.outcome or "error"} for result in results]
-    for row in rows:
+    rows: list[dict[str, Any]] = []
+    left_out: list[dict[str, Any]] = []
+    for result in results:
+        row = asdict(result) | {"outcome": result.outcome or "error"}
         del row["column"]
+        (left_out if row["outcome"] == "n/a" and not _claimed(info, result) else rows).append(row)
     counts = Counter(row["outcome"] for row in rows)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -120,32 +163,50 @@ def build(
         },
         "env": environment(),
         "results": rows,
-        "summary": {outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
+        "summary": {outcome: counts.get(outcome, 0) for outcome in OUTCOMES} | {LEFT_OUT: len(left_out)},
+        "left_out": {
+            "cells": sorted({_column(row) for row in left_out}, key=_column_key),
+            "why": LEFT_OUT_WHY,
+        },
         "expected_failures": [asdict(declaration) for declaration in declarations],
         "required_devices": list(required_devices),
         "run_failures": list(run_failures),
     }
 
 
+def _claimed(info: ImplementationInfo[Any], result: Result) -> bool:
+    """Whether the implementation claims the result's cell (a check without a cell: always)."""
+    return result.device is None or (
+        result.device in info.devices and result.precision in info.precisions and result.world_size in info.world_sizes
+    )
+
+
+_ORDER: dict[str, int] = {name: i for i, name in enumerate(DEVICE_KINDS + PRECISIONS)}
+
+
+def _column_key(column: str) -> tuple[int, ...]:
+    if column == _ANY_CELL:
+        return (-1,)
+    device, precision, world = column.split("/")
+    return (_ORDER[device], int(world.removeprefix("ws")), _ORDER[precision])
+
+
+def _column(row: dict[str, Any]) -> str:
+    """A result row's cell as the matrix names it: ``device/precision/wsN``, or ``any``."""
+    return _ANY_CELL if row["device"] is None else f"{row['device']}/{row['precision']}/ws{row['world_size']}"
+
+
 def _matrix(document: dict[str, Any]) -> tuple[list[str], list[tuple[str, str, dict[str, str]]]]:
     """Columns (cells) and rows (check, requirement ids, outcome per column)."""
-    order: dict[str, int] = {name: i for i, name in enumerate(DEVICE_KINDS + PRECISIONS)}
-
-    def column_key(column: str) -> tuple[int, ...]:
-        if column == _ANY_CELL:
-            return (-1,)
-        device, precision, world = column.split("/")
-        return (order[device], int(world.removeprefix("ws")), order[precision])
-
     columns: set[str] = set()
     rows: dict[str, tuple[str, dict[str, str]]] = {}
     for row in document["results"]:
-        column = _ANY_CELL if row["device"] is None else f"{row['device']}/{row['precision']}/ws{row['world_size']}"
+        column = _column(row)
         columns.add(column)
         _, outcomes = rows.setdefault(row["check"], (" ".join(row["requirements"]), {}))
         outcomes[column] = row["outcome"]
     ordered = sorted(rows.items(), key=lambda item: (item[1][0], item[0]))
-    return sorted(columns, key=column_key), [(check, reqs, outcomes) for check, (reqs, outcomes) in ordered]
+    return sorted(columns, key=_column_key), [(check, reqs, outcomes) for check, (reqs, outcomes) in ordered]
 
 
 def _shown(columns: list[str], rows: list[tuple[str, str, dict[str, str]]]) -> tuple[list[str], list[str]]:
@@ -154,27 +215,118 @@ def _shown(columns: list[str], rows: list[tuple[str, str, dict[str, str]]]) -> t
     return shown, [c for c in columns if c not in shown]
 
 
+_GROUP = re.compile(rf"\([^()]{{{_GROUP_MIN},}}\)|\[[^\[\]]{{{_GROUP_MIN},}}\]")
+"""An innermost bracketed value of at least ``_GROUP_MIN`` characters between its brackets."""
+
+
+def one_line(reason: str, width: int = REASON_WIDTH) -> str:
+    """A failure's reason as one line of at most ``width`` characters.
+
+    The first non-blank line (an exception's type and message; an ``AssertionError``'s message alone), joined
+    with the next one where it is only an exception's type. Too long, it loses its longest bracketed values
+    (``Call(...)``) first, then its end (cut with ``...``). ``(no message)`` for an empty reason.
+    """
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    first = lines[0]
+    if len(lines) > 1 and re.fullmatch(r"[A-Za-z_][\w.]*:?", first):
+        first = f"{first.removesuffix(':')}: {lines[1]}"
+    first = first.removeprefix("AssertionError: ")
+    while len(first) > width and (groups := list(_GROUP.finditer(first))):
+        longest = max(groups, key=lambda match: len(match[0]))
+        first = f"{first[: longest.start() + 1]}...{first[longest.end() - 1 :]}"
+    return first if len(first) <= width else first[: max(width - 3, 1)].rstrip() + "..."
+
+
+def _problems(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The failed and erroring results, in the matrix's order (rows, then cells)."""
+    problems = [row for row in document["results"] if row["outcome"] in ("failed", "error")]
+    return sorted(problems, key=lambda r: (" ".join(r["requirements"]), r["check"], _column_key(_column(r))))
+
+
+def _reason_lines(document: dict[str, Any]) -> list[str]:
+    """One line per failed or erroring cell (at most ``REASON_LINES``): outcome, check, cell, first line of why."""
+    problems = _problems(document)
+    if not problems:
+        return []
+    cells = "cell" if len(problems) == 1 else "cells"
+    lines = [f"why ({len(problems)} failed or erroring {cells}; the first line of each failure):"]
+    for row in problems[:REASON_LINES]:
+        prefix = f"  {_SYMBOLS[row['outcome']]:<4} {row['check']} ({_column(row)}): "
+        lines.append(prefix + one_line(row["reason"], max(REASON_WIDTH - len(prefix), 40)))
+    if len(problems) > REASON_LINES:
+        lines.append(
+            f"  ... and {len(problems) - REASON_LINES} more: the JSON and Markdown reports (--report-json, "
+            "--report-md) give every reason in full"
+        )
+    return lines
+
+
+def describe_cells(cells: Sequence[str]) -> str:
+    """Cells ``device/precision/wsN`` in short, e.g. ``cpu/ws1: 16-mixed, bf16-true; cpu/ws2; cuda``.
+
+    A device and world size alone stands for every precision there; a device alone, for every cell of it.
+    """
+    places: dict[str, dict[int, list[str]]] = {}
+    for cell in sorted(cells, key=_column_key):
+        if cell != _ANY_CELL:
+            device, precision, ws = cell.split("/")
+            places.setdefault(device, {}).setdefault(int(ws.removeprefix("ws")), []).append(precision)
+    parts = []
+    for device, worlds in places.items():
+        whole = {world for world, precisions in worlds.items() if set(precisions) == set(PRECISIONS)}
+        if whole == set(WORLD_SIZES):
+            parts.append(device)
+            continue
+        for world, precisions in worlds.items():
+            parts.append(f"{device}/ws{world}" + ("" if world in whole else f": {', '.join(precisions)}"))
+    return "; ".join(parts)
+
+
+def _left_out(document: dict[str, Any]) -> tuple[int, list[str]]:
+    """How many n/a results of unclaimed cells the document leaves out, and their cells."""
+    cells: list[str] = document.get("left_out", {}).get("cells", [])
+    return int(document["summary"].get(LEFT_OUT, 0)), cells
+
+
+def _summary_text(document: dict[str, Any]) -> str:
+    summary = document["summary"]
+    text = ", ".join(f"{summary[o]} {o}" for o in OUTCOMES)
+    count, _ = _left_out(document)
+    return text + (f"; {count} n/a left out (cells not claimed)" if count else "")
+
+
 def render_terminal(document: dict[str, Any]) -> list[str]:
-    """The matrix as fixed-width lines: rows are checks, columns are cells (all-n/a cells listed below)."""
+    """The matrix as fixed-width lines, then one line of reason per failed or erroring cell, then the run notes.
+
+    Rows are checks, columns are the claimed cells; cells that are n/a throughout and the unclaimed cells left
+    out of the document are named below the table.
+    """
     columns, rows = _matrix(document)
     columns, hidden = _shown(columns, rows)
-    check_width = max([len("check")] + [len(check) for check, _, _ in rows])
-    widths = [max(len(column), 4) for column in columns]
-    lines = ["  ".join(["check".ljust(check_width), *(c.ljust(w) for c, w in zip(columns, widths, strict=True))])]
-    for check, _, outcomes in rows:
-        cells = [_SYMBOLS.get(outcomes.get(c, ""), "") for c in columns]
-        lines.append(
-            "  ".join([check.ljust(check_width), *(s.ljust(w) for s, w in zip(cells, widths, strict=True))]).rstrip()
-        )
+    lines = []
+    if rows:
+        check_width = max([len("check")] + [len(check) for check, _, _ in rows])
+        widths = [max(len(column), 4) for column in columns]
+        header = ["check".ljust(check_width), *(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+        lines.append("  ".join(header).rstrip())
+        for check, _, outcomes in rows:
+            symbols = [_SYMBOLS.get(outcomes.get(c, ""), "").ljust(w) for c, w in zip(columns, widths, strict=True)]
+            lines.append("  ".join([check.ljust(check_width), *symbols]).rstrip())
+    else:
+        lines.append("no check ran in a cell the implementation claims")
     if hidden:
-        lines.append(f"n/a throughout (not claimed or not applicable): {', '.join(hidden)}")
-    summary = document["summary"]
-    lines.append("summary: " + ", ".join(f"{summary[o]} {o}" for o in OUTCOMES))
+        lines.append(f"n/a throughout (not applicable, or a feature not claimed): {', '.join(hidden)}")
+    count, left = _left_out(document)
+    if left:
+        lines.append(f"not claimed, left out of the matrix and the reports ({count} n/a): {describe_cells(left)}")
+    lines.append("summary: " + _summary_text(document))
     lines.append(
-        "legend: ok passed, FAIL failed, ERR error, dev declared deviation, n/a not claimed or not "
-        "applicable, -- unavailable on this machine"
+        "legend: ok passed, FAIL failed, ERR error, dev declared deviation, n/a not applicable or a feature not "
+        "claimed, -- unavailable on this machine"
     )
-    return lines + render_run_notes(document)
+    return lines + _reason_lines(document) + render_run_notes(document)
 
 
 def _stale(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -197,8 +349,64 @@ def to_json(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=False) + "\n"
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_<>|\[\]~])")
+
+
+def _md_text(text: str) -> str:
+    """Plain text for a Markdown paragraph or table cell: every character Markdown or HTML would act on escaped."""
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def _md_code(text: str, *, in_table: bool = False) -> str:
+    """Text as an inline code span; in a table cell with ``|`` escaped, so that the cell does not split there."""
+    return f"`{text}`".replace("|", "\\|") if in_table else f"`{text}`"
+
+
+def _needs_block(text: str) -> bool:
+    return "\n" in text.strip() or len(text.strip()) > REASON_WIDTH
+
+
+def _md_block(label: str, text: str, indent: str = "  ") -> list[str]:
+    """``text`` in full, in a collapsed ``<details>`` block with a fenced code block, inside a list item."""
+    body = [line.rstrip() for line in text.strip("\n").splitlines()]
+    runs = [len(run) for run in re.findall(r"`+", text)]
+    fence = "`" * max([3, *(n + 1 for n in runs)])
+    size = "1 line" if len(body) == 1 else f"{len(body)} lines"
+    return [
+        "",
+        f"{indent}<details><summary>{html.escape(label)} ({size})</summary>",
+        "",
+        f"{indent}{fence}text",
+        *(f"{indent}{line}".rstrip() for line in body),
+        f"{indent}{fence}",
+        "",
+        f"{indent}</details>",
+        "",
+    ]
+
+
+def _md_problem(row: dict[str, Any]) -> list[str]:
+    """The list item of one failed, erroring or deviating result: its reason on one line, in full below if long."""
+    where = "any cell" if row["device"] is None else _column(row)
+    reason, observed = row["reason"], row.get("observed", "")
+    head = f"- {_md_code(row['check'])} on {where}: **{row['outcome']}**: {_md_text(one_line(reason))}"
+    if row["outcome"] == "deviation" and observed:
+        head += f"; observed: {_md_text(one_line(observed))}"
+    lines = [head]
+    if _needs_block(reason):
+        lines += _md_block("declared reason" if row["outcome"] == "deviation" else "full message", reason)
+    if row["outcome"] == "deviation" and _needs_block(observed):
+        lines += _md_block("observed failure", observed)
+    return lines
+
+
 def to_markdown(document: dict[str, Any]) -> str:
-    """The report as a Markdown page with the matrix and the failures' reasons."""
+    """The report as a Markdown page: the matrix, then each failure's, error's and deviation's reason.
+
+    A reason is given on one line in its list item (a deviation's: the declared reason, then the failure it
+    showed); one that spans several lines or is longer than ``REASON_WIDTH`` follows in full, in a collapsed
+    details block. Text in table cells escapes ``|``.
+    """
     impl, env = document["impl"], document["env"]
     columns, rows = _matrix(document)
     columns, hidden = _shown(columns, rows)
@@ -209,29 +417,34 @@ def to_markdown(document: dict[str, Any]) -> str:
         f"torch_xla {env['torch_xla']}, Lightning {env['lightning']}, Python {env['python']}; devices found: "
         f"{', '.join(env['devices_found'])}.",
         "",
-        "Summary: " + ", ".join(f"{document['summary'][o]} {o}" for o in OUTCOMES) + ".",
+        "Summary: " + _summary_text(document) + ".",
         "",
-        "| check | requirements | " + " | ".join(columns) + " |",
-        "|---|---|" + "---|" * len(columns),
     ]
-    for check, reqs, outcomes in rows:
-        lines.append(f"| `{check}` | {reqs} | " + " | ".join(outcomes.get(c, "") for c in columns) + " |")
+    if rows:
+        lines += ["| check | requirements | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+        for check, reqs, outcomes in rows:
+            cells = [_md_text(reqs), *(outcomes.get(c, "") for c in columns)]
+            lines.append(f"| {_md_code(check, in_table=True)} | " + " | ".join(cells) + " |")
+    else:
+        lines.append("No check ran in a cell the implementation claims.")
     if hidden:
         lines += [
             "",
-            f"Cells that are n/a for every check (not claimed or not applicable): {', '.join(hidden)}.",
+            f"Cells that are n/a for every check (not applicable, or a feature not claimed): {', '.join(hidden)}.",
         ]
-    problems = [r for r in document["results"] if r["outcome"] in ("failed", "error", "deviation")]
+    count, left = _left_out(document)
+    if left:
+        lines += ["", f"Cells not claimed, left out of the report ({count} n/a results): {describe_cells(left)}."]
+    problems = _problems(document) + [r for r in document["results"] if r["outcome"] == "deviation"]
     if problems:
         lines += ["", "## Failures, errors and deviations", ""]
-        for r in problems:
-            where = "any cell" if r["device"] is None else f"{r['device']}/{r['precision']}/ws{r['world_size']}"
-            lines.append(f"- `{r['check']}` on {where}: **{r['outcome']}**: {r['reason']}")
+        for row in problems:
+            lines += _md_problem(row)
     stale = _stale(document)
     if stale:
         lines += ["", "## Stale expected-failure entries", ""]
-        lines += [f"- `{row['entry']}` ({row['source']}): {row['why_stale']}" for row in stale]
+        lines += [f"- {_md_code(row['entry'])} ({row['source']}): {_md_text(row['why_stale'])}" for row in stale]
     if document.get("run_failures"):
         lines += ["", "## The run failed", ""]
-        lines += [f"- {failure}" for failure in document["run_failures"]]
-    return "\n".join(lines) + "\n"
+        lines += [f"- {_md_text(failure)}" for failure in document["run_failures"]]
+    return "\n".join(lines).rstrip("\n") + "\n"

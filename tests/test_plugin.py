@@ -40,7 +40,10 @@ MISSING_DEVICE = next(
 )
 """A device this machine lacks, for a run that requires it (``None`` where it has them all)."""
 USAGE_ERROR = 4
-RESULT_KEYS = {"check", "requirements", "device", "precision", "world_size", "outcome", "reason", "duration_s"}
+RESULT_KEYS = {
+    *("check", "requirements", "device", "precision", "world_size"),
+    *("outcome", "reason", "observed", "duration_s"),
+}
 _LEAKY_ENV = ("LIGHTNING_OPTIMIZER_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 
 Run = subprocess.CompletedProcess[str]
@@ -558,7 +561,9 @@ def test_required_device_on_which_nothing_ran_fails_the_run(reported: dict[str, 
     """Every selected cell is n/a (the implementation claims only 64-true): the required device ran nothing."""
     got = reported["required-device-nothing-ran"]
     assert got.run.returncode == 1, _explain(got.run)
-    assert {row["outcome"] for row in got.document["results"]} == {"n/a"}
+    assert got.document["results"] == []  # n/a in unclaimed cells: left out, counted
+    assert got.document["summary"]["n/a_left_out"] > 0
+    assert "cpu/32-true/ws1" in got.document["left_out"]["cells"]
     failure = "required device cpu: no check ran on it (--require-devices); select some of its cells"
     assert got.document["run_failures"] == [failure]
     assert f"run failed: {failure}" in got.run.stdout
@@ -645,17 +650,20 @@ def test_help_lists_the_suite_options(batch: dict[str, Run]) -> None:
 
 
 def test_unclaimed_precision_is_na_impl_from_environment(reported: dict[str, Reported]) -> None:
-    """Claims ``64-true`` only; the implementation is named by ``LIGHTNING_OPTIMIZER_IMPL`` instead of ``--impl``."""
+    """Claims ``64-true`` only; the implementation is named by ``LIGHTNING_OPTIMIZER_IMPL`` instead of ``--impl``.
+
+    The n/a results of the unclaimed precisions are left out of the report and counted.
+    """
     got = reported["only-fp64-from-env"]
     assert got.run.returncode == 0, _explain(got.run)
     assert got.document["impl"]["name"] == "fp64 only"
     assert got.document["claims"]["precisions"] == ["64-true"]
-    row = result(got.document, "test_wrapper_surface", "cpu/32-true/ws1")
-    assert row["outcome"] == "n/a"
-    assert row["reason"] == "not claimed (precision 32-true)"
+    assert [row["precision"] for row in got.document["results"]] == ["64-true"]
     assert result(got.document, "test_wrapper_surface", "cpu/64-true/ws1")["outcome"] == "passed"
     assert got.document["summary"]["passed"] == 1
-    assert got.document["summary"]["n/a"] == len(PRECISIONS) - 1
+    assert got.document["summary"]["n/a"] == 0
+    assert got.document["summary"]["n/a_left_out"] == len(PRECISIONS) - 1
+    assert got.document["left_out"]["cells"] == [f"cpu/{p}/ws1" for p in PRECISIONS if p != "64-true"]
 
 
 def test_filters_limit_the_cells(reported: dict[str, Reported]) -> None:
@@ -700,7 +708,9 @@ def test_reference_json_document(reference: Reported) -> None:
         assert isinstance(row["duration_s"], float), row
         assert row["duration_s"] >= 0, row
     summary = document["summary"]
-    assert set(summary) == set(OUTCOMES)
+    assert set(summary) == {*OUTCOMES, "n/a_left_out"}
+    assert summary["n/a_left_out"] == 0  # the reference claims every cell: nothing is left out
+    assert document["left_out"]["cells"] == []
     assert sum(summary.values()) == len(results)
     for outcome in OUTCOMES:
         assert summary[outcome] == sum(row["outcome"] == outcome for row in results)
