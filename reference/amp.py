@@ -106,6 +106,9 @@ class GradScaling(LossScaling):
         if not _gradients(optimizer):
             step(**kwargs)  # nothing to unscale, nothing to find non-finite: GradScaler.step would refuse
             return True
+        if torch_compat.steps_through_inf(optimizer) and torch_compat.found_inf(self._scaler, optimizer):
+            self._stepped_since_update = True
+            return False  # a fused step would run, and its step hooks fire, for an update it then skips [PROXY-004]
         self._scaler.step(optimizer, **kwargs)
         self._stepped_since_update = True
         return not torch_compat.found_inf(self._scaler, optimizer)

@@ -180,7 +180,15 @@ class TrainingContext:
         return _Batch(self, batch_idx, is_last)
 
     def _end_iteration(self) -> None:
-        self._scaling.update(param for slot in self._slots if slot.pending > 0 for param in slot.params())
+        """The iteration's scaler update [AMP-003], unless a prepared window still waits for its real step.
+
+        A prepared window's gradients are unscaled, and the scaler's record of that unscaling must survive until
+        its step: the update then follows that step. Every other window that holds gradients (micro-steps, or a
+        backward not yet stepped) holds them at the old scale, and the update rescales them [AMP-006].
+        """
+        if any(slot.stage is WindowStage.PREPARED for slot in self._slots):
+            return
+        self._scaling.update(param for slot in self._slots for param in slot.params())
 
     # -- the step: one transaction through the stages ---------------------------------------------------
 
@@ -313,7 +321,8 @@ class TrainingContext:
         return result
 
     def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
-        """One evaluation of a closure-evaluating optimizer's closure: toggled, then reduced and clipped."""
+        """One evaluation of a closure-evaluating optimizer's closure: zeroed, toggled, reduced, clipped [CLOS-004]."""
+        self._slots[index].optimizer.zero_grad(set_to_none=True)
         loss = self._run_closure(index, closure, sync_grad=True)
         self._reduce_gradients(self._slots[index])
         self._clip(self._slots[index])

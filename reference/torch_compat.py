@@ -1,7 +1,8 @@
 """Every private field of torch that the reference reads or writes, in one place.
 
 ``torch.amp.GradScaler`` keeps per-optimizer stages and found-inf tensors that its public API does not expose, and
-an LR scheduler marks the optimizer it patched. ``tests/test_reference.py`` pins each of these against the torch
+an LR scheduler marks the optimizer it patched, and an optimizer that takes the scaler's found-inf into its own
+``step`` (the fused ones) says so in a private flag. ``tests/test_bad_inputs.py`` pins each of these against the torch
 that runs, so a release that changes them fails loudly there, not silently in a training run.
 """
 
@@ -20,6 +21,7 @@ __all__ = [
     "recorded_found_inf",
     "scaler_device",
     "start_scale",
+    "steps_through_inf",
 ]
 
 
@@ -76,3 +78,12 @@ def mark_stepped_for_scheduler(optimizer: torch.optim.Optimizer) -> None:
     """Tell an LR scheduler built on ``optimizer`` that it stepped, when the step was skipped for non-finite grads."""
     if hasattr(optimizer.step, "_wrapped_by_lr_sched"):
         optimizer._opt_called = True  # type: ignore[attr-defined]
+
+
+def steps_through_inf(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``GradScaler.step`` calls this optimizer's ``step`` even on non-finite gradients (fused optimizers).
+
+    Such an optimizer gets the found-inf and skips its update inside its kernels, but its ``step`` (and so the step
+    hooks around it) runs.
+    """
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))

@@ -310,6 +310,8 @@ def test_torch_privates_the_reference_reads_are_where_it_expects() -> None:
     fresh.load_state_dict(scaler.state_dict())
     torch_compat.start_scale(fresh, torch.device("cpu"))
     assert fresh.get_scale() == 2.0
+    assert not torch_compat.steps_through_inf(opt)
+    assert torch_compat.steps_through_inf(torch.optim.Adam(model.parameters(), fused=True))
     scheduler = torch.optim.lr_scheduler.StepLR(opt, 1)
     torch_compat.mark_stepped_for_scheduler(opt)
     assert getattr(opt, "_opt_called", False) is True

@@ -164,6 +164,8 @@ class Context:
         """Update the scaler once after the optimizers that stepped, rescaling the windows still open."""
         if self.scaler is None or not self.scaler_stepped:
             return
+        if any(wrapper._window.prepared for wrapper in self.wrappers):
+            return  # its unscaling must survive until its real step, which updates then
         if self.restored_found_inf is not None:
             # The steps taken before the state was saved are not in this scaler's records: add their found-inf.
             self.scaler.scale(torch.zeros((), device=self._device))  # a loaded scaler makes its scale tensor here

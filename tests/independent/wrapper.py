@@ -286,13 +286,13 @@ class Wrapper(Generic[OptimizerT]):
         # Without any gradient the scaler has nothing to check (and refuses to step): the inner optimizer steps.
         scaler = context.scaler if any(p.grad is not None for p in self.parameters()) else None
         inner_step: Callable[..., Any] = self._inner.step
+        skipped = scaler is not None and sum(v.item() for v in scaler._found_inf_per_device(self._inner).values()) > 0
         if scaler is None:
             inner_step(**kwargs)
-        else:
+        elif not skipped:  # on a skip not even a fused optimizer's step runs: its step hooks must not fire
             scaler.step(self._inner, **kwargs)
         if context.on_xla:
             devices.cut_graph()
-        skipped = scaler is not None and sum(v.item() for v in scaler._found_inf_per_device(self._inner).values()) > 0
         if scaler is not None:
             context.found_inf = context.found_inf or skipped
         if skipped and hasattr(inner_step, "_wrapped_by_lr_sched"):
@@ -306,6 +306,7 @@ class Wrapper(Generic[OptimizerT]):
 
     def _evaluating_step(self, closure: Callable[[], T] | None, kwargs: dict[str, Any]) -> Any:
         def evaluate() -> T | None:
+            self._inner.zero_grad(set_to_none=True)  # each evaluation's gradient is its own backward alone
             result = None if closure is None else self._run_closure(closure, closes=True)
             self._prepare(1)
             return result
@@ -331,7 +332,7 @@ class Wrapper(Generic[OptimizerT]):
 
     def rescale_open_window(self, factor: float) -> None:
         """Bring an open window's scaled gradients to a new loss scale."""
-        if self._window.micro_steps > 0 and not self._window.prepared:
+        if not self._window.prepared:  # micro-steps, or a backward not stepped yet: gradients at the old scale
             for param in self.parameters():
                 if param.grad is not None:
                     param.grad.mul_(factor)
