@@ -18,7 +18,15 @@ import pytest
 import torch
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.spec import REQUIREMENTS, Cell, OptimizerWrapper, Precision, TrainingContext
+from lightning_optimizer.spec import (
+    REQUIREMENTS,
+    Cell,
+    ContextFactory,
+    GradScalerSettings,
+    OptimizerWrapper,
+    Precision,
+    TrainingContext,
+)
 
 __all__ = [
     "Halves",
@@ -111,6 +119,19 @@ def oracle_step_done(cell: Cell) -> None:
 def oracle_scaler(cell: Cell) -> GradScaler | None:
     """A fresh plain ``torch.amp.GradScaler`` for a 16-mixed oracle (default settings), ``None`` otherwise."""
     return GradScaler(cell_device(cell).type) if cell.precision == "16-mixed" else None
+
+
+ContextT = TypeVar("ContextT", bound=TrainingContext)
+
+
+def build_context(factory: ContextFactory[ContextT], cell: Cell, **settings: Any) -> ContextT:
+    """``factory(cell, **settings)``, in a 16-mixed cell always with ``grad_scaler`` (torch's defaults unless given).
+
+    So no check relies on an implementation's own scaler configuration, only on the one its oracle uses.
+    """
+    if cell.precision == "16-mixed" and settings.get("grad_scaler") is None:
+        settings["grad_scaler"] = GradScalerSettings()
+    return factory(cell, **settings)
 
 
 def make_model(seed: int = 0, sizes: Sequence[int] = (4, 8, 2)) -> torch.nn.Sequential:

@@ -16,6 +16,7 @@ import pytest
 
 from lightning_optimizer.conformance import isolation, report
 from lightning_optimizer.conformance.dimensions import dimension_problems
+from lightning_optimizer.conformance.harness import build_context
 from lightning_optimizer.conformance.outcomes import NotApplicable, Unavailable
 from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.conformance.selection import (
@@ -472,7 +473,7 @@ def make_context(implementation: ImplementationInfo[ContextT], cell: Cell) -> Ca
     """Build a training context of the implementation for this check's cell."""
 
     def make(**kwargs: Any) -> ContextT:
-        return implementation.factory(cell, **kwargs)
+        return build_context(implementation.factory, cell, **kwargs)
 
     return make
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from lightning_optimizer.conformance.checkpointing import resume
+from lightning_optimizer.conformance.harness import build_context
 from lightning_optimizer.conformance.selection import load_implementation
 from lightning_optimizer.spec import Cell, TrainingContext
 
@@ -25,7 +26,7 @@ def main(argv: list[str]) -> int:
     cell = Cell(device, precision)  # type: ignore[arg-type]
 
     def make_context(**kwargs: Any) -> TrainingContext:
-        context: TrainingContext = info.factory(cell, **kwargs)
+        context: TrainingContext = build_context(info.factory, cell, **kwargs)
         return context
 
     trajectories = []

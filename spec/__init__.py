@@ -1,4 +1,11 @@
-"""The optimizer-wrapper contract: typed protocols, shared records and the requirement ids."""
+"""The optimizer-wrapper contract: typed protocols, shared records and the requirement ids.
+
+The rules are stated in the docstrings of :class:`OptimizerWrapper` and :class:`TrainingContext`, each under a
+stable id in brackets (:data:`REQUIREMENTS`). A rule that refuses something fixes the exception's type; the
+message is the implementation's own, except where the rule says what it names (ERR-003, ERR-006). Paragraphs
+marked "Rationale" say why a rule reads as it does and are not normative; ``docs/decisions.md`` in the
+repository records each reading the contract has decided.
+"""
 
 import importlib.metadata as _metadata
 

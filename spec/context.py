@@ -62,7 +62,13 @@ class TrainingContext(Protocol):
 
         [AMP-003] 16-mixed: the scaler is updated once per training iteration, after every optimizer that
         stepped in it, so one optimizer's overflow cannot change another's gradient scale within the
-        iteration.
+        iteration. Inside ``batch()`` the iteration is the block; outside any ``batch()`` every real step ends
+        one, and the update follows that step. A window that ``unscale_gradients()`` prepared and that has not
+        stepped yet postpones the update until right after its real step (its gradients were unscaled with the
+        current scale, and its step must see that scale's found-inf).
+
+        Rationale: outside ``batch()`` the real step is the only boundary there is; postponing the update to
+        a later one would keep an overflowing optimizer skipping at a scale already known to be too large.
 
         [AMP-004] 16-mixed: a step whose gradients are not finite (as the scaler's found-inf says, fused
         optimizers included) leaves parameters and optimizer state untouched, is reported as
@@ -70,8 +76,10 @@ class TrainingContext(Protocol):
 
         [AMP-005] 16-mixed: ``wrap`` of an optimizer that evaluates closures itself (LBFGS) raises ``TypeError``.
 
-        [AMP-006] 16-mixed: when the scale changes while a window of another optimizer is open, that window's
-        accumulated gradients are rescaled to the new scale, so its real step still applies their true mean.
+        [AMP-006] 16-mixed: when the scale changes while another window holds gradients (micro-steps it
+        accumulated, or a backward whose step has not come yet), those gradients are rescaled to the new scale,
+        so its real step still applies their true mean (no optimizer unscales gradients by a scale they were
+        not made with).
 
     Clipping
         [CTX-002] ``gradient_clip_val`` is ``None`` or a finite positive number; ``nan``, ``inf``, ``0`` or a
@@ -99,7 +107,9 @@ class TrainingContext(Protocol):
         [CKPT-002] ``state_dict()`` holds the context's own state (window positions, accumulated gradients
         of open windows, step counts, loss-scaler state); loading it into a fresh context with the same
         model and optimizers, at any micro-step, continues the identical trajectory: bit for bit on CPU and
-        CUDA, and to rounding on XLA, which compiles the resumed run into other graphs.
+        CUDA, and to rounding on XLA, which compiles the resumed run into other graphs. The state is loaded
+        after the same optimizers are wrapped, in the same order (as frameworks restore optimizer states after
+        building them); before that, it is a state for another layout (CKPT-003).
 
         [CKPT-003] ``load_state_dict`` rejects a state for another layout (other optimizers, other parameter
         shapes), or a malformed one (any entry of the wrong kind, the loss scaler's included), with ``ValueError``

@@ -57,9 +57,10 @@ class GradScalerKwargs(TypedDict):
 class GradScalerSettings:
     """The loss scaler a 16-mixed check asks for: the arguments of ``torch.amp.GradScaler``, torch's defaults.
 
-    A check passes settings to the factory (``grad_scaler=``) when it needs the scale to start elsewhere or to grow
-    within a few iterations (``growth_interval=1``); the context's ``GradScaler`` must then be built with exactly
-    these arguments, and the check's plain-PyTorch oracle builds its own ``GradScaler`` with the same ones.
+    The suite passes settings to the factory (``grad_scaler=``) in every 16-mixed cell: torch's defaults, or others
+    where a check needs the scale to start elsewhere or to grow within a few iterations (``growth_interval=1``);
+    the context's ``GradScaler`` is built with exactly these arguments, and the check's plain-PyTorch oracle builds
+    its own ``GradScaler`` with the same ones.
     """
 
     init_scale: float = 2.0**16
@@ -100,9 +101,11 @@ class ContextFactory(Protocol[ContextT_co]):
 
     The suite calls it in each process of the cell (after it has set up the process group when
     ``cell.world_size > 1``), with the accumulation schedule, the clipping and, in 16-mixed cells, the loss
-    scaler settings that the check needs. ``grad_scaler=None`` leaves the loss scaler to the implementation
-    (torch's ``GradScaler`` defaults are what the checks that pass none expect); the suite passes settings only in
-    16-mixed cells.
+    scaler settings that the check needs. In a 16-mixed cell the suite always passes ``grad_scaler`` (torch's
+    ``GradScaler`` defaults where a check needs no other), and the context must build its ``GradScaler`` with
+    exactly those settings: no check depends on an implementation's own default configuration. The settings the
+    suite passes scale by powers of two, so rescaling an open window (AMP-006) is exact. In other cells it passes
+    none (``grad_scaler=None``).
     """
 
     def __call__(

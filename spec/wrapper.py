@@ -46,8 +46,13 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         [PROXY-005] ``repr(w)`` names the inner optimizer's class.
 
     Schedulers, copies and checkpoints
-        [SCHED-001] An LR scheduler can be built on the wrapper or on the inner optimizer; stepping the wrapper
-        then the scheduler raises no warning.
+        [SCHED-001] An LR scheduler can be built on the wrapper or on the inner optimizer; a real step of the
+        wrapper, then the scheduler's step, raises no warning. After a call that only accumulated, the wrapper
+        neither adds nor hides a warning: a scheduler built on the inner optimizer and stepped before that
+        optimizer's first real step warns as torch warns.
+
+        Rationale: stepping a per-step scheduler on every micro-step is the mistake torch's warning exists
+        for (the learning rate would run ahead of the real steps); a wrapper that silenced it would hide that.
 
         [SCHED-002] A step skipped for non-finite gradients does not make a scheduler warn that
         ``lr_scheduler.step()`` ran before ``optimizer.step()``.
@@ -137,6 +142,11 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         returned, e.g. ``None`` where LBFGS needs a loss) leaves its parameters, gradients and state as they were
         before the call.
 
+        [CLOS-004] For an optimizer that evaluates the closure itself, the gradients of its parameters are set
+        to ``None`` before each evaluation: each evaluation's gradients are its own backward's, whether the
+        closure zeroes them (as torch's LBFGS documentation asks) or not (as closures written for Lightning's
+        automatic optimization do not).
+
         [ERR-001] A closure that is not callable raises ``TypeError`` before anything runs.
 
         [ERR-002] A ``make_optimizer_step`` that is not ``bool`` or ``None`` raises ``TypeError`` before
@@ -178,7 +188,10 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         the closure of a ``step()`` that does not close the window (call it in the closure of the closing step,
         or between the window's last backward and that step). A ``zero_grad()`` after this call, before the
         closing step, raises ``RuntimeError`` and changes nothing: it would discard gradients that cannot be
-        prepared again in the same iteration (the loss scaler unscales an optimizer once per iteration).
+        prepared again in the same iteration (the loss scaler unscales an optimizer once per iteration). The
+        mean divides by the window's full length: the micro-steps it accumulated and the closing one, whose
+        backward runs in the closing step's closure or before that ``step()`` (``k + 1`` after ``k``
+        accumulating calls, fewer when the window is cut short).
         """
         ...
 
