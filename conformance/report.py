@@ -142,7 +142,7 @@ def build(
 
     ``declarations``: every expected-failure entry; ``run_failures``: why the run fails beyond its results. The
     n/a results of cells that ``info`` does not claim are left out: counted in ``summary["n/a_left_out"]``, their
-    cells named in ``left_out["cells"]``.
+    cells named in ``left_out["cells"]`` and their checks in ``left_out["checks"]``.
     """
     rows: list[dict[str, Any]] = []
     left_out: list[dict[str, Any]] = []
@@ -166,6 +166,7 @@ def build(
         "summary": {outcome: counts.get(outcome, 0) for outcome in OUTCOMES} | {LEFT_OUT: len(left_out)},
         "left_out": {
             "cells": sorted({_column(row) for row in left_out}, key=_column_key),
+            "checks": sorted({row["check"] for row in left_out}),
             "why": LEFT_OUT_WHY,
         },
         "expected_failures": [asdict(declaration) for declaration in declarations],

@@ -5,7 +5,7 @@ a kind (SGD, SGD with momentum, foreach and fused variants, Adam, AdamW), with o
 different hyper-parameters, sometimes a parameter the forward pass never uses (first in the optimizer) and
 parameters frozen before wrapping; an ``accumulate_grad_batches``; configured clipping (norm or value); under
 16-mixed, loss-scaler settings that make the scale grow within a few iterations. Then epochs of iterations,
-inside ``context.batch`` or (outside 16-mixed) outside any batch, and in each iteration some of the optimizers
+inside ``context.batch`` or outside any batch, and in each iteration some of the optimizers
 called once, in some order, with ``make_optimizer_step`` ``True``, ``False`` or ``None``, in the closure form or
 the backward-then-step form, sometimes after ``zero_grad()`` (``set_to_none`` either way), sometimes with an
 injected non-finite loss (16-mixed), sometimes with a first attempt whose closure raises. Between iterations the
@@ -28,8 +28,10 @@ worked out here without any wrapper:
   cleared after every real step [ZERO-001]; ``zero_grad()`` with a window open does nothing [ZERO-002];
 - while an optimizer's loss is backpropagated, the other heads' parameters do not require grad, and every flag
   (a frozen parameter's too) is what it was afterwards [TOGGLE-001, TOGGLE-002];
-- the scaler is updated once per iteration, after every optimizer that stepped in it [AMP-003], and a window
-  left open across a change of the scale (back-off or growth) is rescaled to the new scale [AMP-006];
+- the scaler is updated once per iteration, after every optimizer that stepped in it: inside a batch when the
+  block ends, outside any batch right after each real step [AMP-003]; when the scale changes (back-off or growth),
+  every gradient a window still holds is rescaled to the new scale [AMP-006] (in a schedule each call runs its
+  backward and its step together, so those are the windows left open with micro-steps);
 - a call whose closure raises changes nothing [CLOS-003]; a checkpoint resumed, or a copy taken, between
   iterations changes nothing [CKPT-002, PICKLE-001]: the oracle ignores all three.
 """
@@ -458,11 +460,12 @@ class ScheduleOracle:
                 self.facts.add(("copies", "copy then overflow or growth"))
             if any(self.pending):
                 self.facts.add(("window", "open across a scale change"))
+            # Every gradient a window still holds (each once, should two optimizers share a parameter).
+            params = {id(param): param for optimizer in self.optimizers for param in _optimizer_params(optimizer)}
             with torch.no_grad():
-                for index, pending in enumerate(self.pending):
-                    for param in _optimizer_params(self.optimizers[index]) if pending else ():
-                        if param.grad is not None:
-                            param.grad.mul_(new / old)
+                for param in params.values():
+                    if param.grad is not None:
+                        param.grad.mul_(new / old)
 
     def _closes(self, position: IterationPosition, call: Call) -> bool:
         if call.make_optimizer_step is not None:
@@ -508,7 +511,7 @@ class ScheduleOracle:
         outcome = StepOutcome.STEPPED if finite else StepOutcome.SKIPPED_NON_FINITE
         self.last_outcomes[index] = outcome
         if self.scaler is not None and position.batch_idx is None:
-            self._update()  # not generated: the spec leaves AMP-003 outside any batch open (see the generator)
+            self._update()  # outside any batch every real step ends an iteration [AMP-003]
         return outcome
 
     def _record_call(self, position: IterationPosition, call: Call) -> None:

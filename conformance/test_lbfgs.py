@@ -526,3 +526,95 @@ def test_lbfgs_evaluates_the_closure_itself(make_context: MakeContext, cell: Cel
         "CLOS-002: an LBFGS cannot accumulate, so wrap refuses it when accumulate_grad_batches > 1",
     ):
         lbfgs_context.wrap(lbfgs).step(lone.closure)
+
+
+_EVALUATION_CASES: tuple[tuple[int, int, str | None, str], ...] = (
+    # max_iter, history_size, line_search_fn, the backward the closure calls
+    (1, 100, None, "wrapper"),
+    (3, 2, None, "loss"),
+    (5, 3, "strong_wolfe", "wrapper"),
+    (5, 100, None, "loss"),
+)
+"""One evaluation per step (max_iter=1: only a stale gradient can leak in), then several, with a short history
+(the curvature pairs of earlier steps dropped) and a line search (evaluations at trial points)."""
+
+
+def _lbfgs_evaluations_case(
+    make_context: MakeContext, cell: Cell, zeroing: str, hyper: dict[str, Any], backward: str
+) -> None:
+    """Three LBFGS steps of the wrapper and of a bare LBFGS, a stale gradient left on the parameters before each."""
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    tol = REORDERED_TOLERANCES[cell.precision]
+    case = f"LBFGS({hyper}), closure with {backward}.backward and zeroing {zeroing!r}"
+    context = make_context()
+    base = make_model()
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper: Any = context.wrap(torch.optim.LBFGS(model.parameters(), **hyper))
+    oracle_opt = torch.optim.LBFGS(oracle.parameters(), **hyper)
+    stale = make_batches(1, seed=12)[0]
+    seen: list[list[str]] = []
+    """For each evaluation of the wrapper's closure, the parameters that had a gradient when it began."""
+    oracle_evaluations: list[int] = []
+
+    def closure(batch: Batch) -> torch.Tensor:
+        seen.append([name for name, param in model.named_parameters() if param.grad is not None])
+        if zeroing != "none":
+            wrapper.zero_grad(set_to_none=zeroing == "set_to_none")
+        loss = mse(model, batch, device, dtype)
+        if backward == "wrapper":
+            wrapper.backward(loss)
+        else:
+            loss.backward()
+        return loss
+
+    def oracle_closure(batch: Batch) -> torch.Tensor:
+        oracle_evaluations.append(1)
+        oracle_opt.zero_grad()
+        loss = mse(oracle, batch, device, dtype)
+        loss.backward()
+        return loss
+
+    for step, batch in enumerate(make_batches(3, seed=11)):
+        seen.clear()
+        oracle_evaluations.clear()
+        mse(model, stale, device, dtype).backward()  # a stale gradient, left from outside any step
+        assert all(p.grad is not None for p in model.parameters()), "check precondition: no stale gradient"
+        got = wrapper.step(lambda batch=batch: closure(batch))
+        want = oracle_opt.step(lambda batch=batch: oracle_closure(batch))
+        what = f"{case}, step {step}"
+        with_grads = [(index, names) for index, names in enumerate(seen) if names]
+        assert not with_grads, (
+            f"{what}: LBFGS evaluations began with gradients on the parameters (evaluation, parameters): "
+            f"{with_grads}; each evaluation must begin from None, the stale gradient and the previous "
+            "evaluation's gone"
+        )
+        assert len(seen) == len(oracle_evaluations), (
+            f"{what}: LBFGS evaluated the closure {len(seen)} times, the bare LBFGS {len(oracle_evaluations)} times"
+        )
+        torch.testing.assert_close(
+            got, want, rtol=tol.rtol, atol=tol.atol, msg=f"{what}: step must return what LBFGS's own step returns"
+        )
+        assert_params_close(model, oracle, cell, what, tol)
+
+
+@pytest.mark.requirement("CLOS-004")
+@pytest.mark.features("closure_evaluating_optimizers")
+@LBFGS_CELLS
+@pytest.mark.varies(
+    optimizer=("LBFGS",),
+    wrappers=("1",),
+    call_form=("closure, wrapper.backward", "closure, loss.backward"),
+    zero_grad=("set_to_none=True", "set_to_none=False"),
+)
+@pytest.mark.parametrize("zeroing", ["none", "set_to_none", "zeros"], ids=["no-zero-grad", "zero-grad", "zeros"])
+def test_lbfgs_evaluations_see_only_their_own_gradients(make_context: MakeContext, cell: Cell, zeroing: str) -> None:
+    """Each LBFGS evaluation begins with no gradient, whether its closure zeroes (either way) or not.
+
+    A gradient left on the parameters before the call (a backward outside any step) and each evaluation's own
+    gradients must not reach the next evaluation: the trajectory is a bare LBFGS's whose closure zeroes first, and
+    every evaluation of the wrapper's closure finds every gradient ``None``.
+    """
+    for max_iter, history_size, line_search_fn, backward in _EVALUATION_CASES:
+        hyper = {"lr": 0.5, "max_iter": max_iter, "history_size": history_size, "line_search_fn": line_search_fn}
+        _lbfgs_evaluations_case(make_context, cell, zeroing, hyper, backward)

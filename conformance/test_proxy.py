@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import math
 import re
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
@@ -13,6 +15,7 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
+    Halves,
     assert_params_close,
     cell_device,
     cell_dtype,
@@ -93,7 +96,8 @@ def test_writes_reach_the_inner_optimizer(make_context: MakeContext, cell: Cell)
 def test_step_hooks_fire_on_real_steps(make_context: MakeContext, cell: Cell) -> None:
     """Step hooks registered through the wrapper fire once per step taken, never on accumulation.
 
-    Under 16-mixed a small initial scale keeps every step finite: whether hooks fire on a skipped step is open.
+    Under 16-mixed a small initial scale keeps every step finite; ``test_step_hooks_do_not_fire_on_skipped_steps``
+    plants overflows.
     """
     context, model, wrapper = _wrapped_adam(make_context, accumulate_grad_batches=2, **_finite_scaling(cell))
     fired: list[str] = []
@@ -439,3 +443,235 @@ def test_schedulers_of_two_wrappers_with_two_groups(make_context: MakeContext, c
             scaler.update()  # every batch has a step of A or B
         oracle_step_done(cell)
     assert_params_close(model, oracle_model, cell, "two wrappers with LR schedulers, A with two parameter groups")
+
+
+@dataclass(frozen=True)
+class _SchedulerRun:
+    """A run of calls, a scheduler stepped after each: the window length, each call's argument, the real calls."""
+
+    accumulate_grad_batches: int
+    make_optimizer_step: tuple[bool | None, ...]
+    real: frozenset[int]
+    """The calls that take a real step (worked out by hand from the accumulation rule)."""
+    built_after: int = 0
+    """How many calls run before the scheduler is built."""
+
+    @property
+    def id(self) -> str:
+        return (
+            f"k={self.accumulate_grad_batches}, calls {list(self.make_optimizer_step)}, built after {self.built_after}"
+        )
+
+
+_SCHEDULER_RUNS = (
+    _SchedulerRun(1, (None, None, None), frozenset({0, 1, 2})),
+    _SchedulerRun(2, (None,) * 4, frozenset({1, 3})),
+    _SchedulerRun(3, (None, True, None, None, None, None), frozenset({1, 2, 5})),
+    _SchedulerRun(1, (False, False, True, None), frozenset({2, 3})),
+    _SchedulerRun(2, (None,) * 5, frozenset({1, 3, 4}), built_after=2),
+)
+"""Inside ``batch()``: a first call that steps (no warning anywhere), windows of two, one of three cut short by
+``True`` (the schedule then closes batch 2 alone), accumulation by ``False``, and a scheduler built after a real step
+whose first step follows an accumulating call (the last window flushed by the epoch's last batch)."""
+
+
+def _warnings_of(caught: list[warnings.WarningMessage]) -> list[tuple[str, str]]:
+    return [(type(w.message).__name__ if isinstance(w.message, Warning) else "str", str(w.message)) for w in caught]
+
+
+def _shown(caught: list[tuple[str, str]]) -> list[str]:
+    """Warnings as a failure shows them: the category and the message's first words."""
+    return [
+        f"{category}: {message[:60]}..." if len(message) > 60 else f"{category}: {message}"
+        for category, message in caught
+    ]
+
+
+def _plain_scheduler_warnings(run: _SchedulerRun, built_on: str) -> tuple[list[list[tuple[str, str]]], list[float]]:
+    """The plain-PyTorch oracle: per call, what a bare SGD and the same scheduler on it warn, and the lr after it.
+
+    The bare optimizer's ``step`` runs where the object the scheduler patched has its ``step`` called: on the real
+    calls for the inner optimizer, on every call for the wrapper (whose own ``step`` the scheduler patched).
+    """
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    per_call: list[list[tuple[str, str]]] = []
+    lrs: list[float] = []
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for call in range(len(run.make_optimizer_step)):
+            start = len(caught)
+            if call == run.built_after:
+                scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+            if built_on == "wrapper" or call in run.real:
+                optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            per_call.append(_warnings_of(caught[start:]))
+            lrs.append(optimizer.param_groups[0]["lr"])
+    return per_call, lrs
+
+
+@pytest.mark.cells(devices=_NOT_XLA)
+@pytest.mark.requirement("SCHED-001")
+@pytest.mark.features("lr_schedulers")
+@pytest.mark.parametrize("built_on", ["wrapper", "inner"])
+@pytest.mark.varies(
+    window=("1 micro-step", "k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch"),
+    make_optimizer_step=("True", "False", "None"),
+    optimizer=("SGD",),
+)
+def test_scheduler_warns_after_accumulating_calls_as_torch_does(
+    make_context: MakeContext, cell: Cell, built_on: str
+) -> None:
+    """A scheduler stepped after every call, accumulating ones first: it warns exactly where plain PyTorch warns.
+
+    The oracle is the same scheduler on a bare SGD whose ``step`` runs where the patched object's does: torch warns
+    when the scheduler's first ``step()`` comes before any ``step()`` of the optimizer it was built on. Built on the
+    inner optimizer, that is a first scheduler step after an accumulating call; built on the wrapper, never.
+    """
+    batches = make_batches(6)
+    for run in _SCHEDULER_RUNS:
+        context = make_context(accumulate_grad_batches=run.accumulate_grad_batches, **_finite_scaling(cell))
+        model = context.prepare_module(make_model())
+        wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=1.0))
+        # The wrapper is a torch.optim.Optimizer at run time [PROXY-001]; the protocol cannot say so statically.
+        target = cast(torch.optim.Optimizer, wrapper) if built_on == "wrapper" else wrapper.optimizer
+        calls = len(run.make_optimizer_step)
+        per_call: list[list[tuple[str, str]]] = []
+        lrs: list[float] = []
+        outcomes: list[StepOutcome | None] = []
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for call, make_step in enumerate(run.make_optimizer_step):
+                start = len(caught)
+                if call == run.built_after:
+                    scheduler = torch.optim.lr_scheduler.StepLR(target, step_size=1, gamma=0.5)
+                with context.batch(call, is_last=call == calls - 1):
+                    closure = _batch_closure(context, model, wrapper, batches[call], cell)
+                    wrapper.step(closure, make_optimizer_step=make_step)
+                    outcomes.append(wrapper.last_outcome)
+                    if scheduler is not None:
+                        scheduler.step()
+                per_call.append(_warnings_of(caught[start:]))
+                lrs.append(wrapper.param_groups[0]["lr"])
+        want_outcomes = [StepOutcome.STEPPED if call in run.real else StepOutcome.ACCUMULATED for call in range(calls)]
+        assert outcomes == want_outcomes, f"{run.id}: the calls took {outcomes}, expected {want_outcomes}"
+        want, want_lrs = _plain_scheduler_warnings(run, built_on)
+        for call, (got_warnings, want_warnings) in enumerate(zip(per_call, want, strict=True)):
+            assert got_warnings == want_warnings, (
+                f"{run.id}, scheduler built on the {built_on}: call {call} ({outcomes[call]}) and the scheduler's "
+                f"step warned {_shown(got_warnings)}; plain PyTorch, whose optimizer steps only where the patched "
+                f"step runs, warns {_shown(want_warnings)}"
+            )
+        assert lrs == pytest.approx(want_lrs), f"{run.id}: the lr after each call was {lrs}, plain PyTorch's {want_lrs}"
+
+
+_SKIP_KINDS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+    "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1),
+    "Adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+    "Adam foreach": lambda ps: torch.optim.Adam(ps, lr=0.01, foreach=True),
+    "Adam fused": lambda ps: torch.optim.Adam(ps, lr=0.01, fused=True),
+}
+"""Under 16-mixed ``GradScaler`` does not call a non-fused optimizer's ``step`` on an overflow; a fused one's it calls
+(with ``found_inf``, its kernel skipping inside): a wrapper must keep that step's hooks from firing."""
+
+_K, _A, _S = StepOutcome.SKIPPED_NON_FINITE, StepOutcome.ACCUMULATED, StepOutcome.STEPPED
+
+
+def _hooked(wrapper: Any, name: str, fired: list[str]) -> None:
+    wrapper.register_step_pre_hook(lambda optimizer, args, kwargs: fired.append(f"{name} pre"))
+    wrapper.register_step_post_hook(lambda optimizer, args, kwargs: fired.append(f"{name} post"))
+
+
+def _hooks_for(name: str, outcome: StepOutcome | None) -> list[str]:
+    return [f"{name} pre", f"{name} post"] if outcome is StepOutcome.STEPPED else []
+
+
+def _overflowing_loss(context: TrainingContext, model: torch.nn.Module, batch: Any, cell: Cell, infinite: bool) -> Any:
+    with context.autocast():
+        loss = mse(model, batch, cell_device(cell), cell_dtype(cell))
+    return loss * math.inf if infinite else loss
+
+
+@pytest.mark.cells(devices=_NOT_XLA, precisions=("16-mixed",))
+@pytest.mark.requirement("PROXY-004")
+@pytest.mark.varies(
+    optimizer=("SGD", "Adam", "Adam foreach", "Adam fused"),
+    window=(
+        "1 micro-step",
+        "k >= 2 micro-steps",
+        "cut short by True",
+        "partial, flushed by the last batch",
+    ),
+    make_optimizer_step=("True", "None"),
+    call_form=("closure, wrapper.backward", "backward, then step()"),
+    wrappers=("1", "2"),
+    loss_scale=("backed off",),
+)
+@pytest.mark.parametrize("kind", list(_SKIP_KINDS), ids=["sgd", "adam", "foreach", "fused"])
+def test_step_hooks_do_not_fire_on_skipped_steps(make_context: MakeContext, cell: Cell, kind: str) -> None:
+    """Overflows planted in some windows: the wrapper's step hooks fire on exactly the calls that report ``STEPPED``.
+
+    A skipped step (non-finite gradients) is not taken, fused optimizers included, whose inner ``step``
+    ``GradScaler`` calls anyway. One wrapper with windows of three (one cut short by ``True``, the last flushed),
+    overflowing in its first and last windows; then two wrappers stepping every call in the backward-then-step
+    form, the first overflowing twice in a row while the other (SGD) steps.
+    """
+    context = make_context(accumulate_grad_batches=3, **_finite_scaling(cell))
+    model = context.prepare_module(make_model())
+    wrapper: Any = context.wrap(_SKIP_KINDS[kind](model.parameters()))
+    fired: list[str] = []
+    _hooked(wrapper, "A", fired)
+    # Windows {0, 1, 2} (overflows at 1), {3, 4} (cut short by True), {5} (the schedule), {6, 7} (flushed; overflows).
+    infinite, make_step, calls = {1, 7}, {4: True}, 8
+    want = [_A, _A, _K, _A, _S, _S, _A, _K]
+    outcomes: list[StepOutcome | None] = []
+    batches = make_batches(calls)
+    for batch_idx, batch in enumerate(batches):
+        with context.batch(batch_idx, is_last=batch_idx == calls - 1):
+
+            def closure(batch: Any = batch, blow_up: bool = batch_idx in infinite) -> Any:
+                loss = _overflowing_loss(context, model, batch, cell, blow_up)
+                wrapper.backward(loss)
+                return loss
+
+            fired.clear()
+            wrapper.step(closure, make_optimizer_step=make_step.get(batch_idx))
+            outcomes.append(wrapper.last_outcome)
+            assert fired == _hooks_for("A", want[batch_idx]), (
+                f"{kind}, batch {batch_idx} (expected {want[batch_idx].value}, reported {wrapper.last_outcome}; "
+                f"overflows at batches {sorted(infinite)}): the step hooks fired as {fired}; they fire on a step "
+                "taken, never on a skipped or accumulating call"
+            )
+    assert outcomes == want, f"check precondition: {kind}'s calls took {outcomes}, overflowing at {sorted(infinite)}"
+
+    pair = make_context(**_finite_scaling(cell))
+    halves = pair.prepare_module(Halves(3, 4))
+    assert isinstance(halves, Halves)
+    wrappers: dict[str, Any] = {
+        "A": pair.wrap(_SKIP_KINDS[kind](halves.a.parameters())),
+        "B": pair.wrap(torch.optim.SGD(halves.b.parameters(), lr=0.1)),
+    }
+    halves_of = {"A": halves.a, "B": halves.b}
+    for name, each in wrappers.items():
+        _hooked(each, name, fired)
+    infinite_a = {1, 2}
+    expected = {"A": [_S, _K, _K, _S, _S], "B": [_S] * 5}
+    seen: dict[str, list[StepOutcome | None]] = {"A": [], "B": []}
+    for batch_idx, batch in enumerate(make_batches(5, seed=3)):
+        with pair.batch(batch_idx):
+            for name, each in wrappers.items():
+                fired.clear()
+                blow_up = name == "A" and batch_idx in infinite_a
+                each.backward(_overflowing_loss(pair, halves_of[name], batch, cell, blow_up))
+                each.step()
+                seen[name].append(each.last_outcome)
+                want_now = expected[name][batch_idx]
+                assert fired == _hooks_for(name, want_now), (
+                    f"{kind} as A beside an SGD B, batch {batch_idx}: {name}.step() (expected {want_now.value}, "
+                    f"reported {each.last_outcome}) fired the hooks as {fired}; only {name}'s fire, and only on a "
+                    f"step taken (A overflows at batches {sorted(infinite_a)})"
+                )
+    assert seen == expected, f"check precondition: the calls took {seen}, expected {expected}"

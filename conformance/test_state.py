@@ -592,3 +592,117 @@ def test_resume_two_wrappers_with_a_growing_scale(make_context: MakeContext, cel
         what = f"two wrappers resumed after batch {done}"
         _assert_identical(got.params, want.params, what, cell)
         _assert_same_scales(got.scales, want.scales[2 * (done + 1) :], what)
+
+
+_BEFORE_WRAP_SCALER = GradScalerSettings(init_scale=2.0**8)
+_OPENING: dict[int, tuple[bool | None, ...]] = {0: (True, False), 1: (False, False)}
+"""A's window {0} overflows (16-mixed: skipped, the scale backs off); then A's {1} and B's {0, 1} stay open."""
+_CLOSING: dict[int, tuple[bool | None, ...]] = {2: (True, True), 3: (None, None)}
+
+
+def _layer_optimizers(model: torch.nn.Module) -> list[Callable[[], torch.optim.Optimizer]]:
+    """Builders of A (SGD with momentum on the first layer) and B (Adam on the last), in wrapping order."""
+    first, last = list(model.parameters())[:2], list(model.parameters())[2:]
+    return [lambda: torch.optim.SGD(first, lr=0.1, momentum=0.9), lambda: torch.optim.Adam(last, lr=0.01)]
+
+
+def _run_layers(
+    context: TrainingContext,
+    model: torch.nn.Module,
+    wrappers: list[Any],
+    plan: Mapping[int, tuple[bool | None, ...]],
+    cell: Cell,
+) -> list[list[StepOutcome | None]]:
+    """The batches of ``plan``, each wrapper stepping as ``plan`` says; under 16-mixed A's loss at batch 0 overflows.
+
+    Returns each batch's outcomes.
+    """
+    outcomes: list[list[StepOutcome | None]] = []
+    for batch_idx, steps in plan.items():
+        with context.batch(batch_idx):
+            for index, (wrapper, make_step) in enumerate(zip(wrappers, steps, strict=True)):
+
+                def closure(
+                    wrapper: Any = wrapper,
+                    batch: Any = _COPY_BATCHES[batch_idx],
+                    infinite: bool = batch_idx == index == 0,
+                ) -> torch.Tensor:
+                    with context.autocast():
+                        loss = _loss_of(model, batch, cell, infinite=infinite)
+                    wrapper.backward(loss)
+                    return loss
+
+                wrapper.step(closure, make_optimizer_step=make_step)
+        outcomes.append([wrapper.last_outcome for wrapper in wrappers])
+    return outcomes
+
+
+@pytest.mark.cells(devices=_NOT_XLA)
+@pytest.mark.requirement("CKPT-002", "CKPT-003")
+@pytest.mark.features("checkpointing")
+@pytest.mark.varies(
+    faults=("refused load",),
+    copies=("checkpoint",),
+    wrappers=("2",),
+    window=("k >= 2 micro-steps", "open while another optimizer steps"),
+    loss_scale=("backed off", "settings given to the factory"),
+    optimizer=("SGD momentum", "Adam"),
+)
+def test_state_loaded_before_its_optimizers_are_wrapped_is_refused(make_context: MakeContext, cell: Cell) -> None:
+    """A context's state loaded into a fresh context before its optimizers are wrapped: refused, nothing changes.
+
+    Saved with two wrappers and both windows open (under 16-mixed after an overflow, so the scaler's state is not a
+    fresh one's), loaded first before any wrap, then with only the first optimizer wrapped: each a state for another
+    layout (``ValueError``) that leaves parameters, gradients, the context's state and the wrapped optimizer's state
+    as they were. Then the second is wrapped, the load succeeds, and the run continues as the uninterrupted one.
+    """
+    settings = _scaler_settings(cell, _BEFORE_WRAP_SCALER)
+    context = make_context(accumulate_grad_batches=2, **settings)
+    model = context.prepare_module(make_model())
+    wrappers: list[Any] = [context.wrap(build()) for build in _layer_optimizers(model)]
+    opened = _run_layers(context, model, wrappers, _OPENING, cell)
+    first = StepOutcome.SKIPPED_NON_FINITE if cell.precision == "16-mixed" else StepOutcome.STEPPED
+    acc = StepOutcome.ACCUMULATED
+    assert opened == [[first, acc], [acc, acc]], f"check precondition: the saving run's first batches took {opened}"
+    saved_state = copy.deepcopy(context.state_dict())
+    saved_model = copy.deepcopy(model.state_dict())
+    saved_optimizers = [copy.deepcopy(w.optimizer.state_dict()) for w in wrappers]
+    _run_layers(context, model, wrappers, _CLOSING, cell)
+
+    fresh = make_context(accumulate_grad_batches=2, **settings)
+    fresh_model = fresh.prepare_module(make_model(seed=1))
+    fresh_model.load_state_dict(saved_model)
+    builders = _layer_optimizers(fresh_model)
+    fresh_wrappers: list[Any] = []
+    for wrapped in range(len(builders)):
+        values, grads = params(fresh_model), _grads_of(list(fresh_model.parameters()))
+        state = copy.deepcopy(fresh.state_dict())
+        inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in fresh_wrappers]
+        what = "before any optimizer is wrapped" if wrapped == 0 else f"with {wrapped} of its 2 optimizers wrapped"
+        with refuses(
+            ValueError,
+            f"fresh_context.load_state_dict(state of a context with 2 wrapped optimizers) {what}",
+            "CKPT-002, CKPT-003: a state is loaded after the same optimizers are wrapped, in the same order; before "
+            "that it is a state for another layout, refused with ValueError before anything changes",
+        ):
+            fresh.load_state_dict(saved_state)
+        after = f"after the refused load {what}"
+        _assert_identical(params(fresh_model), values, f"{after}, the parameters")
+        _assert_same_grads(_grads_of(list(fresh_model.parameters())), grads, after)
+        assert_same_state(fresh.state_dict(), state, f"{after}, the context's state_dict()")
+        for index, wrapper in enumerate(fresh_wrappers):
+            assert_same_state(wrapper.optimizer.state_dict(), inner_states[index], f"{after}, optimizer {index}")
+        inner = builders[wrapped]()
+        inner.load_state_dict(saved_optimizers[wrapped])
+        fresh_wrappers.append(fresh.wrap(inner))
+
+    fresh.load_state_dict(saved_state)
+    _run_layers(fresh, fresh_model, fresh_wrappers, _CLOSING, cell)
+    outcomes = [wrapper.last_outcome for wrapper in fresh_wrappers]
+    assert outcomes == [StepOutcome.STEPPED] * 2, f"after the refused loads and the load, the windows took {outcomes}"
+    _assert_identical(
+        params(fresh_model),
+        params(model),
+        "loaded once both optimizers were wrapped, against the uninterrupted run",
+        cell,
+    )

@@ -64,8 +64,9 @@ class TrainingContext(Protocol):
         stepped in it, so one optimizer's overflow cannot change another's gradient scale within the
         iteration. Inside ``batch()`` the iteration is the block; outside any ``batch()`` every real step ends
         one, and the update follows that step. A window that ``unscale_gradients()`` prepared and that has not
-        stepped yet postpones the update until right after its real step (its gradients were unscaled with the
-        current scale, and its step must see that scale's found-inf).
+        stepped yet postpones the update (its gradients were unscaled with the current scale, and its step must
+        see that scale's found-inf): outside ``batch()`` until right after its real step, inside until the end of
+        the block in which it steps.
 
         Rationale: outside ``batch()`` the real step is the only boundary there is; postponing the update to
         a later one would keep an overflowing optimizer skipping at a scale already known to be too large.

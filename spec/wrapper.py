@@ -41,7 +41,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
 
         [PROXY-004] Step hooks registered through the wrapper (``register_step_pre_hook``,
         ``register_step_post_hook``) fire on every real step of that wrapper that is taken, and never on a call
-        that only accumulates or on another wrapper's step.
+        that only accumulates, on another wrapper's step, or on a step skipped for non-finite gradients (a fused
+        optimizer's included, whose ``step`` torch's ``GradScaler`` would call with the found-inf).
 
         [PROXY-005] ``repr(w)`` names the inner optimizer's class.
 
@@ -49,7 +50,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         [SCHED-001] An LR scheduler can be built on the wrapper or on the inner optimizer; a real step of the
         wrapper, then the scheduler's step, raises no warning. After a call that only accumulated, the wrapper
         neither adds nor hides a warning: a scheduler built on the inner optimizer and stepped before that
-        optimizer's first real step warns as torch warns.
+        optimizer's first real step since the scheduler was built warns as torch warns; one built on the wrapper
+        does not (the ``step`` it patched onto the wrapper counts every call).
 
         Rationale: stepping a per-step scheduler on every micro-step is the mistake torch's warning exists
         for (the learning rate would run ahead of the real steps); a wrapper that silenced it would hide that.

@@ -174,8 +174,20 @@ MUTANTS: dict[str, Entry] = {
     "state_dict_loaded_into_wrapper": ("PROXY-003", ["test_writes_reach_the_inner_optimizer", RESUME_PROPERTY]),
     "hooks_on_wrapper": ("PROXY-004", ["test_step_hooks_fire_on_real_steps"]),
     "bare_repr": ("PROXY-005", ["test_repr_names_the_inner_class_beyond_the_wrapper_class"]),
-    "scheduler_patch_forwarded": ("SCHED-001", ["test_scheduler_follows_real_steps_without_warnings[wrapper]"]),
-    "class_step_bypasses_patch": ("SCHED-001", ["test_scheduler_follows_real_steps_without_warnings[inner]"]),
+    "scheduler_patch_forwarded": (
+        "SCHED-001",
+        [
+            "test_scheduler_follows_real_steps_without_warnings[wrapper]",
+            "test_scheduler_warns_after_accumulating_calls_as_torch_does[wrapper]",
+        ],
+    ),
+    "class_step_bypasses_patch": (
+        "SCHED-001",
+        [
+            "test_scheduler_follows_real_steps_without_warnings[inner]",
+            "test_scheduler_warns_after_accumulating_calls_as_torch_does[inner]",
+        ],
+    ),
     "nested_state_dict": ("CKPT-001", ["test_state_dict_is_the_inner_format"]),
     "context_drops_window_grads": (
         "CKPT-002",
@@ -314,7 +326,40 @@ MUTANTS: dict[str, Entry] = {
         ["test_unscale_gradients_prepares_only_its_own_window"],
         F16,
     ),
-    "unscale_gradients_mean_excludes_closing_step": ("CLIP-002", ["test_unscale_gradients_over_windows"]),
+    "unscale_gradients_mean_excludes_closing_step": (
+        "CLIP-002",
+        ["test_unscale_gradients_over_windows", "test_unscale_gradients_divides_by_the_full_window"],
+    ),
+    "unscale_gradients_divides_by_nominal_window": (
+        "CLIP-002",
+        [
+            "test_unscale_gradients_divides_by_the_full_window[true]",
+            "test_unscale_gradients_divides_by_the_full_window[last]",
+            "test_unscale_gradients_over_windows",
+        ],
+    ),
+    "unscale_gradients_in_closure_counts_closing_step_twice": (
+        "CLIP-002",
+        ["test_unscale_gradients_divides_by_the_full_window"],
+    ),
+    "rescale_skips_unstepped_backward": (
+        "AMP-006",
+        [
+            "test_outside_batch_each_real_step_updates_the_scale[backward-all-then-step]",
+            "test_outside_batch_each_real_step_updates_the_scale[prepared-while-another-steps]",
+        ],
+        F16,
+    ),
+    "update_while_prepared": (
+        "AMP-003",
+        ["test_outside_batch_each_real_step_updates_the_scale[prepared-while-another-steps]"],
+        F16,
+    ),
+    "outside_batch_never_updates": (
+        "AMP-003",
+        ["test_outside_batch_each_real_step_updates_the_scale", ORACLE_PROPERTY],
+        F16,
+    ),
     "unscale_gradients_skips_configured_clip": ("CLIP-002", ["test_unscale_gradients_prepares_only_its_own_window"]),
     "open_window_rescaled_only_on_backoff": (
         "AMP-006",
@@ -510,6 +555,17 @@ MUTANTS: dict[str, Entry] = {
     "backward_after_unscale_checked_in_closures_only": (
         "CLIP-002",
         ["test_backward_after_unscale_gradients_is_refused"],
+    ),
+    "lbfgs_zeroes_once_per_step": ("CLOS-004", ["test_lbfgs_evaluations_see_only_their_own_gradients"]),
+    "accumulation_marks_scheduler_stepped": (
+        "SCHED-001",
+        ["test_scheduler_warns_after_accumulating_calls_as_torch_does[inner]"],
+    ),
+    "fused_skip_runs_step_hooks": ("PROXY-004", ["test_step_hooks_do_not_fire_on_skipped_steps[fused]"], F16),
+    "step_hooks_around_scaler_step": ("PROXY-004", ["test_step_hooks_do_not_fire_on_skipped_steps"], F16),
+    "context_load_before_wrap_accepted": (
+        "CKPT-002",
+        ["test_state_loaded_before_its_optimizers_are_wrapped_is_refused"],
     ),
 }
 

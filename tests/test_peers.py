@@ -131,6 +131,7 @@ def test_page_from_small_reports(tmp_path: Path) -> None:
             _row("test_true_steps_now", "cpu/32-true/ws1", "passed"),
             _row("test_true_steps_now", "cpu/16-mixed/ws1", "passed"),
             _row("test_copies", "cpu/32-true/ws1", "passed", reqs=("PICKLE-001",)),
+            _row("test_bf16_true_only", "cpu/bf16-true/ws1", "passed", reqs=("PREC-003",)),
         ],
     )
     peer = _document(
@@ -142,6 +143,8 @@ def test_page_from_small_reports(tmp_path: Path) -> None:
             _row("test_copies", "cpu/32-true/ws1", "n/a", "not claimed (feature pickling)", reqs=("PICKLE-001",)),
         ],
     )
+    # Schema 2 leaves out the n/a rows of unclaimed cells, and names their checks instead.
+    peer["left_out"] = {"cells": ["cpu/bf16-true/ws1"], "checks": ["test_bf16_true_only"], "why": "not claimed"}
     (tmp_path / "reference-0.json").write_text(json.dumps(reference), encoding="utf-8")
     (tmp_path / "fabric-0.json").write_text(json.dumps(peer), encoding="utf-8")
     meta = {
@@ -164,6 +167,7 @@ def test_page_from_small_reports(tmp_path: Path) -> None:
     assert "| check | requirements | reference | Fabric |" in page
     assert "| `test_true_steps_now` | STEP-001 | ok | ok; FAIL: cpu/ws1: 16-mixed |" in page
     assert "| `test_copies` | PICKLE-001 | ok | not claimed |" in page
+    assert "| `test_bf16_true_only` | PREC-003 | ok | not claimed |" in page
     reason = "- `test_true_steps_now`, Fabric (cpu/ws1: 16-mixed): outcomes were [S, A] for the calls [...]"
     assert reason in page
     assert "- not claimed, pickling: no" in page and "- `step`: optimizer.step()" in page

@@ -230,6 +230,7 @@ def test_build_leaves_out_only_the_n_a_results_of_unclaimed_cells() -> None:
         "n/a_left_out": 1,
     }
     assert document["left_out"]["cells"] == ["cpu/64-true/ws1"]
+    assert document["left_out"]["checks"] == ["test_a"]
     assert all(row["observed"] == "" for row in document["results"])
     json.loads(report.to_json(document))
 

@@ -1,0 +1,37 @@
+"""PROXY-004 broken: the wrapper fires the step hooks itself, around the loss scaler's step, skipped or not.
+
+As a wrapper whose own ``step`` carries torch's hook machinery (``Optimizer.profile_hook_step`` on a subclass of
+``torch.optim.Optimizer``) and runs the inner step through ``scaler.step``: the hooks fire for every real step the
+wrapper starts, including the ones ``GradScaler`` then skips for non-finite gradients, for every optimizer kind.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
+        optimizer: Any = self._slots[index].optimizer
+        if closure is not None:
+            return super()._inner_step(index, closure, kwargs)
+        pre, post = optimizer._optimizer_step_pre_hooks, optimizer._optimizer_step_post_hooks
+        for hook in list(pre.values()):
+            hook(optimizer, (), kwargs)
+        optimizer._optimizer_step_pre_hooks, optimizer._optimizer_step_post_hooks = OrderedDict(), OrderedDict()
+        try:
+            result = super()._inner_step(index, closure, kwargs)
+        finally:
+            optimizer._optimizer_step_pre_hooks, optimizer._optimizer_step_post_hooks = pre, post
+        for hook in list(post.values()):
+            hook(optimizer, (), kwargs)
+        return result
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
