@@ -6,7 +6,9 @@ A manual-optimization project changes two lines: this import, and the Trainer's 
 
     trainer = Trainer(strategy=ReferenceSingleDeviceStrategy(), precision="16-mixed", accumulate_grad_batches=2)
 
-(``ReferenceDDPStrategy`` for several processes.) ``self.optimizers()`` in ``training_step`` then returns the
+(``ReferenceDDPStrategy`` for several processes; or by name, once this module is imported:
+``Trainer(strategy="reference")``, ``"reference_ddp"``, ``"reference_ddp_spawn"``, ... see
+:data:`STRATEGY_NAMES`.) ``self.optimizers()`` in ``training_step`` then returns the
 reference's wrappers, so the proposal's ``opt.backward(loss)`` and ``opt.step(closure=...,
 make_optimizer_step=...)`` work as the contract says, with the Trainer's precision, device,
 ``accumulate_grad_batches`` and ``gradient_clip_val`` applied by a :class:`TrainingContext`. Lightning neither
@@ -44,7 +46,7 @@ from lightning_optimizer.spec.types import Precision as PrecisionName
 try:
     from pytorch_lightning import LightningModule, Trainer
     from pytorch_lightning.plugins.precision import DoublePrecision, HalfPrecision, Precision
-    from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy, Strategy
+    from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy, Strategy, StrategyRegistry
     from pytorch_lightning.trainer.states import TrainerFn
 except ModuleNotFoundError as error:
     raise ModuleNotFoundError(
@@ -52,7 +54,13 @@ except ModuleNotFoundError as error:
         name=error.name,
     ) from error
 
-__all__ = ["ReferenceDDPStrategy", "ReferencePrecision", "ReferenceSingleDeviceStrategy", "wrapped_optimizers"]
+__all__ = [
+    "STRATEGY_NAMES",
+    "ReferenceDDPStrategy",
+    "ReferencePrecision",
+    "ReferenceSingleDeviceStrategy",
+    "wrapped_optimizers",
+]
 
 OptA = TypeVar("OptA", bound=torch.optim.Optimizer)
 OptB = TypeVar("OptB", bound=torch.optim.Optimizer)
@@ -382,6 +390,22 @@ class _ReferenceStrategy(Strategy):
         with self._integration.iteration():
             return super().training_step(*args, **kwargs)
 
+    def backward(
+        self, closure_loss: torch.Tensor, optimizer: torch.optim.Optimizer | None, *args: Any, **kwargs: Any
+    ) -> torch.Tensor:
+        """Lightning's backward (``self.manual_backward``); the 1.x form ``manual_backward(loss, opt)`` is refused.
+
+        Refused before Lightning's backward hooks run: ``opt`` would otherwise reach ``Tensor.backward`` as its
+        ``gradient`` and fail inside autograd.
+        """
+        if args and isinstance(args[0], torch.optim.Optimizer):
+            raise TypeError(
+                f"manual_backward(loss, {type(args[0]).__name__}) is Lightning 1.x's form; Lightning 2 passes "
+                "further arguments to Tensor.backward. Call self.manual_backward(loss), or opt.backward(loss) on "
+                "the wrapper of that optimizer"
+            )
+        return super().backward(closure_loss, optimizer, *args, **kwargs)
+
     def teardown(self) -> None:
         """Lightning's teardown; the Trainer gets its own arguments back."""
         self._integration.teardown()
@@ -515,3 +539,33 @@ def wrapped_optimizers(
             f"{[kind.__name__ for kind in optimizer_types]}"
         )
     return wrappers[0] if len(wrappers) == 1 else tuple(wrappers)
+
+
+_STRATEGIES: dict[str, tuple[type[Strategy], dict[str, Any], str]] = {
+    "reference": (ReferenceSingleDeviceStrategy, {}, "one device, the reference's precision and accumulation"),
+    "reference_ddp": (ReferenceDDPStrategy, {}, "Lightning's DDP driven by the reference: a window, one all-reduce"),
+    "reference_ddp_find_unused_parameters_true": (
+        ReferenceDDPStrategy,
+        {"find_unused_parameters": True},
+        "reference_ddp for several optimizers that own different parameters (a GAN)",
+    ),
+    "reference_ddp_spawn": (ReferenceDDPStrategy, {"start_method": "spawn"}, "reference_ddp, ranks spawned"),
+    "reference_ddp_spawn_find_unused_parameters_true": (
+        ReferenceDDPStrategy,
+        {"start_method": "spawn", "find_unused_parameters": True},
+        "reference_ddp_find_unused_parameters_true, ranks spawned",
+    ),
+}
+
+STRATEGY_NAMES: tuple[str, ...] = tuple(_STRATEGIES)
+"""The names this module registers with Lightning's ``StrategyRegistry``: ``Trainer(strategy="reference")``."""
+
+
+def _register_strategies() -> None:
+    """Register the names (once: a name an earlier import registered is left as it is)."""
+    for name, (strategy, init_params, description) in _STRATEGIES.items():
+        if name not in StrategyRegistry:
+            StrategyRegistry.register(name, strategy, description=description, **init_params)
+
+
+_register_strategies()

@@ -26,12 +26,14 @@ pytest.importorskip("pytorch_lightning", reason="the Lightning integration needs
 from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.callbacks import TQDMProgressBar
 from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.strategies import StrategyRegistry
 from torch.amp.grad_scaler import GradScaler
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, TOLERANCES, Tolerance
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.lightning import (
+    STRATEGY_NAMES,
     ReferenceDDPStrategy,
     ReferencePrecision,
     ReferenceSingleDeviceStrategy,
@@ -567,6 +569,82 @@ def test_bad_settings_are_refused_before_training(
 def test_automatic_optimization_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="automatic_optimization = False"):
         reference_trainer(tmp_path, "32-true").fit(Automatic(), train_dataloaders=regression_loader())
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "start_method", "find_unused"),
+    [
+        ("reference", ReferenceSingleDeviceStrategy, None, None),
+        ("reference_ddp", ReferenceDDPStrategy, "popen", None),
+        ("reference_ddp_find_unused_parameters_true", ReferenceDDPStrategy, "popen", True),
+        ("reference_ddp_spawn", ReferenceDDPStrategy, "spawn", None),
+        ("reference_ddp_spawn_find_unused_parameters_true", ReferenceDDPStrategy, "spawn", True),
+    ],
+)
+def test_strategy_names_are_registered(
+    name: str, kind: type[Any], start_method: str | None, find_unused: bool | None
+) -> None:
+    assert name in STRATEGY_NAMES
+    strategy: Any = StrategyRegistry.get(name)
+    assert type(strategy) is kind
+    if start_method is not None:
+        assert strategy._start_method == start_method
+        assert strategy._ddp_kwargs.get("find_unused_parameters") is find_unused
+
+
+def test_trainer_by_strategy_name_accumulates_with_the_wrappers(tmp_path: Path) -> None:
+    """``Trainer(strategy="reference")`` is the single-device strategy: wrappers, the Trainer's accumulation."""
+    model = WindowedRegressor()
+    trainer = Trainer(
+        strategy="reference",
+        accelerator="cpu",
+        devices=1,
+        precision="32-true",
+        accumulate_grad_batches=3,
+        max_epochs=1,
+        limit_train_batches=6,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        default_root_dir=tmp_path,
+    )
+    assert isinstance(trainer.strategy, ReferenceSingleDeviceStrategy)
+    trainer.fit(model, train_dataloaders=regression_loader())
+    assert model.outcomes == [StepOutcome.ACCUMULATED, StepOutcome.ACCUMULATED, StepOutcome.STEPPED] * 2
+    assert trainer.global_step == 2
+
+
+class OneXBackward(LightningModule):
+    """``self.manual_backward(loss, opt)``, the Lightning 1.x form of the proposal's era."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.layer = torch.nn.Linear(4, 2)
+        self.backward_hooks = 0
+
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        self.backward_hooks += 1
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        opt = wrapped_optimizers(self, torch.optim.SGD)
+        x, y = batch
+        self.manual_backward(torch.nn.functional.mse_loss(self.layer(x), y), opt)
+        opt.step()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_manual_backward_with_an_optimizer_is_refused_before_the_hooks(tmp_path: Path) -> None:
+    model = OneXBackward()
+    before = [param.detach().clone() for param in model.parameters()]
+    with pytest.raises(TypeError, match=r"manual_backward\(loss, WrappedSGD\) is Lightning 1.x's form"):
+        reference_trainer(tmp_path, "16-mixed", max_epochs=1).fit(model, train_dataloaders=regression_loader())
+    assert model.backward_hooks == 0, "Lightning's on_before_backward ran before the refusal"
+    assert all(param.grad is None for param in model.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
 def test_ddp_strategy_owns_its_precision_plugin() -> None:
