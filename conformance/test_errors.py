@@ -51,15 +51,28 @@ def _assert_unchanged(model: torch.nn.Module, wrapper: Any, grads: list[torch.Te
 @pytest.mark.parametrize("closure", [3, "loss", [lambda: None]], ids=["int", "str", "list"])
 @pytest.mark.varies(faults=("invalid argument",), window=("k >= 2 micro-steps",))
 def test_non_callable_closure(make_context: MakeContext, cell: Cell, closure: object) -> None:
-    """A closure that is not callable raises ``TypeError`` and changes nothing."""
+    """A closure that is not callable raises ``TypeError`` and changes nothing, whatever else the call would refuse.
+
+    The second call would also be refused for the window's stage (a ``False`` step after ``unscale_gradients()``,
+    CLIP-002): the argument is checked first, so the error is still the ``TypeError``.
+    """
     model, wrapper, grads = _open_window(make_context, cell)
-    with refuses(
-        TypeError,
-        f"wrapper.step({closure!r}) with a window open",
-        "ERR-001: a closure that is not callable is refused with TypeError before anything runs",
-    ):
+    why = "ERR-001: a closure that is not callable is refused with TypeError before anything runs"
+    with refuses(TypeError, f"wrapper.step({closure!r}) with a window open", why):
         wrapper.step(closure)
     _assert_unchanged(model, wrapper, grads, f"step(closure={closure!r})")
+    model, wrapper, _ = _open_window(make_context, cell)
+    wrapper.unscale_gradients()
+    prepared = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    call = f"wrapper.step({closure!r}, make_optimizer_step=False) after unscale_gradients()"
+    with refuses(TypeError, call, why + ", before the window's stage is"):
+        wrapper.step(closure, make_optimizer_step=False)
+    for param, grad in zip(model.parameters(), prepared, strict=True):
+        assert grad is not None and param.grad is not None and torch.equal(param.grad, grad), (
+            f"{call} changed the prepared gradients"
+        )
+    wrapper.step()
+    assert wrapper.last_outcome is StepOutcome.STEPPED, f"after {call} the prepared window did not step"
 
 
 @pytest.mark.requirement("ERR-002")

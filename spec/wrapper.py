@@ -149,7 +149,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         closure zeroes them (as torch's LBFGS documentation asks) or not (as closures written for Lightning's
         automatic optimization do not).
 
-        [ERR-001] A closure that is not callable raises ``TypeError`` before anything runs.
+        [ERR-001] A closure that is not callable raises ``TypeError`` before anything runs, whatever else the
+        call or the window's stage would refuse.
 
         [ERR-002] A ``make_optimizer_step`` that is not ``bool`` or ``None`` raises ``TypeError`` before
         anything runs.

@@ -1,7 +1,8 @@
 """ERR-001 broken: no up-front type check of the closure; a non-callable one fails only when it is called.
 
-The closure runs before anything else changes, so the ``TypeError`` Python raises (``'int' object is not
-callable``) leaves the window as it was: no check catches this (``UNCAUGHT`` in ``tests/test_mutants.py``).
+The ``TypeError`` Python raises when the closure is called (``'int' object is not callable``) leaves the window as
+it was; but a call that the window's stage refuses as well (``make_optimizer_step=False`` after
+``unscale_gradients()``) now gets the stage's ``RuntimeError`` instead: the argument is no longer checked first.
 """
 
 from __future__ import annotations
