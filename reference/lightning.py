@@ -48,6 +48,7 @@ try:
     from pytorch_lightning.plugins.precision import DoublePrecision, HalfPrecision, Precision
     from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy, Strategy, StrategyRegistry
     from pytorch_lightning.trainer.states import TrainerFn
+    from pytorch_lightning.utilities import GradClipAlgorithmType
 except ModuleNotFoundError as error:
     raise ModuleNotFoundError(
         f"{__name__} needs pytorch-lightning ({error}): pip install 'lightning-optimizer[lightning]'",
@@ -110,6 +111,8 @@ class ReferencePrecision(Precision):
         """The running context: set up by the strategy, ``None`` outside a run."""
         self._rank, self._world_size = 0, 1
         self._pending_state: dict[str, Any] | None = None
+        self.wrappers: dict[int, WrappedOptimizer[Any]] = {}
+        """The run's wrappers by the ``id`` of their inner optimizer (set by the strategy)."""
 
     def configure(self, precision: PrecisionName) -> None:
         """Take on the Trainer's precision (called by the strategy when it connects)."""
@@ -168,6 +171,26 @@ class ReferencePrecision(Precision):
             return tensor
         scaled: torch.Tensor = scaler.scale(tensor)
         return scaled
+
+    def clip_gradients(
+        self,
+        optimizer: torch.optim.Optimizer,
+        clip_val: int | float = 0.0,
+        gradient_clip_algorithm: GradClipAlgorithmType = GradClipAlgorithmType.NORM,
+    ) -> None:
+        """``self.clip_gradients(opt, ...)``: clip what the step will apply, the window's mean, unscaled (once).
+
+        The wrapper's ``unscale_gradients()`` prepares the window first (CLIP-002), so under 16-mixed the clip
+        threshold meets unscaled gradients, and the closing ``step()`` does not unscale again. As with
+        ``unscale_gradients()``, the next ``step()`` of that optimizer must close its window.
+        """
+        if clip_val <= 0:
+            return
+        wrapper = optimizer if isinstance(optimizer, WrappedOptimizer) else self.wrappers.get(id(optimizer))
+        if wrapper is not None:
+            wrapper.unscale_gradients()
+            optimizer = wrapper.optimizer
+        super().clip_gradients(optimizer, clip_val, gradient_clip_algorithm)
 
     # -- checkpoints -----------------------------------------------------------------------------------
 
@@ -301,6 +324,7 @@ class _Integration:
             )
         self._inner = list(strategy.optimizers)
         self._wrappers = {id(optimizer): context.wrap(optimizer) for optimizer in self._inner}
+        self.plugin.wrappers = self._wrappers
         progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
 
         def count_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -341,6 +365,7 @@ class _Integration:
             for name in _LOOP_INJECTED:
                 vars(optimizer).pop(name, None)
         self.plugin.attach(None)
+        self.plugin.wrappers = {}
         if trainer is not None and self._trainer_arguments is not None:
             accumulate, clip_val, clip_algorithm = self._trainer_arguments
             trainer.accumulate_grad_batches = accumulate

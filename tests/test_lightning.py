@@ -30,7 +30,7 @@ from pytorch_lightning.strategies import StrategyRegistry
 from torch.amp.grad_scaler import GradScaler
 from torch.utils.data import DistributedSampler, TensorDataset
 
-from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, TOLERANCES, Tolerance
+from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, TOLERANCES, Tolerance, make_model
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.lightning import (
     STRATEGY_NAMES,
@@ -613,6 +613,54 @@ def test_trainer_by_strategy_name_accumulates_with_the_wrappers(tmp_path: Path) 
     trainer.fit(model, train_dataloaders=regression_loader())
     assert model.outcomes == [StepOutcome.ACCUMULATED, StepOutcome.ACCUMULATED, StepOutcome.STEPPED] * 2
     assert trainer.global_step == 2
+
+
+class ClipsByHand(LightningModule):
+    """``manual_backward``, then ``self.clip_gradients(opt, CLIP, "norm")``, then ``opt.step()``, every batch."""
+
+    CLIP = 0.01
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.net = make_model(seed=0)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        opt = wrapped_optimizers(self, torch.optim.SGD)
+        x, y = batch
+        self.manual_backward(torch.nn.functional.mse_loss(self.net(x).float(), y))
+        self.clip_gradients(opt, self.CLIP, "norm")
+        opt.step()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=1.0)
+
+
+@pytest.mark.parametrize("precision", ["32-true", "16-mixed"])
+def test_clip_gradients_clips_the_unscaled_gradients(precision: Precision, tmp_path: Path) -> None:
+    """Under 16-mixed Lightning's ``clip_gradients`` meets unscaled gradients, as a plain loop's clip does."""
+    model = ClipsByHand()
+    batches = list(regression_loader())
+    reference_trainer(tmp_path, precision, max_epochs=1).fit(model, train_dataloaders=regression_loader())
+    oracle = make_model(seed=0)
+    optimizer = torch.optim.SGD(oracle.parameters(), lr=1.0)
+    scaler = oracle_scaler(precision)
+    for x, y in batches:
+        with oracle_autocast(precision):
+            loss = torch.nn.functional.mse_loss(oracle(x).float(), y)
+        if scaler is None:
+            loss.backward()
+        else:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(oracle.parameters(), ClipsByHand.CLIP)
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+            scaler.update()
+        optimizer.zero_grad()
+    assert_params_close(model.net, oracle, TOLERANCES[precision], f"clip_gradients under {precision}")
 
 
 class OneXBackward(LightningModule):
