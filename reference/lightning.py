@@ -34,12 +34,14 @@ from typing import Any, TypeVar, cast, overload
 
 import torch
 import torch.distributed as dist
+from torch.amp.grad_scaler import GradScaler
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.hooks import RemovableHandle
 
 from lightning_optimizer.reference.clipping import ClipAlgorithm
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
+from lightning_optimizer.spec.implementation import GradScalerSettings
 from lightning_optimizer.spec.types import PRECISIONS
 from lightning_optimizer.spec.types import Precision as PrecisionName
 
@@ -227,14 +229,17 @@ class _Settings:
     accumulate_grad_batches: int
     gradient_clip_val: float | None
     gradient_clip_algorithm: ClipAlgorithm
+    grad_scaler: GradScalerSettings | None = None
 
     def context(self, device: str) -> TrainingContext:
+        scaler = None if self.grad_scaler is None else GradScaler(device, **self.grad_scaler.as_kwargs())
         return TrainingContext(
             self.precision,
             device,  # type: ignore[arg-type]  # the context names an unknown device in its error
             self.accumulate_grad_batches,
             gradient_clip_val=self.gradient_clip_val,
             gradient_clip_algorithm=self.gradient_clip_algorithm,
+            scaler=scaler,
         )
 
 
@@ -255,14 +260,21 @@ def _requested_precision(trainer: Trainer) -> PrecisionName:
     )
 
 
-def _settings_from(trainer: Trainer) -> _Settings:
+def _settings_from(trainer: Trainer, grad_scaler: GradScalerSettings | None) -> _Settings:
     clip_val = trainer.gradient_clip_val
     algorithm = trainer.gradient_clip_algorithm
+    precision = _requested_precision(trainer)
+    if grad_scaler is not None and precision != "16-mixed":
+        raise ValueError(
+            f"the strategy's grad_scaler settings apply to Trainer(precision='16-mixed'), the one precision that "
+            f"scales the loss; this Trainer runs {precision!r}: drop grad_scaler or use 16-mixed"
+        )
     settings = _Settings(
-        precision=_requested_precision(trainer),
+        precision=precision,
         accumulate_grad_batches=trainer.accumulate_grad_batches,
         gradient_clip_val=None if clip_val is None or clip_val == 0 else float(clip_val),
         gradient_clip_algorithm="value" if algorithm is not None and algorithm.value == "value" else "norm",
+        grad_scaler=grad_scaler,
     )
     settings.context("cpu")  # the reference validates every setting now, before anything changes
     return settings
@@ -271,7 +283,13 @@ def _settings_from(trainer: Trainer) -> _Settings:
 class _Integration:
     """What the reference strategies share: the Trainer settings, the context's lifetime, the wrappers."""
 
-    def __init__(self) -> None:
+    def __init__(self, grad_scaler: GradScalerSettings | None = None) -> None:
+        if grad_scaler is not None and not isinstance(grad_scaler, GradScalerSettings):
+            raise TypeError(
+                f"grad_scaler must be a lightning_optimizer.spec.GradScalerSettings or None, got "
+                f"{type(grad_scaler).__name__}"
+            )
+        self.grad_scaler = grad_scaler
         self.plugin = ReferencePrecision()
         self.settings: _Settings | None = None
         self._trainer_arguments: tuple[int, int | float | None, Any] | None = None
@@ -289,7 +307,7 @@ class _Integration:
                 f"in {type(model).__name__}.__init__ and step the optimizers from training_step"
             )
         if self._trainer_arguments is None:
-            self.settings = _settings_from(trainer)
+            self.settings = _settings_from(trainer, self.grad_scaler)
             self._trainer_arguments = (
                 trainer.accumulate_grad_batches,
                 trainer.gradient_clip_val,
@@ -440,11 +458,15 @@ class _ReferenceStrategy(Strategy):
 class ReferenceSingleDeviceStrategy(_ReferenceStrategy, SingleDeviceStrategy):
     """One process, one device (CPU or CUDA), the reference doing precision, accumulation and clipping.
 
-    ``device`` defaults to the device the Trainer's ``accelerator`` and ``devices`` choose.
+    ``device`` defaults to the device the Trainer's ``accelerator`` and ``devices`` choose. ``grad_scaler``
+    configures the loss scaler of ``Trainer(precision="16-mixed")`` (``torch.amp.GradScaler``'s arguments; ``None``:
+    torch's defaults).
     """
 
-    def __init__(self, device: torch.device | str | int | None = None) -> None:
-        self._integration = _Integration()
+    def __init__(
+        self, device: torch.device | str | int | None = None, *, grad_scaler: GradScalerSettings | None = None
+    ) -> None:
+        self._integration = _Integration(grad_scaler)
         super().__init__(device="cpu" if device is None else device, precision_plugin=self._integration.plugin)
         self._device_given = device is not None
         self.parallel_devices: list[torch.device] | None = None
@@ -475,12 +497,14 @@ class ReferenceDDPStrategy(_ReferenceStrategy, DDPStrategy):
     a window run under ``no_sync()``: a window costs one all-reduce. With several optimizers each closure's
     backward reaches only its own optimizer's parameters, which DDP allows with ``find_unused_parameters=True``.
     Use ``opt.backward(loss)`` or ``self.manual_backward(loss)`` (DDP must be prepared for each backward).
+    ``grad_scaler`` configures the loss scaler of ``Trainer(precision="16-mixed")``, as on the single-device
+    strategy.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, grad_scaler: GradScalerSettings | None = None, **kwargs: Any) -> None:
         if "precision_plugin" in kwargs:
             raise TypeError("ReferenceDDPStrategy brings its own precision plugin; set Trainer(precision=...)")
-        self._integration = _Integration()
+        self._integration = _Integration(grad_scaler)
         super().__init__(precision_plugin=self._integration.plugin, **kwargs)
 
     def setup(self, trainer: Trainer) -> None:

@@ -39,7 +39,7 @@ from lightning_optimizer.reference.lightning import (
     ReferenceSingleDeviceStrategy,
     wrapped_optimizers,
 )
-from lightning_optimizer.spec import Precision, StepOutcome
+from lightning_optimizer.spec import GradScalerSettings, Precision, StepOutcome
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))  # the scenarios package, shared with the subprocesses (which get it on PYTHONPATH)
@@ -661,6 +661,52 @@ def test_clip_gradients_clips_the_unscaled_gradients(precision: Precision, tmp_p
             scaler.update()
         optimizer.zero_grad()
     assert_params_close(model.net, oracle, TOLERANCES[precision], f"clip_gradients under {precision}")
+
+
+def test_the_strategy_configures_the_loss_scaler(tmp_path: Path) -> None:
+    """``grad_scaler=GradScalerSettings(...)`` reaches the context's GradScaler: 2^4, doubled after each step."""
+    probe = ContextProbe()
+    settings = GradScalerSettings(init_scale=2.0**4, growth_interval=1)
+    trainer = Trainer(
+        strategy=ReferenceSingleDeviceStrategy(grad_scaler=settings),
+        accelerator="cpu",
+        devices=1,
+        precision="16-mixed",
+        max_epochs=1,
+        limit_train_batches=5,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        default_root_dir=tmp_path,
+        callbacks=[probe],
+    )
+    model = WindowedRegressor()
+    trainer.fit(model, train_dataloaders=regression_loader())
+    assert model.outcomes == [StepOutcome.STEPPED] * 5
+    assert probe.scale == 2.0**4 * 2**5, f"the loss scale is {probe.scale}, not 16 grown after each of 5 steps"
+
+
+def test_loss_scaler_settings_are_refused_where_they_cannot_apply(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="GradScalerSettings"):
+        ReferenceSingleDeviceStrategy(grad_scaler={"init_scale": 4.0})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="GradScalerSettings"):
+        ReferenceDDPStrategy(grad_scaler=GradScaler("cpu"))  # type: ignore[arg-type]
+    model = WindowedRegressor()
+    before = [param.detach().clone() for param in model.parameters()]
+    trainer = Trainer(
+        strategy=ReferenceSingleDeviceStrategy(grad_scaler=GradScalerSettings()),
+        accelerator="cpu",
+        devices=1,
+        precision="bf16-mixed",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+    )
+    with pytest.raises(ValueError, match="16-mixed"):
+        trainer.fit(model, train_dataloaders=regression_loader())
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
 class OneXBackward(LightningModule):
