@@ -7,8 +7,8 @@ What the reports leave out: a result that is ``n/a`` because its cell is not cla
 precision or world size is outside the implementation's ``claims``) is not listed; ``summary["n/a_left_out"]``
 counts those results and ``left_out`` names their cells and checks and says why. Every other result is listed,
 an ``n/a`` one inside a claimed cell included: it carries its own reason (the check does not apply to that cell,
-or needs a feature that is not claimed). The outcome counts of ``summary`` are those of the listed results, so the values of
-``summary`` add up to every result of the run.
+or needs a feature that is not claimed). The outcome counts of ``summary`` are those of the listed results, so
+the values of ``summary`` add up to every result of the run.
 
 A result row (schema version 2) has ``check``, ``requirements``, ``device``, ``precision``, ``world_size``,
 ``outcome``, ``reason``, ``observed`` and ``duration_s``. ``reason`` is why the outcome is what it is: the
