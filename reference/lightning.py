@@ -280,6 +280,23 @@ def _settings_from(trainer: Trainer, grad_scaler: GradScalerSettings | None) -> 
     return settings
 
 
+def _call_hooks(trainer: Trainer, name: str, *args: Any) -> None:
+    """Lightning's hook ``name``: every callback's, then the module's (the order of Lightning's own calls)."""
+    module = trainer.lightning_module
+    for callback in trainer.callbacks:  # type: ignore[attr-defined]  # a property Lightning does not annotate
+        getattr(callback, name)(trainer, module, *args)
+    getattr(module, name)(*args)
+
+
+def _hooked_backward(
+    trainer: Trainer, backward: Callable[..., None], loss: torch.Tensor, *args: Any, **kwargs: Any
+) -> None:
+    """A wrapper's ``backward`` between ``on_before_backward`` and ``on_after_backward``, as ``manual_backward``."""
+    _call_hooks(trainer, "on_before_backward", loss)
+    backward(loss, *args, **kwargs)
+    _call_hooks(trainer, "on_after_backward")
+
+
 class _Integration:
     """What the reference strategies share: the Trainer settings, the context's lifetime, the wrappers."""
 
@@ -350,7 +367,15 @@ class _Integration:
             progress.increment_ready()
             progress.increment_completed()
 
+        def before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+            # After the window's preparation (mean, unscaling, clipping): the gradients the step applies.
+            _call_hooks(trainer, "on_before_optimizer_step", optimizer)
+
         self._hooks = [optimizer.register_step_post_hook(count_step) for optimizer in self._inner]
+        self._hooks += [optimizer.register_step_pre_hook(before_step) for optimizer in self._inner]
+        for wrapper in self._wrappers.values():
+            # An instance attribute, as an LR scheduler sets ``step``: the class's ``backward`` stays the reference's.
+            setattr(wrapper, "backward", partial(_hooked_backward, trainer, wrapper.backward))  # noqa: B010
         strategy.optimizers = self._inner  # ``self.optimizers()`` now returns the wrappers
 
     def lightning_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> list[WrappedOptimizer[Any]]:

@@ -81,6 +81,8 @@ class Oracle:
     other_losses: list[float] = field(default_factory=list)
     stepped: list[bool] = field(default_factory=list)
     """For each window, in order: whether the step was applied (``False``: the scaler skipped it)."""
+    step_grads: list[list[torch.Tensor]] = field(default_factory=list)
+    """For each window, the gradients its step applies: mean, unscaled, clipped."""
 
     def count(self, *optimizers: torch.optim.Optimizer) -> None:
         def applied(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -195,6 +197,9 @@ def windows_oracle(
                 scaler.unscale_(optimizer)
             if clip is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            oracle.step_grads.append(
+                [param.grad.detach().clone() for param in model.parameters() if param.grad is not None]
+            )
             before = oracle.applied_steps
             if scaler is None:
                 optimizer.step()
@@ -380,6 +385,71 @@ def test_accumulate_grad_batches_windows(
     assert scheduler.get_last_lr() == pytest.approx([0.1 * 0.5 ** (sum(oracle.stepped) // 2)])
     order_warnings = [w for w in caught if "lr_scheduler.step()" in str(w.message)]
     assert not order_warnings, [str(w.message) for w in order_warnings]
+
+
+class HookRecorder(Callback):
+    """Lightning's backward and optimizer-step hooks as a callback sees them, gradients at each step included."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.step_grads: list[list[torch.Tensor]] = []
+
+    def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
+        self.calls.append("before_backward")
+
+    def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.calls.append("after_backward")
+
+    def on_before_optimizer_step(
+        self, trainer: Trainer, pl_module: LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        assert not isinstance(optimizer, WrappedOptimizer), "Lightning hands its hooks the torch optimizer"
+        self.calls.append("before_optimizer_step")
+        self.step_grads.append([p.grad.detach().clone() for p in pl_module.parameters() if p.grad is not None])
+
+
+class HookedRegressor(WindowedRegressor):
+    """``WindowedRegressor`` that also counts its own module hooks."""
+
+    def __init__(self, manual_backward: bool) -> None:
+        super().__init__(manual_backward=manual_backward)
+        self.module_calls: list[str] = []
+
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        self.module_calls.append("before_backward")
+
+    def on_after_backward(self) -> None:
+        self.module_calls.append("after_backward")
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.module_calls.append("before_optimizer_step")
+
+
+@pytest.mark.parametrize("manual_backward", [False, True], ids=["wrapper-backward", "manual_backward"])
+def test_lightning_hooks_fire_once_per_backward_and_step(manual_backward: bool, tmp_path: Path) -> None:
+    """Module and callbacks get ``on_before_backward``/``on_after_backward`` per backward, in either backward form,
+    and ``on_before_optimizer_step`` per step taken, seeing the gradients the step applies (the window's unscaled
+    mean), as a plain loop has them before its step."""
+    model, recorder = HookedRegressor(manual_backward), HookRecorder()
+    trainer = reference_trainer(tmp_path, "16-mixed", accumulate_grad_batches=3, max_epochs=1, callbacks=[recorder])
+    trainer.fit(model, train_dataloaders=regression_loader())
+    data = regression_data()
+    batches = [(data.tensors[0][i : i + 4], data.tensors[1][i : i + 4]) for i in range(0, len(data), 4)]
+    oracle = windows_oracle("16-mixed", batches, WINDOWS, epochs=1)
+    expected: list[str] = []
+    for window, stepped in zip(WINDOWS, oracle.stepped, strict=True):
+        expected += ["before_backward", "after_backward"] * len(window)
+        expected += ["before_optimizer_step"] if stepped else []
+    assert recorder.calls == expected
+    assert model.module_calls == expected
+    taken = [grads for grads, stepped in zip(oracle.step_grads, oracle.stepped, strict=True) if stepped]
+    assert len(recorder.step_grads) == len(taken) > 0
+    tolerance = TOLERANCES["16-mixed"]
+    for i, (got, want) in enumerate(zip(recorder.step_grads, taken, strict=True)):
+        assert all(
+            torch.allclose(a.double(), b.double(), rtol=tolerance.rtol, atol=tolerance.atol)
+            for a, b in zip(got, want, strict=True)
+        ), f"step {i}: on_before_optimizer_step saw other gradients than the plain loop's (scaled? not averaged?)"
 
 
 # -- DDP: two CPU processes on gloo ----------------------------------------------------------------------------
