@@ -51,6 +51,8 @@ try:
     from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy, Strategy, StrategyRegistry
     from pytorch_lightning.trainer.states import TrainerFn
     from pytorch_lightning.utilities import GradClipAlgorithmType
+
+    from lightning_optimizer.reference import lightning_compat
 except ModuleNotFoundError as error:
     raise ModuleNotFoundError(
         f"{__name__} needs pytorch-lightning ({error}): pip install 'lightning-optimizer[lightning]'",
@@ -72,11 +74,9 @@ OptD = TypeVar("OptD", bound=torch.optim.Optimizer)
 
 _STATE_FORMAT = 1
 
+
 # Attributes Lightning's manual-optimization loop sets on every object ``self.optimizers()`` returns; on a
 # reference wrapper they land on the inner optimizer, and are removed again at teardown.
-_LOOP_INJECTED = ("_on_before_step", "_on_after_step")
-
-
 def _dtype_plugin(precision: PrecisionName) -> Precision:
     """Lightning's own plugin for what a precision means for dtypes: module, inputs, default dtype in steps."""
     if precision == "64-true":
@@ -244,9 +244,7 @@ class _Settings:
 
 
 def _requested_precision(trainer: Trainer) -> PrecisionName:
-    # Lightning keeps the Trainer's precision argument, normalised ("16" -> "16-mixed"), on its accelerator
-    # connector; with the strategy's own plugin it is never rewritten (no 16-mixed -> bf16-mixed on the CPU).
-    flag = getattr(getattr(trainer, "_accelerator_connector", None), "_precision_flag", None)
+    flag = lightning_compat.requested_precision(trainer)
     if not isinstance(flag, str):
         raise RuntimeError(
             "cannot read Trainer(precision=...) from this pytorch_lightning version; the reference strategies "
@@ -360,12 +358,10 @@ class _Integration:
         self._inner = list(strategy.optimizers)
         self._wrappers = {id(optimizer): context.wrap(optimizer) for optimizer in self._inner}
         self.plugin.wrappers = self._wrappers
-        progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
 
         def count_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
             # One global step per optimizer step applied (an accumulating micro-step or a skipped step is none).
-            progress.increment_ready()
-            progress.increment_completed()
+            lightning_compat.count_manual_optimizer_step(trainer)
 
         def before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
             # After the window's preparation (mean, unscaling, clipping): the gradients the step applies.
@@ -392,10 +388,8 @@ class _Integration:
         context, trainer = self.plugin.context, self._trainer
         if context is None or trainer is None:
             raise RuntimeError("training_step ran before the reference strategy was set up")
-        epoch_loop = trainer.fit_loop.epoch_loop
-        progress = epoch_loop.batch_progress
-        is_last = progress.is_last_batch or progress.current.ready == trainer.num_training_batches
-        with context.batch(epoch_loop.batch_idx, is_last=is_last):
+        batch_idx, is_last = lightning_compat.loop_position(trainer)
+        with context.batch(batch_idx, is_last=is_last):
             yield
 
     def teardown(self) -> None:
@@ -405,8 +399,7 @@ class _Integration:
             handle.remove()
         self._hooks = []
         for optimizer in self._inner:
-            for name in _LOOP_INJECTED:
-                vars(optimizer).pop(name, None)
+            lightning_compat.forget_loop_injections(optimizer)
         self.plugin.attach(None)
         self.plugin.wrappers = {}
         if trainer is not None and self._trainer_arguments is not None:
@@ -441,7 +434,7 @@ class _ReferenceStrategy(Strategy):
     def optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
         self._optimizers = optimizers
         # What ``LightningModule.optimizers()`` returns: the reference's wrappers instead of LightningOptimizers.
-        self._lightning_optimizers = self._integration.lightning_optimizers(optimizers)  # type: ignore[assignment]
+        lightning_compat.set_module_optimizers(self, self._integration.lightning_optimizers(optimizers))
 
     @property
     def reference_context(self) -> TrainingContext | None:

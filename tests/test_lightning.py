@@ -31,7 +31,7 @@ from torch.amp.grad_scaler import GradScaler
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, TOLERANCES, Tolerance, make_model
-from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.reference import WrappedOptimizer, lightning_compat
 from lightning_optimizer.reference.lightning import (
     STRATEGY_NAMES,
     ReferenceDDPStrategy,
@@ -809,6 +809,39 @@ def test_manual_backward_with_an_optimizer_is_refused_before_the_hooks(tmp_path:
     assert model.backward_hooks == 0, "Lightning's on_before_backward ran before the refusal"
     assert all(param.grad is None for param in model.parameters())
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: Path) -> None:
+    """``reference/lightning_compat.py`` against the installed Lightning: a release that moves a field fails here."""
+    seen: dict[str, Any] = {}
+
+    class Probe(Callback):
+        def on_train_batch_start(
+            self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+        ) -> None:
+            seen.setdefault("positions", []).append((lightning_compat.loop_position(trainer), batch_idx))
+            optimizer = trainer.optimizers[0]
+            seen["injected"] = all(hasattr(optimizer, name) for name in lightning_compat.LOOP_INJECTED)
+            if batch_idx == 0:
+                before = trainer.global_step
+                lightning_compat.count_manual_optimizer_step(trainer)
+                seen["counted"] = trainer.global_step - before
+                wrappers = pl_module.optimizers()
+                marker = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+                lightning_compat.set_module_optimizers(trainer.strategy, [marker])
+                seen["module_optimizers"] = pl_module.optimizers() is marker
+                lightning_compat.set_module_optimizers(trainer.strategy, [wrappers])
+
+    trainer = reference_trainer(tmp_path, "16-mixed", max_epochs=1, limit_train_batches=3, callbacks=[Probe()])
+    assert lightning_compat.requested_precision(trainer) == "16-mixed"
+    model = WindowedRegressor()
+    trainer.fit(model, train_dataloaders=regression_loader())
+    assert seen["positions"] == [((0, False), 0), ((1, False), 1), ((2, True), 2)]
+    assert seen["injected"], f"Lightning's loop no longer sets {lightning_compat.LOOP_INJECTED} on the optimizers"
+    assert seen["counted"] == 1
+    assert seen["module_optimizers"], "LightningModule.optimizers() no longer returns the strategy's list"
+    optimizer = trainer.optimizers[0]
+    assert not any(hasattr(optimizer, name) for name in lightning_compat.LOOP_INJECTED), "teardown left them"
 
 
 def test_ddp_strategy_owns_its_precision_plugin() -> None:

@@ -1,0 +1,64 @@
+"""Every field of pytorch_lightning that the Lightning integration reads or writes outside its public API.
+
+Lightning has no public way to read ``Trainer(precision=...)`` before its precision plugin is settled, to count
+the global step of manual optimization, to read the loop's position in the epoch, or to make
+``LightningModule.optimizers()`` return other objects than its ``LightningOptimizer``. Each such touch is one
+function here; ``tests/test_lightning.py::test_lightning_fields_the_reference_touches_are_where_it_expects`` pins
+each against the installed Lightning, so a release that moves one fails there, loudly, not in a training run.
+Made for pytorch_lightning 2.6.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from pytorch_lightning import Trainer
+from pytorch_lightning.strategies import Strategy
+
+__all__ = [
+    "LOOP_INJECTED",
+    "count_manual_optimizer_step",
+    "forget_loop_injections",
+    "loop_position",
+    "requested_precision",
+    "set_module_optimizers",
+]
+
+LOOP_INJECTED = ("_on_before_step", "_on_after_step")
+"""What Lightning's training loop sets on each optimizer of manual optimization, removed again at teardown."""
+
+
+def requested_precision(trainer: Trainer) -> object:
+    """``Trainer(precision=...)``, normalised by Lightning ("16" -> "16-mixed"), as the accelerator connector keeps it.
+
+    With a strategy's own precision plugin Lightning never rewrites it (no 16-mixed -> bf16-mixed on the CPU).
+    ``None`` when this Lightning keeps it elsewhere.
+    """
+    return getattr(getattr(trainer, "_accelerator_connector", None), "_precision_flag", None)
+
+
+def count_manual_optimizer_step(trainer: Trainer) -> None:
+    """Add one to ``trainer.global_step`` under manual optimization (one optimizer step applied)."""
+    progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+    progress.increment_ready()
+    progress.increment_completed()
+
+
+def loop_position(trainer: Trainer) -> tuple[int, bool]:
+    """The running training batch's index in its epoch, and whether it is the epoch's last."""
+    epoch_loop = trainer.fit_loop.epoch_loop
+    progress = epoch_loop.batch_progress
+    is_last = bool(progress.is_last_batch or progress.current.ready == trainer.num_training_batches)
+    return int(epoch_loop.batch_idx), is_last
+
+
+def set_module_optimizers(strategy: Strategy, optimizers: list[Any]) -> None:
+    """What ``LightningModule.optimizers()`` returns from now on (Lightning's ``LightningOptimizer`` list)."""
+    strategy._lightning_optimizers = optimizers
+
+
+def forget_loop_injections(optimizer: torch.optim.Optimizer) -> None:
+    """Remove what Lightning's loop set on ``optimizer`` (:data:`LOOP_INJECTED`)."""
+    for name in LOOP_INJECTED:
+        vars(optimizer).pop(name, None)
