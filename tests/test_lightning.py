@@ -665,19 +665,8 @@ def test_strategy_names_are_registered(
 def test_trainer_by_strategy_name_accumulates_with_the_wrappers(tmp_path: Path) -> None:
     """``Trainer(strategy="reference")`` is the single-device strategy: wrappers, the Trainer's accumulation."""
     model = WindowedRegressor()
-    trainer = Trainer(
-        strategy="reference",
-        accelerator="cpu",
-        devices=1,
-        precision="32-true",
-        accumulate_grad_batches=3,
-        max_epochs=1,
-        limit_train_batches=6,
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=False,
-        default_root_dir=tmp_path,
+    trainer = reference_trainer(
+        tmp_path, "32-true", "reference", accumulate_grad_batches=3, max_epochs=1, limit_train_batches=6
     )
     assert isinstance(trainer.strategy, ReferenceSingleDeviceStrategy)
     trainer.fit(model, train_dataloaders=regression_loader())
@@ -737,20 +726,8 @@ def test_the_strategy_configures_the_loss_scaler(tmp_path: Path) -> None:
     """``grad_scaler=GradScalerSettings(...)`` reaches the context's GradScaler: 2^4, doubled after each step."""
     probe = ContextProbe()
     settings = GradScalerSettings(init_scale=2.0**4, growth_interval=1)
-    trainer = Trainer(
-        strategy=ReferenceSingleDeviceStrategy(grad_scaler=settings),
-        accelerator="cpu",
-        devices=1,
-        precision="16-mixed",
-        max_epochs=1,
-        limit_train_batches=5,
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=False,
-        default_root_dir=tmp_path,
-        callbacks=[probe],
-    )
+    strategy = ReferenceSingleDeviceStrategy(grad_scaler=settings)
+    trainer = reference_trainer(tmp_path, "16-mixed", strategy, max_epochs=1, limit_train_batches=5, callbacks=[probe])
     model = WindowedRegressor()
     trainer.fit(model, train_dataloaders=regression_loader())
     assert model.outcomes == [StepOutcome.STEPPED] * 5
@@ -764,16 +741,8 @@ def test_loss_scaler_settings_are_refused_where_they_cannot_apply(tmp_path: Path
         ReferenceDDPStrategy(grad_scaler=GradScaler("cpu"))  # type: ignore[arg-type]
     model = WindowedRegressor()
     before = [param.detach().clone() for param in model.parameters()]
-    trainer = Trainer(
-        strategy=ReferenceSingleDeviceStrategy(grad_scaler=GradScalerSettings()),
-        accelerator="cpu",
-        devices=1,
-        precision="bf16-mixed",
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        default_root_dir=tmp_path,
-    )
+    strategy = ReferenceSingleDeviceStrategy(grad_scaler=GradScalerSettings())
+    trainer = reference_trainer(tmp_path, "bf16-mixed", strategy, max_epochs=1)
     with pytest.raises(ValueError, match="16-mixed"):
         trainer.fit(model, train_dataloaders=regression_loader())
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
@@ -829,7 +798,8 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
                 wrappers = pl_module.optimizers()
                 marker = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
                 lightning_compat.set_module_optimizers(trainer.strategy, [marker])
-                seen["module_optimizers"] = pl_module.optimizers() is marker
+                returned: object = pl_module.optimizers()
+                seen["module_optimizers"] = returned is marker
                 lightning_compat.set_module_optimizers(trainer.strategy, [wrappers])
 
     trainer = reference_trainer(tmp_path, "16-mixed", max_epochs=1, limit_train_batches=3, callbacks=[Probe()])

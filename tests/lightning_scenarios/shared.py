@@ -133,8 +133,8 @@ class WindowedRegressor(LightningModule):
         return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)]
 
 
-def reference_trainer(root: Path, precision: str, **kwargs: Any) -> Trainer:
-    """A quiet CPU Trainer on the reference's single-device strategy, writing only under ``root``."""
+def reference_trainer(root: Path, precision: str, strategy: Any = None, **kwargs: Any) -> Trainer:
+    """A quiet CPU Trainer on ``strategy`` (the reference's single-device one), writing only under ``root``."""
     options: dict[str, Any] = {
         "max_epochs": EPOCHS,
         "devices": 1,
@@ -145,7 +145,7 @@ def reference_trainer(root: Path, precision: str, **kwargs: Any) -> Trainer:
     }
     options.update(kwargs)
     return Trainer(
-        strategy=ReferenceSingleDeviceStrategy(),
+        strategy=ReferenceSingleDeviceStrategy() if strategy is None else strategy,
         accelerator="cpu",
         precision=precision,  # type: ignore[arg-type]  # one of the reference's names, checked by the strategy
         default_root_dir=root,
