@@ -27,7 +27,7 @@ NEEDS = ("pytest", "hypothesis", "mypy")
 
 def pytest_arguments(args: list[str], cwd: Path) -> list[str]:
     """The pytest command line that runs the installed suite in ``cwd`` with ``args``, the caller's flags."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).parent
     return [
         f"--config-file={SUITE_CONFIG}",
         f"--rootdir={cwd}",
