@@ -423,6 +423,8 @@ class HookedRegressor(WindowedRegressor):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.module_calls.append("before_optimizer_step")
+        # What gradient-norm logging does in this hook: self.log must work there.
+        self.log("grad_norm", torch.nn.utils.get_total_norm([p.grad for p in self.parameters() if p.grad is not None]))
 
 
 @pytest.mark.parametrize("manual_backward", [False, True], ids=["wrapper-backward", "manual_backward"])
@@ -442,6 +444,7 @@ def test_lightning_hooks_fire_once_per_backward_and_step(manual_backward: bool, 
         expected += ["before_optimizer_step"] if stepped else []
     assert recorder.calls == expected
     assert model.module_calls == expected
+    assert "grad_norm" in trainer.callback_metrics, "self.log in on_before_optimizer_step logged nothing"
     taken = [grads for grads, stepped in zip(oracle.step_grads, oracle.stepped, strict=True) if stepped]
     assert len(recorder.step_grads) == len(taken) > 0
     tolerance = TOLERANCES["16-mixed"]
