@@ -20,7 +20,15 @@ from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.wrapper import wrapper_class
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo
 
-__all__ = ["ClipValueContext", "MutantContext", "Slot", "conformance_info", "mutant_info", "wrapper_subclass"]
+__all__ = [
+    "ClipValueContext",
+    "MutantContext",
+    "Slot",
+    "UnscaleGradientsContext",
+    "conformance_info",
+    "mutant_info",
+    "wrapper_subclass",
+]
 
 ContextT = TypeVar("ContextT", bound=TrainingContext)
 T = TypeVar("T")
@@ -60,6 +68,20 @@ class ClipValueContext(MutantContext):
         The reference's check; each CTX-002 mutant replaces it with its own.
         """
         return check_clipping(value, "norm")[0]
+
+
+class UnscaleGradientsContext(MutantContext):
+    """The reference, whose stages can tell whether they run inside ``unscale_gradients()`` (CLIP-002 mutants)."""
+
+    unscaling = False
+    """``True`` while ``unscale_gradients()`` prepares a window (its stages: mean, reduction, unscale, clip)."""
+
+    def _unscale_gradients(self, index: int) -> None:
+        self.unscaling = True
+        try:
+            super()._unscale_gradients(index)
+        finally:
+            self.unscaling = False
 
 
 def wrapper_subclass(

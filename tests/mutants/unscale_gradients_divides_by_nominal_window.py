@@ -11,21 +11,12 @@ from __future__ import annotations
 
 from lightning_optimizer.reference.accumulation import normalise_window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import Slot, UnscaleGradientsContext, mutant_info
 
 
-class Context(MutantContext):
-    _unscaling = False
-
-    def _unscale_gradients(self, index: int) -> None:
-        self._unscaling = True
-        try:
-            super()._unscale_gradients(index)
-        finally:
-            self._unscaling = False
-
+class Context(UnscaleGradientsContext):
     def _normalise_window(self, slot: Slot) -> None:
-        if not self._unscaling:
+        if not self.unscaling:
             super()._normalise_window(slot)
         else:
             normalise_window(slot.params(), self._accumulate_grad_batches)  # the configured length, not the window's

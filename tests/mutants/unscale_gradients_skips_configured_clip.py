@@ -8,21 +8,12 @@ step, so ``gradient_clip_val`` silently does nothing on those steps.
 from __future__ import annotations
 
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import Slot, UnscaleGradientsContext, mutant_info
 
 
-class Context(MutantContext):
-    _unscaling = False
-
-    def _unscale_gradients(self, index: int) -> None:
-        self._unscaling = True
-        try:
-            super()._unscale_gradients(index)
-        finally:
-            self._unscaling = False
-
+class Context(UnscaleGradientsContext):
     def _clip(self, slot: Slot) -> None:
-        if not self._unscaling:
+        if not self.unscaling:
             super()._clip(slot)
 
 
