@@ -357,6 +357,18 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
     )
 
 
+def _lbfgs_pair(
+    make_context: MakeContext, cell: Cell, hyper: dict[str, Any]
+) -> tuple[torch.nn.Module, torch.nn.Module, Any, torch.optim.LBFGS]:
+    """A prepared model with a wrapped LBFGS, and the oracle's copy of it with a bare LBFGS of the same settings."""
+    context = make_context()
+    base = make_model()
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    wrapper: Any = context.wrap(torch.optim.LBFGS(model.parameters(), **hyper))
+    return model, oracle, wrapper, torch.optim.LBFGS(oracle.parameters(), **hyper)
+
+
 @dataclass
 class _Lone:
     """A context with one wrapped LBFGS over a whole model, a bare LBFGS on a copy, and their closures on a batch."""
@@ -372,12 +384,7 @@ class _Lone:
 
     @classmethod
     def build(cls, make_context: MakeContext, cell: Cell, batch: Batch, **hyper: Any) -> _Lone:
-        context = make_context()
-        base = make_model()
-        oracle = oracle_copy(base, cell)
-        model = context.prepare_module(base)
-        wrapper: Any = context.wrap(torch.optim.LBFGS(model.parameters(), **hyper))
-        oracle_opt = torch.optim.LBFGS(oracle.parameters(), **hyper)
+        model, oracle, wrapper, oracle_opt = _lbfgs_pair(make_context, cell, hyper)
         device, dtype = cell_device(cell), cell_dtype(cell)
         evaluations: list[int] = []
 
@@ -546,12 +553,7 @@ def _lbfgs_evaluations_case(
     device, dtype = cell_device(cell), cell_dtype(cell)
     tol = REORDERED_TOLERANCES[cell.precision]
     case = f"LBFGS({hyper}), closure with {backward}.backward and zeroing {zeroing!r}"
-    context = make_context()
-    base = make_model()
-    oracle = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    wrapper: Any = context.wrap(torch.optim.LBFGS(model.parameters(), **hyper))
-    oracle_opt = torch.optim.LBFGS(oracle.parameters(), **hyper)
+    model, oracle, wrapper, oracle_opt = _lbfgs_pair(make_context, cell, hyper)
     stale = make_batches(1, seed=12)[0]
     seen: list[list[str]] = []
     """For each evaluation of the wrapper's closure, the parameters that had a gradient when it began."""
