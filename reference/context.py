@@ -103,8 +103,35 @@ class TrainingContext:
 
     @property
     def accumulate_grad_batches(self) -> int:
-        """Micro-steps per window when ``make_optimizer_step`` is ``None``."""
+        """Micro-steps per window when ``make_optimizer_step`` is ``None``.
+
+        Settable between windows (no window open, none prepared, no ``step()`` running), as a schedule that
+        changes it per epoch needs (Lightning's ``GradientAccumulationScheduler``); the same check as at
+        construction applies.
+        """
         return self._accumulate_grad_batches
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        value = check_accumulate_grad_batches(value)
+        if value == self._accumulate_grad_batches:
+            return
+        self._check_between_calls("changing accumulate_grad_batches")
+        if self.holds_open_window():
+            raise RuntimeError(
+                f"accumulate_grad_batches cannot change from {self._accumulate_grad_batches} to {value} while a "
+                "window holds accumulated micro-steps: change it after the window's real step"
+            )
+        if value > 1 and any(slot.evaluates_closure for slot in self._slots):
+            raise ValueError(
+                "an optimizer of this context evaluates its closure several times per step and cannot accumulate "
+                f"gradients; accumulate_grad_batches must stay 1 (got {value})"
+            )
+        self._accumulate_grad_batches = value
+
+    def holds_open_window(self) -> bool:
+        """Whether any window holds accumulated micro-steps that its real step has not applied yet."""
+        return any(slot.pending for slot in self._slots)
 
     @property
     def scaler(self) -> GradScaler | None:

@@ -26,7 +26,7 @@ This module needs ``pytorch-lightning``; ``lightning_optimizer.reference`` itsel
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -46,7 +46,7 @@ from lightning_optimizer.spec.types import PRECISIONS
 from lightning_optimizer.spec.types import Precision as PrecisionName
 
 try:
-    from pytorch_lightning import LightningModule, Trainer
+    from pytorch_lightning import Callback, LightningModule, Trainer
     from pytorch_lightning.plugins.precision import DoublePrecision, HalfPrecision, Precision
     from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy, Strategy, StrategyRegistry
     from pytorch_lightning.trainer.states import TrainerFn
@@ -258,8 +258,9 @@ def _requested_precision(trainer: Trainer) -> PrecisionName:
     )
 
 
-def _settings_from(trainer: Trainer, grad_scaler: GradScalerSettings | None) -> _Settings:
-    clip_val = trainer.gradient_clip_val
+def _settings_from(trainer: Trainer, grad_scaler: GradScalerSettings | None, *, automatic: bool) -> _Settings:
+    """The context's settings; under automatic optimization Lightning's ``configure_gradient_clipping`` clips."""
+    clip_val = None if automatic else trainer.gradient_clip_val
     algorithm = trainer.gradient_clip_algorithm
     precision = _requested_precision(trainer)
     if grad_scaler is not None and precision != "16-mixed":
@@ -278,10 +279,16 @@ def _settings_from(trainer: Trainer, grad_scaler: GradScalerSettings | None) -> 
     return settings
 
 
+def _callbacks(trainer: Trainer) -> list[Callback]:
+    """``trainer.callbacks``, the Trainer's own list (a property Lightning does not annotate)."""
+    callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]
+    return callbacks
+
+
 def _call_hooks(trainer: Trainer, name: str, *args: Any) -> None:
     """Lightning's hook ``name``: every callback's, then the module's (the order of Lightning's own calls)."""
     module = trainer.lightning_module
-    for callback in trainer.callbacks:  # type: ignore[attr-defined]  # a property Lightning does not annotate
+    for callback in _callbacks(trainer):
         getattr(callback, name)(trainer, module, *args)
     getattr(module, name)(*args)
 
@@ -295,8 +302,26 @@ def _hooked_backward(
     _call_hooks(trainer, "on_after_backward")
 
 
+class _BatchBoundary(Callback):
+    """Ends automatic optimization's ``batch`` block before any other callback sees the batch's end."""
+
+    def __init__(self, integration: _Integration) -> None:
+        self._integration = integration
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any) -> None:
+        """The iteration is over: the loss scaler updates, before checkpoints or loggers read the context."""
+        self._integration.end_batch()
+
+
 class _Integration:
-    """What the reference strategies share: the Trainer settings, the context's lifetime, the wrappers."""
+    """What the reference strategies share: the Trainer settings, the context's lifetime, the wrappers.
+
+    Manual optimization: one ``TrainingContext.batch`` block around each ``training_step``. Automatic
+    optimization: the block spans the batch, from the strategy's ``on_train_batch_start`` to the first
+    ``on_train_batch_end`` callback, because Lightning runs ``training_step`` inside the closure that the
+    wrapper's ``step()`` evaluates; and the loop's accumulation bookkeeping (global step, LR schedulers of
+    ``interval="step"``, logging, clearing gradients for validation) follows the steps the wrapper took.
+    """
 
     def __init__(self, grad_scaler: GradScalerSettings | None = None) -> None:
         if grad_scaler is not None and not isinstance(grad_scaler, GradScalerSettings):
@@ -312,25 +337,30 @@ class _Integration:
         self._hooks: list[RemovableHandle] = []
         self._inner: list[torch.optim.Optimizer] = []
         self._trainer: Trainer | None = None
+        self.automatic = False
+        """The LightningModule uses automatic optimization (set when the strategy connects)."""
+        self._open_batch: AbstractContextManager[None] | None = None
+        self._boundary: _BatchBoundary | None = None
+        self._in_batches = False
+        self._stepped_in_batch = False
+        self._step_loss: torch.Tensor | None = None
 
     def connect(self, model: LightningModule) -> None:
         """Take the precision, accumulation and clipping over from the Trainer, before Lightning validates them."""
         trainer = self._trainer = model.trainer
-        if trainer.state.fn == TrainerFn.FITTING and model.automatic_optimization:
-            raise ValueError(
-                f"the reference strategies drive manual optimization: set `self.automatic_optimization = False` "
-                f"in {type(model).__name__}.__init__ and step the optimizers from training_step"
-            )
+        self.automatic = model.automatic_optimization
         if self._trainer_arguments is None:
-            self.settings = _settings_from(trainer, self.grad_scaler)
+            self.settings = _settings_from(trainer, self.grad_scaler, automatic=self.automatic)
             self._trainer_arguments = (
                 trainer.accumulate_grad_batches,
                 trainer.gradient_clip_val,
                 trainer.gradient_clip_algorithm,
             )
-            # Lightning refuses both for manual optimization; the reference applies them.
-            trainer.accumulate_grad_batches = 1
-            trainer.gradient_clip_val = None
+            if not self.automatic:
+                # Lightning refuses both for manual optimization; the reference applies them (accumulation is
+                # given back once Lightning has checked, for ``trainer.estimated_stepping_batches`` and the loop).
+                trainer.accumulate_grad_batches = 1
+                trainer.gradient_clip_val = None
         assert self.settings is not None
         self.plugin.configure(self.settings.precision)
 
@@ -358,14 +388,24 @@ class _Integration:
         self._inner = list(strategy.optimizers)
         self._wrappers = {id(optimizer): context.wrap(optimizer) for optimizer in self._inner}
         self.plugin.wrappers = self._wrappers
+        if not self.automatic and self._trainer_arguments is not None:
+            trainer.accumulate_grad_batches = self._trainer_arguments[0]  # Lightning has checked its arguments
 
         def count_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
             # One global step per optimizer step applied (an accumulating micro-step or a skipped step is none).
-            lightning_compat.count_manual_optimizer_step(trainer)
+            self._stepped_in_batch = True
+            lightning_compat.count_optimizer_step(trainer, automatic=self.automatic)
 
         def before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-            # After the window's preparation (mean, unscaling, clipping): the gradients the step applies.
+            # After the window's preparation (mean, unscaling, clipping): the gradients the step applies. Under
+            # automatic optimization Lightning then clips through the module's hook, which unscales nothing again.
             _call_hooks(trainer, "on_before_optimizer_step", optimizer)
+            if self.automatic:
+                trainer.lightning_module.configure_gradient_clipping(
+                    optimizer,
+                    gradient_clip_val=trainer.gradient_clip_val,
+                    gradient_clip_algorithm=trainer.gradient_clip_algorithm,
+                )
 
         self._hooks = [optimizer.register_step_post_hook(count_step) for optimizer in self._inner]
         self._hooks += [optimizer.register_step_pre_hook(before_step) for optimizer in self._inner]
@@ -373,6 +413,53 @@ class _Integration:
             # An instance attribute, as an LR scheduler sets ``step``: the class's ``backward`` stays the reference's.
             setattr(wrapper, "backward", partial(_hooked_backward, trainer, wrapper.backward))  # noqa: B010
         strategy.optimizers = self._inner  # ``self.optimizers()`` now returns the wrappers
+        if self.automatic:
+            lightning_compat.decide_accumulation(trainer, self._accumulates)
+            self._boundary = _BatchBoundary(self)
+            _callbacks(trainer).insert(0, self._boundary)
+
+    def _accumulates(self, lightning_rule: Callable[[], bool]) -> bool:
+        """Lightning's question "does this batch only accumulate?", answered by the steps the wrapper took."""
+        if not self._in_batches:
+            return lightning_rule()  # asked before the first batch of this fit (a restart): Lightning's own rule
+        context = self.plugin.context
+        return not self._stepped_in_batch or (context is not None and context.holds_open_window())
+
+    def start_batch(self) -> None:
+        """A training batch starts: under automatic optimization, open its ``batch`` block.
+
+        A schedule that changed ``trainer.accumulate_grad_batches`` (``GradientAccumulationScheduler``, at the
+        start of an epoch) reaches the context here.
+        """
+        self.end_batch()  # a batch Lightning did not finish (``on_train_batch_start`` returned -1)
+        self._in_batches, self._stepped_in_batch = True, False
+        context, trainer = self.plugin.context, self._trainer
+        if not self.automatic or context is None or trainer is None:
+            return
+        context.accumulate_grad_batches = trainer.accumulate_grad_batches
+        block = self.iteration()
+        block.__enter__()
+        self._open_batch = block
+
+    def end_batch(self) -> None:
+        """Close the automatic-optimization ``batch`` block, if one is open: the iteration's scaler update."""
+        block, self._open_batch = self._open_batch, None
+        if block is not None:
+            block.__exit__(None, None, None)
+
+    def remember_loss(self, output: Any) -> None:
+        """The loss ``training_step`` returned (automatic optimization), to backpropagate as it is.
+
+        Lightning divides it by ``accumulate_grad_batches`` before its backward; the reference takes the window's
+        mean itself (and by the window's real length, also when the epoch's last window is shorter).
+        """
+        loss = output.get("loss") if isinstance(output, Mapping) else output
+        self._step_loss = loss if isinstance(loss, torch.Tensor) else None
+
+    def loss_to_backpropagate(self, closure_loss: torch.Tensor) -> torch.Tensor:
+        """The loss Lightning's backward receives, or under automatic optimization the step's own loss."""
+        loss, self._step_loss = self._step_loss, None
+        return closure_loss if loss is None or not self.automatic else loss
 
     def lightning_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> list[WrappedOptimizer[Any]]:
         """The wrappers of ``optimizers``, in their order (none before set-up)."""
@@ -382,22 +469,27 @@ class _Integration:
         """Every wrapper of this run, in the order of ``configure_optimizers``."""
         return self.lightning_optimizers(self._inner)
 
-    @contextmanager
-    def iteration(self) -> Iterator[None]:
+    def iteration(self) -> AbstractContextManager[None]:
         """One training iteration: the context's ``batch`` block at Lightning's position in the epoch."""
         context, trainer = self.plugin.context, self._trainer
         if context is None or trainer is None:
             raise RuntimeError("training_step ran before the reference strategy was set up")
         batch_idx, is_last = lightning_compat.loop_position(trainer)
-        with context.batch(batch_idx, is_last=is_last):
-            yield
+        return context.batch(batch_idx, is_last=is_last)
 
     def teardown(self) -> None:
         """Remove the step hooks and what the loop set on the optimizers; give the Trainer its arguments back."""
+        self.end_batch()
         trainer, self._trainer = self._trainer, None
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
+        self._in_batches, self._stepped_in_batch, self._step_loss = False, False, None
+        if trainer is not None:
+            lightning_compat.forget_accumulation_decision(trainer)
+            if self._boundary is not None and self._boundary in _callbacks(trainer):
+                _callbacks(trainer).remove(self._boundary)
+        self._boundary = None
         for optimizer in self._inner:
             lightning_compat.forget_loop_injections(optimizer)
         self.plugin.attach(None)
@@ -446,8 +538,31 @@ class _ReferenceStrategy(Strategy):
         super().on_train_start()
         self._integration.plugin.restore_loaded_state()
 
+    @property
+    def handles_gradient_accumulation(self) -> bool:
+        """Under automatic optimization the reference accumulates: Lightning calls ``optimizer_step`` every batch."""
+        return self._integration.automatic
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Under automatic optimization, the batch's ``TrainingContext.batch`` block opens here."""
+        super().on_train_batch_start(batch, batch_idx)
+        self._integration.start_batch()
+
+    def on_exception(self, exception: BaseException) -> None:
+        """A failed fit: close the open ``batch`` block."""
+        self._integration.end_batch()
+        super().on_exception(exception)
+
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        """Lightning's training step inside one ``TrainingContext.batch`` block."""
+        """Lightning's training step, inside one ``TrainingContext.batch`` block under manual optimization.
+
+        Under automatic optimization it runs inside the closure of the wrapper's ``step()``, in the block the
+        batch opened.
+        """
+        if self._integration.automatic:
+            output = super().training_step(*args, **kwargs)
+            self._integration.remember_loss(output)
+            return output
         with self._integration.iteration():
             return super().training_step(*args, **kwargs)
 
@@ -465,6 +580,7 @@ class _ReferenceStrategy(Strategy):
                 "further arguments to Tensor.backward. Call self.manual_backward(loss), or opt.backward(loss) on "
                 "the wrapper of that optimizer"
             )
+        closure_loss = self._integration.loss_to_backpropagate(closure_loss)
         return super().backward(closure_loss, optimizer, *args, **kwargs)
 
     def teardown(self) -> None:

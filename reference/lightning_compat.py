@@ -1,8 +1,9 @@
 """Every field of pytorch_lightning that the Lightning integration reads or writes outside its public API.
 
 Lightning has no public way to read ``Trainer(precision=...)`` before its precision plugin is settled, to count
-the global step of manual optimization, to read the loop's position in the epoch, or to make
-``LightningModule.optimizers()`` return other objects than its ``LightningOptimizer``. Each such touch is one
+a global step that the strategy's optimizer took, to tell the training loop whether a batch only accumulated
+(a strategy can only say that it handles accumulation, not how), to read the loop's position in the epoch, or
+to make ``LightningModule.optimizers()`` return other objects than its ``LightningOptimizer``. Each such touch is one
 function here; ``tests/test_lightning.py::test_lightning_fields_the_reference_touches_are_where_it_expects`` pins
 each against the installed Lightning, so a release that moves one fails there, loudly, not in a training run.
 Made for pytorch_lightning 2.6.
@@ -10,6 +11,7 @@ Made for pytorch_lightning 2.6.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,7 +20,9 @@ from pytorch_lightning.strategies import Strategy
 
 __all__ = [
     "LOOP_INJECTED",
-    "count_manual_optimizer_step",
+    "count_optimizer_step",
+    "decide_accumulation",
+    "forget_accumulation_decision",
     "forget_loop_injections",
     "loop_position",
     "requested_precision",
@@ -38,11 +42,31 @@ def requested_precision(trainer: Trainer) -> object:
     return getattr(getattr(trainer, "_accelerator_connector", None), "_precision_flag", None)
 
 
-def count_manual_optimizer_step(trainer: Trainer) -> None:
-    """Add one to ``trainer.global_step`` under manual optimization (one optimizer step applied)."""
-    progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+def count_optimizer_step(trainer: Trainer, *, automatic: bool) -> None:
+    """Add one to ``trainer.global_step``: one optimizer step applied (automatic or manual optimization)."""
+    epoch_loop = trainer.fit_loop.epoch_loop
+    if automatic:
+        progress: Any = epoch_loop.automatic_optimization.optim_progress.optimizer.step
+    else:
+        progress = epoch_loop.manual_optimization.optim_step_progress
     progress.increment_ready()
     progress.increment_completed()
+
+
+def decide_accumulation(trainer: Trainer, answer: Callable[[Callable[[], bool]], bool]) -> None:
+    """Let ``answer`` decide whether the running batch only accumulates (``answer`` gets Lightning's own rule).
+
+    Lightning asks this of its epoch loop before it counts a step of automatic optimization, before it steps LR
+    schedulers of ``interval="step"``, before it logs a step, and before it clears gradients for validation.
+    """
+    epoch_loop = trainer.fit_loop.epoch_loop
+    lightning_rule: Callable[[], bool] = type(epoch_loop)._should_accumulate.__get__(epoch_loop)
+    epoch_loop._should_accumulate = lambda: answer(lightning_rule)  # type: ignore[method-assign]
+
+
+def forget_accumulation_decision(trainer: Trainer) -> None:
+    """Give the epoch loop its own accumulation rule back."""
+    trainer.fit_loop.epoch_loop.__dict__.pop("_should_accumulate", None)
 
 
 def loop_position(trainer: Trainer) -> tuple[int, bool]:

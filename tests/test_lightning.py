@@ -13,7 +13,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from pytorch_lightning.strategies import StrategyRegistry
 from torch.amp.grad_scaler import GradScaler
 from torch.utils.data import DistributedSampler, TensorDataset
 
-from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, TOLERANCES, Tolerance, make_model
+from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, TOLERANCES, make_model
 from lightning_optimizer.reference import WrappedOptimizer, lightning_compat
 from lightning_optimizer.reference.lightning import (
     STRATEGY_NAMES,
@@ -52,9 +52,11 @@ from lightning_scenarios.shared import (  # noqa: E402
     Batch,
     ResumableBatches,
     WindowedRegressor,
+    assert_params_close,
     gan_batches,
     gan_class,
     gan_data,
+    oracle_autocast,
     reference_trainer,
     regression_data,
     regression_loader,
@@ -90,11 +92,6 @@ class Oracle:
 
         for optimizer in optimizers:
             optimizer.register_step_post_hook(applied)
-
-
-def oracle_autocast(precision: Precision) -> AbstractContextManager[Any]:
-    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
-    return nullcontext() if dtype is None else torch.autocast(device_type="cpu", dtype=dtype)
 
 
 def oracle_scaler(precision: Precision) -> GradScaler | None:
@@ -221,15 +218,6 @@ def expected_outcomes(windows: Sequence[Sequence[int]], stepped: Sequence[bool])
             outcomes += [StepOutcome.ACCUMULATED] * (len(window) - 1)
             outcomes.append(StepOutcome.STEPPED if next(closing) else StepOutcome.SKIPPED_NON_FINITE)
     return outcomes
-
-
-def assert_params_close(actual: torch.nn.Module, expected: torch.nn.Module, tolerance: Tolerance, what: str) -> None:
-    for (name, got), (_, want) in zip(actual.named_parameters(), expected.named_parameters(), strict=True):
-        got_cpu, want_cpu = got.detach().double(), want.detach().double()
-        diff = (got_cpu - want_cpu).abs().max().item()
-        assert torch.allclose(got_cpu, want_cpu, rtol=tolerance.rtol, atol=tolerance.atol), (
-            f"{what}: {name} differs from the plain loop by {diff:.3g} (rtol {tolerance.rtol}, atol {tolerance.atol})"
-        )
 
 
 # -- observing a run -------------------------------------------------------------------------------------------
@@ -595,20 +583,6 @@ def test_optimizers_are_the_reference_wrappers(tmp_path: Path) -> None:
     assert trainer.optimizers == [opt_gen.optimizer, opt_dis.optimizer]
 
 
-class Automatic(LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 2)
-
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss: torch.Tensor = torch.nn.functional.mse_loss(self.layer(x), y)
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
 @pytest.mark.parametrize(
     ("make", "error", "match"),
     [
@@ -637,11 +611,6 @@ def test_bad_settings_are_refused_before_training(
         trainer.fit(model, train_dataloaders=regression_loader())
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert trainer.accumulate_grad_batches == accumulate
-
-
-def test_automatic_optimization_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="automatic_optimization = False"):
-        reference_trainer(tmp_path, "32-true").fit(Automatic(), train_dataloaders=regression_loader())
 
 
 @pytest.mark.parametrize(
@@ -796,7 +765,7 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
             seen["injected"] = all(hasattr(optimizer, name) for name in lightning_compat.LOOP_INJECTED)
             if batch_idx == 0:
                 before = trainer.global_step
-                lightning_compat.count_manual_optimizer_step(trainer)
+                lightning_compat.count_optimizer_step(trainer, automatic=False)
                 seen["counted"] = trainer.global_step - before
                 wrappers = pl_module.optimizers()
                 marker = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)

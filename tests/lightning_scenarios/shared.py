@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,9 @@ import torch
 from pytorch_lightning import LightningModule, Trainer
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_optimizer.conformance.harness import make_batches, make_model
+from lightning_optimizer.conformance.harness import Tolerance, make_batches, make_model
 from lightning_optimizer.reference.lightning import ReferenceSingleDeviceStrategy, wrapped_optimizers
-from lightning_optimizer.spec import StepOutcome
+from lightning_optimizer.spec import Precision, StepOutcome
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -167,3 +168,17 @@ def run_gan(
     trainer = reference_trainer(root, RESUME_PRECISION, callbacks=callbacks or [])
     trainer.fit(model, train_dataloaders=batches, ckpt_path=ckpt_path)
     return model, trainer
+
+
+def oracle_autocast(precision: Precision) -> AbstractContextManager[Any]:
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+    return nullcontext() if dtype is None else torch.autocast(device_type="cpu", dtype=dtype)
+
+
+def assert_params_close(actual: torch.nn.Module, expected: torch.nn.Module, tolerance: Tolerance, what: str) -> None:
+    for (name, got), (_, want) in zip(actual.named_parameters(), expected.named_parameters(), strict=True):
+        got_cpu, want_cpu = got.detach().double(), want.detach().double()
+        diff = (got_cpu - want_cpu).abs().max().item()
+        assert torch.allclose(got_cpu, want_cpu, rtol=tolerance.rtol, atol=tolerance.atol), (
+            f"{what}: {name} differs from the plain loop by {diff:.3g} (rtol {tolerance.rtol}, atol {tolerance.atol})"
+        )
