@@ -26,6 +26,7 @@ This module needs ``pytorch-lightning``; ``lightning_optimizer.reference`` itsel
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
@@ -47,8 +48,15 @@ from lightning_optimizer.spec.types import Precision as PrecisionName
 
 try:
     from pytorch_lightning import Callback, LightningModule, Trainer
+    from pytorch_lightning.accelerators import XLAAccelerator
     from pytorch_lightning.plugins.precision import DoublePrecision, HalfPrecision, Precision
-    from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy, Strategy, StrategyRegistry
+    from pytorch_lightning.strategies import (
+        DDPStrategy,
+        SingleDeviceStrategy,
+        Strategy,
+        StrategyRegistry,
+    )
+    from pytorch_lightning.strategies.single_xla import SingleDeviceXLAStrategy
     from pytorch_lightning.trainer.states import TrainerFn
     from pytorch_lightning.utilities import GradClipAlgorithmType
 
@@ -64,6 +72,8 @@ __all__ = [
     "ReferenceDDPStrategy",
     "ReferencePrecision",
     "ReferenceSingleDeviceStrategy",
+    "ReferenceXLAAccelerator",
+    "ReferenceXLAStrategy",
     "wrapped_optimizers",
 ]
 
@@ -369,11 +379,10 @@ class _Integration:
         if self.settings is None:
             raise RuntimeError("the strategy was set up before it was connected to a LightningModule")
         device = strategy.root_device
-        if device.type not in ("cpu", "cuda"):
-            raise ValueError(
-                f"the reference strategies run on CPU and CUDA, not {device.type!r}; on XLA use the reference's "
-                "TrainingContext in your own loop"
-            )
+        if device.type not in ("cpu", "cuda", "xla"):
+            raise ValueError(f"the reference strategies run on CPU, CUDA and XLA, not {device.type!r}")
+        if device.type == "xla" and not isinstance(strategy, ReferenceXLAStrategy):
+            raise ValueError("on an XLA device use strategy=ReferenceXLAStrategy()")
         context = self.settings.context(device.type)
         self.plugin.attach(context, trainer.global_rank, trainer.world_size)
         if trainer.state.fn != TrainerFn.FITTING:
@@ -516,6 +525,20 @@ class _ReferenceStrategy(Strategy):
         """Lightning's set-up, then the reference's context and wrappers."""
         super().setup(trainer)
         self._integration.setup(self, trainer)
+
+    @property
+    def precision_plugin(self) -> Precision:
+        """The reference's :class:`ReferencePrecision`, always."""
+        return self._integration.plugin
+
+    @precision_plugin.setter
+    def precision_plugin(self, plugin: Precision | None) -> None:
+        # Lightning's connector hands a strategy made from a registered name a plugin of its own choosing (for
+        # 16-mixed on the CPU, after switching the Trainer to bf16-mixed with a warning). The reference keeps its
+        # own: the precision it runs is the Trainer's, read when the strategy connects.
+        if isinstance(plugin, ReferencePrecision) and plugin is not self._integration.plugin:
+            raise ValueError("a reference strategy runs its own ReferencePrecision; set Trainer(precision=...)")
+        self._precision_plugin = self._integration.plugin  # what Lightning's connector reads of a strategy
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -666,6 +689,81 @@ class ReferenceDDPStrategy(_ReferenceStrategy, DDPStrategy):
         self.post_backward(loss)
 
 
+class ReferenceXLAAccelerator(XLAAccelerator):
+    """Lightning's XLA accelerator, finding devices on every PJRT backend, torch_xla's CPU backend included.
+
+    On a TPU (torch_xla's runtime reports the device type ``"TPU"``) every answer is Lightning's own, so its
+    device discovery there is unchanged. On another backend (``PJRT_DEVICE=CPU``), where Lightning's accelerator
+    asks the TPU metadata server and reports itself unavailable, the devices are the ones torch_xla's runtime
+    addresses. :class:`ReferenceXLAStrategy` brings it; it is not passed to the ``Trainer`` on its own.
+    """
+
+    @staticmethod
+    def _runtime() -> tuple[str | None, int]:
+        from lightning_optimizer.reference.xla import runtime_devices
+
+        return runtime_devices()
+
+    @staticmethod
+    def auto_device_count() -> int:  # type: ignore[override]  # Lightning's is wrapped in functools.lru_cache
+        """The TPU's devices (Lightning's count) or those of torch_xla's runtime on another backend."""
+        if importlib.util.find_spec("torch_xla") is None:
+            return 0
+        device_type, count = ReferenceXLAAccelerator._runtime()
+        if device_type == "TPU":
+            return XLAAccelerator.auto_device_count()
+        return count
+
+    @staticmethod
+    def is_available() -> bool:  # type: ignore[override]  # Lightning's is wrapped in functools.lru_cache
+        """torch_xla is installed and its runtime has a device."""
+        try:
+            return ReferenceXLAAccelerator.auto_device_count() > 0
+        except (ValueError, AssertionError, OSError, RuntimeError):
+            return False
+
+    @staticmethod
+    def parse_devices(devices: int | str | list[int]) -> int | list[int]:
+        """``Trainer(devices=...)``: Lightning's rules on a TPU; one device (``1``, ``"1"``, ``[0]``) elsewhere."""
+        if ReferenceXLAAccelerator._runtime()[0] == "TPU":
+            return XLAAccelerator.parse_devices(devices)
+        parsed = int(devices) if isinstance(devices, str) and devices.strip().isdigit() else devices
+        if parsed == 1 or parsed == [0]:
+            return parsed
+        raise ValueError(
+            f"Trainer(devices={devices!r}): the reference runs one XLA device through Lightning on this backend; "
+            "use devices=1"
+        )
+
+    @staticmethod
+    def get_parallel_devices(devices: int | list[int]) -> list[torch.device]:
+        """The XLA devices the Trainer runs on."""
+        parsed = ReferenceXLAAccelerator.parse_devices(devices)
+        if isinstance(parsed, int):
+            return [torch.device("xla", i) for i in range(parsed)]
+        return [torch.device("xla", parsed[0])]
+
+
+class ReferenceXLAStrategy(_ReferenceStrategy, SingleDeviceXLAStrategy):  # type: ignore[misc]  # plugin: not XLAPrecision
+    """One XLA device (a TPU core, or torch_xla's CPU backend), the reference doing precision and the step.
+
+    ``Trainer(strategy=ReferenceXLAStrategy(), devices=1)``: the strategy brings :class:`ReferenceXLAAccelerator`,
+    so ``accelerator`` is left out. On a real step the window's gradients are reduced once (torch_xla does nothing
+    with one replica), the optimizer steps and the graph is cut once; micro-steps that only accumulate cut
+    nothing. Checkpoints go through Lightning's ``XLACheckpointIO``. ``grad_scaler`` configures the 16-mixed loss
+    scaler, as on the other strategies.
+    """
+
+    def __init__(self, device: int = 0, *, grad_scaler: GradScalerSettings | None = None, debug: bool = False) -> None:
+        self._integration = _Integration(grad_scaler)
+        super().__init__(
+            device=device,
+            accelerator=ReferenceXLAAccelerator(),
+            precision_plugin=self._integration.plugin,  # type: ignore[arg-type]  # the reference's, not XLAPrecision
+            debug=debug,
+        )
+
+
 def _has_exclusive_parameters(wrappers: list[WrappedOptimizer[Any]]) -> bool:
     owned = [{id(p) for group in wrapper.param_groups for p in group["params"]} for wrapper in wrappers]
     return any(params != owned[0] for params in owned[1:])
@@ -733,6 +831,7 @@ _STRATEGIES: dict[str, tuple[type[Strategy], dict[str, Any], str]] = {
         "reference_ddp for several optimizers that own different parameters (a GAN)",
     ),
     "reference_ddp_spawn": (ReferenceDDPStrategy, {"start_method": "spawn"}, "reference_ddp, ranks spawned"),
+    "reference_xla": (ReferenceXLAStrategy, {}, "one XLA device: a TPU core, or torch_xla's CPU backend"),
     "reference_ddp_spawn_find_unused_parameters_true": (
         ReferenceDDPStrategy,
         {"start_method": "spawn", "find_unused_parameters": True},

@@ -8,7 +8,14 @@ import torch_xla.core.xla_model as xm
 
 from lightning_optimizer.reference.devices import Device
 
-__all__ = ["XlaDevice"]
+__all__ = ["XlaDevice", "runtime_devices"]
+
+
+def runtime_devices() -> tuple[str | None, int]:
+    """The device type torch_xla's PJRT runtime runs (``"TPU"``, ``"CPU"``, ...) and how many devices it addresses."""
+    import torch_xla.runtime as xr
+
+    return xr.device_type(), xr.addressable_runtime_device_count()
 
 
 class XlaDevice(Device):

@@ -1,5 +1,7 @@
 """The mutation report of ``tests/test_mutants.py``: a kill-rate table per requirement group, and a JSON file.
 
+Also: tests marked ``xla_device`` bring torch_xla's device up before any test runs (``start_xla_early``).
+
 ``pytest tests/test_mutants.py --mutation-report=reports/mutation.json`` prints the table after the run, writes
 the report and fails the run (exit status 1) when any mutant that ran here survived, known gaps included. Without
 the option the table is printed whenever mutants ran. Each ``test_mutant_is_caught`` records its verdict through
@@ -8,6 +10,7 @@ the ``mutation_verdicts`` fixture.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    config.addinivalue_line("markers", "xla_device: runs on torch_xla's device (skipped where torch_xla is missing)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """torch_xla's device cannot join autograd after a first CPU backward: start it before any test runs."""
+    if importlib.util.find_spec("torch_xla") is not None and any(
+        item.get_closest_marker("xla_device") for item in items
+    ):
+        from lightning_optimizer.conformance.selection import start_xla_early
+
+        start_xla_early()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -7,6 +7,7 @@ table. DDP and the resume run in fresh processes (tests/lightning_scenarios), st
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -37,6 +38,7 @@ from lightning_optimizer.reference.lightning import (
     ReferenceDDPStrategy,
     ReferencePrecision,
     ReferenceSingleDeviceStrategy,
+    ReferenceXLAStrategy,
     wrapped_optimizers,
 )
 from lightning_optimizer.spec import GradScalerSettings, Precision, StepOutcome
@@ -233,7 +235,7 @@ class ContextProbe(Callback):
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.plugin = trainer.precision_plugin
         strategy = trainer.strategy
-        assert isinstance(strategy, ReferenceSingleDeviceStrategy)
+        assert isinstance(strategy, ReferenceSingleDeviceStrategy | ReferenceXLAStrategy)
         context = strategy.reference_context
         assert context is not None
         self.scale = None if context.scaler is None else context.scaler.get_scale()
@@ -299,6 +301,37 @@ def test_gan_matches_a_plain_loop(precision: Precision, tmp_path: Path) -> None:
     else:
         assert probe.scale is None
         assert trainer.global_step == 2 * (5 + 3)  # generator at 0, 2, 4, 6, 8; discriminator at 0, 4, 8
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch_xla") is None, reason="unavailable here: torch_xla is not installed"
+)
+@pytest.mark.parametrize("precision", ["32-true", "16-mixed"])
+def test_gan_on_xla_through_the_trainer(precision: Precision, tmp_path: Path) -> None:
+    """The proposal's GAN on ``xla:0`` (torch_xla's CPU backend): ``ReferenceXLAStrategy``, one device."""
+    batches = gan_batches()
+    model = gan_class()()
+    probe = ContextProbe()
+    trainer = Trainer(
+        strategy=ReferenceXLAStrategy(),
+        devices=1,
+        precision=precision,
+        max_epochs=EPOCHS,
+        callbacks=[probe],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(model, train_dataloaders=ResumableBatches(batches))
+    oracle = gan_oracle(precision, batches)
+    assert trainer.precision == precision
+    assert isinstance(probe.plugin, ReferencePrecision)
+    assert_params_close(model, oracle.model, REORDERED_TOLERANCES[precision], f"GAN on XLA, {precision}")
+    assert trainer.global_step == oracle.applied_steps
+    if oracle.scaler is not None:
+        assert probe.scale == oracle.scaler.get_scale()
 
 
 def test_logging_progress_bar_and_global_step(tmp_path: Path) -> None:
@@ -474,8 +507,9 @@ def assert_equal_on_ranks_and_close(results: list[dict[str, Any]], oracle: torch
 def test_ddp_two_ranks_one_all_reduce_per_window(tmp_path: Path) -> None:
     """Both ranks end equal, and equal a plain loop on the global batches; a window costs one all-reduce.
 
-    One pair of processes runs both fits: ``accumulate_grad_batches=3`` (whose checkpoint, taken inside a
-    window, holds each rank's own accumulated gradients) and the proposal's GAN.
+    One pair of processes runs three fits: ``accumulate_grad_batches=3`` (whose checkpoint, taken inside a
+    window, holds each rank's own accumulated gradients), the proposal's GAN, and ``accumulate_grad_batches=3``
+    under automatic optimization.
     """
     run_scenario("ddp", tmp_path)
     ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1)]
@@ -505,6 +539,13 @@ def test_ddp_two_ranks_one_all_reduce_per_window(tmp_path: Path) -> None:
     for rank, result in enumerate(gans):
         assert result["all_reduces"] == gan.applied_steps == EPOCHS * (5 + 3), f"rank {rank}: {result['all_reduces']}"
         assert result["global_step"] == gan.applied_steps
+
+    automatic = [result["automatic"] for result in ranks]
+    assert_equal_on_ranks_and_close(automatic, oracle.model, "automatic optimization, windows of 3 on 2 ranks")
+    for rank, result in enumerate(automatic):
+        assert result["all_reduces"] == len(WINDOWS), f"rank {rank}: {result['all_reduces']} gradient all-reduces"
+        assert result["global_step"] == len(WINDOWS)
+        assert result["outcomes"] == [outcome.value for outcome in expected_outcomes(WINDOWS, oracle.stepped)]
 
 
 # -- checkpoints -----------------------------------------------------------------------------------------------
@@ -646,6 +687,24 @@ def test_trainer_by_strategy_name_accumulates_with_the_wrappers(tmp_path: Path) 
     assert trainer.global_step == 2
 
 
+def test_a_strategy_by_name_keeps_the_reference_precision_plugin(tmp_path: Path) -> None:
+    """By name, Lightning chooses the precision before the strategy exists: on the CPU 16-mixed becomes
+    bf16-mixed (Lightning warns), and the reference's own plugin runs that precision, checkpoint state included."""
+    with pytest.warns(Warning, match="Using `precision='bf16-mixed'` instead"):
+        trainer = reference_trainer(tmp_path, "16-mixed", "reference", max_epochs=1, limit_train_batches=2)
+    assert isinstance(trainer.precision_plugin, ReferencePrecision)
+    probe = ContextProbe()
+    trainer.callbacks.append(probe)  # type: ignore[attr-defined]  # the Trainer's own list
+    trainer.fit(WindowedRegressor(), train_dataloaders=regression_loader())
+    assert trainer.precision == "bf16-mixed"
+    assert isinstance(probe.plugin, ReferencePrecision)
+    assert probe.scale is None, "bf16-mixed scales no loss"
+    strategy = trainer.strategy
+    assert isinstance(strategy, ReferenceSingleDeviceStrategy)
+    with pytest.raises(ValueError, match="runs its own ReferencePrecision"):
+        strategy.precision_plugin = ReferencePrecision()
+
+
 class ClipsByHand(LightningModule):
     """``manual_backward``, then ``self.clip_gradients(opt, CLIP, "norm")``, then ``opt.step()``, every batch."""
 
@@ -767,6 +826,15 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
                 before = trainer.global_step
                 lightning_compat.count_optimizer_step(trainer, automatic=False)
                 seen["counted"] = trainer.global_step - before
+                automatic = trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress
+                before = automatic.optimizer_steps
+                lightning_compat.count_optimizer_step(trainer, automatic=True)
+                seen["counted_automatic"] = automatic.optimizer_steps - before
+                lightning_rule = trainer.fit_loop._should_accumulate()
+                lightning_compat.decide_accumulation(trainer, lambda rule: not rule())
+                seen["decided"] = trainer.fit_loop._should_accumulate() is not lightning_rule
+                lightning_compat.forget_accumulation_decision(trainer)
+                seen["forgotten"] = trainer.fit_loop._should_accumulate() is lightning_rule
                 wrappers = pl_module.optimizers()
                 marker = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
                 lightning_compat.set_module_optimizers(trainer.strategy, [marker])
@@ -781,6 +849,9 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
     assert seen["positions"] == [((0, False), 0), ((1, False), 1), ((2, True), 2)]
     assert seen["injected"], f"Lightning's loop no longer sets {lightning_compat.LOOP_INJECTED} on the optimizers"
     assert seen["counted"] == 1
+    assert seen["counted_automatic"] == 1, "the automatic loop's step progress moved"
+    assert seen["decided"], "the epoch loop no longer asks _should_accumulate() through its instance"
+    assert seen["forgotten"]
     assert seen["module_optimizers"], "LightningModule.optimizers() no longer returns the strategy's list"
     optimizer = trainer.optimizers[0]
     assert not any(hasattr(optimizer, name) for name in lightning_compat.LOOP_INJECTED), "teardown left them"

@@ -9,6 +9,7 @@ by hand, plain ``torch.autocast`` and ``torch.amp.GradScaler``, ``clip_grad_norm
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import warnings
 from collections.abc import Sequence
@@ -25,14 +26,19 @@ from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.callbacks import GradientAccumulationScheduler
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.conformance.harness import TOLERANCES, make_model
+from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, TOLERANCES, make_model
 from lightning_optimizer.reference import WrappedOptimizer
-from lightning_optimizer.reference.lightning import ReferenceSingleDeviceStrategy
+from lightning_optimizer.reference.lightning import (
+    ReferenceSingleDeviceStrategy,
+    ReferenceXLAAccelerator,
+    ReferenceXLAStrategy,
+)
 from lightning_optimizer.spec import GradScalerSettings, Precision, StepOutcome
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lightning_scenarios.shared import (  # noqa: E402
+from lightning_scenarios.shared import (
+    BATCHES_PER_EPOCH,
     EPOCHS,
     assert_params_close,
     oracle_autocast,
@@ -146,9 +152,10 @@ def plain_loop(
     data = regression_data()
     batches = [(data.tensors[0][i : i + 4], data.tensors[1][i : i + 4]) for i in range(0, len(data), 4)]
     model = make_model(seed=0)
-    if precision == "64-true":  # what Lightning's 64-true does to the module and the inputs
-        model.double()
-        batches = [(x.double(), y.double()) for x, y in batches]
+    dtype = {"64-true": torch.float64, "bf16-true": torch.bfloat16}.get(precision)
+    if dtype is not None:  # what Lightning's 64-true and bf16-true do to the module and the inputs
+        model.to(dtype)
+        batches = [(x.to(dtype), y.to(dtype)) for x, y in batches]
     if optimizer_kind == "adamw":
         optimizer: torch.optim.Optimizer = torch.optim.AdamW(model.parameters(), lr=LR / 10)
     else:
@@ -344,3 +351,74 @@ def test_configure_gradient_clipping_clips_the_unscaled_mean_once_per_step(tmp_p
     plain = plain_loop("16-mixed", [WINDOWS_OF[2]], clip=0.01, clip_algorithm="value", scaler_settings=OVERFLOWING)
     assert_params_close(model.net, plain.model, TOLERANCES["16-mixed"], "configure_gradient_clipping")
     assert model.clipping == [("SGD", None, None)] * sum(plain.stepped)
+
+
+# -- XLA through the Trainer (torch_xla's CPU backend) ---------------------------------------------------------
+
+needs_xla = pytest.mark.skipif(
+    importlib.util.find_spec("torch_xla") is None, reason="unavailable here: torch_xla is not installed"
+)
+
+XLA_CASES = {
+    "32-true": ("32-true", None),
+    "64-true": ("64-true", None),
+    "bf16-true": ("bf16-true", None),
+    "bf16-mixed": ("bf16-mixed", None),
+    "16-mixed-skips": ("16-mixed", OVERFLOWING),
+}
+
+
+@pytest.mark.parametrize(("precision", "scaler"), XLA_CASES.values(), ids=XLA_CASES)
+@pytest.mark.xla_device
+@needs_xla
+def test_xla_through_the_trainer_matches_a_plain_loop(
+    precision: Precision, scaler: GradScalerSettings | None, tmp_path: Path
+) -> None:
+    """``Trainer(strategy=ReferenceXLAStrategy(), devices=1)`` on ``xla:0``: the override, windows of 3, clipping.
+
+    Against the plain loop on the CPU, with the tolerance of a backend that fuses (and so rounds) differently.
+    """
+    model = AutomaticRegressor()
+    devices: list[str] = []
+
+    class DeviceProbe(Callback):
+        def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, idx: int) -> None:
+            devices.append(next(pl_module.parameters()).device.type)
+
+    trainer = Trainer(
+        strategy=ReferenceXLAStrategy(grad_scaler=scaler),
+        devices=1,
+        precision=precision,
+        max_epochs=1,
+        accumulate_grad_batches=3,
+        gradient_clip_val=0.05,
+        callbacks=[DeviceProbe()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    assert isinstance(trainer.accelerator, ReferenceXLAAccelerator)
+    fit(trainer, model)
+    plain = plain_loop(precision, [WINDOWS_OF[3]], clip=0.05, scaler_settings=scaler)
+
+    assert set(devices) == {"xla"}
+    assert_params_close(
+        model.net, plain.model, REORDERED_TOLERANCES[precision], f"XLA through the Trainer, {precision}"
+    )
+    assert model.outcomes == expected_outcomes([WINDOWS_OF[3]], plain.stepped)
+    assert trainer.global_step == sum(plain.stepped)
+    assert len(model.given) == BATCHES_PER_EPOCH
+
+
+@pytest.mark.xla_device
+@needs_xla
+def test_the_xla_accelerator_takes_one_device_here() -> None:
+    """On torch_xla's CPU backend the accelerator finds the runtime's device; several are refused with advice."""
+    assert ReferenceXLAAccelerator.is_available()
+    assert ReferenceXLAAccelerator.auto_device_count() >= 1
+    assert ReferenceXLAAccelerator.get_parallel_devices(1) == [torch.device("xla", 0)]
+    assert ReferenceXLAAccelerator.parse_devices("1") == 1
+    with pytest.raises(ValueError, match="use devices=1"):
+        ReferenceXLAAccelerator.parse_devices(2)

@@ -146,3 +146,42 @@ def test_scheduler_patch_stays_on_the_wrapper() -> None:
     assert "step" not in vars(opt.optimizer), "the patch must not reach the inner optimizer (it would recurse)"
     opt.step(make_optimizer_step=True)
     assert getattr(opt.optimizer, "_opt_called", False), "the scheduler's marker must reach the inner optimizer"
+
+
+def test_accumulate_grad_batches_changes_only_between_windows() -> None:
+    """The schedule of a ``GradientAccumulationScheduler``: settable when no window holds micro-steps."""
+    ctx = TrainingContext(accumulate_grad_batches=2)
+    model = _linear(ctx)
+    opt = ctx.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+    x = torch.ones(4, 3)
+
+    def closure() -> torch.Tensor:
+        loss: torch.Tensor = model(x).sum()
+        opt.backward(loss)
+        return loss
+
+    ctx.accumulate_grad_batches = 3
+    assert ctx.accumulate_grad_batches == 3
+    with pytest.raises(TypeError, match="positive int"):
+        ctx.accumulate_grad_batches = 2.0  # type: ignore[assignment]
+    with pytest.raises(ValueError, match="positive int"):
+        ctx.accumulate_grad_batches = 0
+    assert not ctx.holds_open_window()
+    opt.step(closure)
+    assert opt.last_outcome is StepOutcome.ACCUMULATED
+    assert ctx.holds_open_window()
+    with pytest.raises(RuntimeError, match="while a window holds accumulated micro-steps"):
+        ctx.accumulate_grad_batches = 4
+    assert ctx.accumulate_grad_batches == 3
+    opt.step(closure, make_optimizer_step=True)
+    assert not ctx.holds_open_window()
+    ctx.accumulate_grad_batches = 1
+    assert ctx.accumulate_grad_batches == 1
+
+
+def test_an_optimizer_that_evaluates_its_closure_keeps_accumulate_grad_batches_at_1() -> None:
+    ctx = TrainingContext()
+    ctx.wrap(torch.optim.LBFGS(_linear(ctx).parameters()))
+    with pytest.raises(ValueError, match="evaluates its closure"):
+        ctx.accumulate_grad_batches = 2
+    assert ctx.accumulate_grad_batches == 1

@@ -5,7 +5,8 @@
 1. ``WindowedRegressor``, ``Trainer(accumulate_grad_batches=3)``, one epoch of 10 batches per rank (windows 3, 3,
    3, 1), with a checkpoint saved inside the second window (after batch 4);
 2. the typed GAN of tests/typing/pass (``find_unused_parameters=True``: each closure's backward reaches one
-   optimizer's parameters), two epochs of 10 batches.
+   optimizer's parameters), two epochs of 10 batches;
+3. ``AutomaticWindowedRegressor``, automatic optimization with its ``optimizer_step`` override, as the first fit.
 
 Rank r trains on samples r, r + 2, r + 4, ... (``DistributedSampler`` without shuffling), so a global batch is
 both ranks' shards. Each rank writes ``OUT_DIR/rank<r>.pt`` with, per fit, its final parameters, the gradient
@@ -30,6 +31,7 @@ from lightning_scenarios.shared import (
     BATCHES_PER_EPOCH,
     EPOCHS,
     GAN_BATCH,
+    AutomaticWindowedRegressor,
     WindowedRegressor,
     gan_class,
     gan_data,
@@ -136,7 +138,22 @@ def main(out_dir: Path) -> None:
     )
     gan_trainer.fit(gan, datamodule=Shards(gan_data(), GAN_BATCH))
     gan_result = {"params": params_of(gan), "all_reduces": gan_counter.calls, "global_step": gan_trainer.global_step}
-    torch.save({"windows": windows, "gan": gan_result}, out_dir / f"rank{trainer.global_rank}.pt")
+
+    automatic_counter, automatic = CountAllReduces(), AutomaticWindowedRegressor()
+    automatic_trainer = ddp_trainer(
+        out_dir, ReferenceDDPStrategy(), [automatic_counter], accumulate_grad_batches=ACCUMULATE, max_epochs=1
+    )
+    automatic_trainer.fit(
+        automatic, datamodule=Shards(regression_data(REGRESSION_BATCH, 2 * BATCHES_PER_EPOCH), REGRESSION_BATCH)
+    )
+    automatic_result = {
+        "params": params_of(automatic),
+        "all_reduces": automatic_counter.calls,
+        "global_step": automatic_trainer.global_step,
+        "outcomes": [None if outcome is None else outcome.value for outcome in automatic.outcomes],
+    }
+    results = {"windows": windows, "gan": gan_result, "automatic": automatic_result}
+    torch.save(results, out_dir / f"rank{trainer.global_rank}.pt")
     # Lightning leaves the process group up after fit. Left to the interpreter's exit, gloo's worker threads can
     # still hold tensors whose release needs the GIL during finalization: an occasional SIGABRT ("terminate called
     # without an active exception", seen once on torch 2.13). torch's documented shutdown is this call.

@@ -134,6 +134,33 @@ class WindowedRegressor(LightningModule):
         return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)]
 
 
+class AutomaticWindowedRegressor(LightningModule):
+    """``WindowedRegressor`` under automatic optimization: the same net, SGD and StepLR (``interval="step"``).
+
+    Lightning steps the scheduler after each optimizer step it counts, so a plain loop of ``WindowedRegressor``
+    is this module's oracle too. ``optimizer_step`` is the proposal's override, recording each outcome.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = make_model(seed=0)
+        self.outcomes: list[StepOutcome | None] = []
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss: torch.Tensor = torch.nn.functional.mse_loss(self.net(x).float(), y)
+        return loss
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        optimizer.step(closure=optimizer_closure)
+        self.outcomes.append(optimizer.last_outcome)
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.9)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
 def reference_trainer(root: Path, precision: str, strategy: Any = None, **kwargs: Any) -> Trainer:
     """A quiet CPU Trainer on ``strategy`` (the reference's single-device one), writing only under ``root``."""
     options: dict[str, Any] = {

@@ -10,7 +10,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    @property
+    @property  # type: ignore[misc]  # the mutant hides the member, the reference's setter with it
     def accumulate_grad_batches(self) -> int:
         raise AttributeError(f"{type(self).__name__} has no accumulate_grad_batches; see gradient_accumulation_steps")
 
