@@ -57,6 +57,8 @@ DIMENSIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "Adam fused",
             "AdamW",
             "LBFGS",
+            "step(closure) recorded",
+            "two-pass (SAM)",
         ),
         "parameters": (
             "shared by two optimizers",

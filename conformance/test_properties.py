@@ -101,7 +101,9 @@ GENERATED: dict[str, tuple[str, ...]] = {
         dimension: DIMENSIONS[dimension]  # every value of these
         for dimension in ("window", "make_optimizer_step", "position", "wrappers", "param_groups", "zero_grad")
     },
-    "optimizer": tuple(kind for kind in DIMENSIONS["optimizer"] if kind != "LBFGS"),
+    "optimizer": tuple(  # the torch optimizers the schedules draw (the others have checks of their own)
+        kind for kind in DIMENSIONS["optimizer"] if kind not in ("LBFGS", "step(closure) recorded", "two-pass (SAM)")
+    ),
     "parameters": ("frozen", "frozen after wrap", "unfrozen after wrap", "no gradient in a window"),
     "call_form": ("closure, wrapper.backward", "closure, loss.backward", "toggle_model block, then step()"),
     "outcome_read": ("after every call of every wrapper",),

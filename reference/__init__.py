@@ -10,8 +10,9 @@ Build a :class:`TrainingContext`, prepare the model with it, wrap each optimizer
 """
 
 from lightning_optimizer.reference.conformance import conformance_info
-from lightning_optimizer.reference.context import CLOSURE_EVALUATING_OPTIMIZERS, TrainingContext
+from lightning_optimizer.reference.context import TrainingContext
+from lightning_optimizer.reference.window import evaluates_closure
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec import __version__ as __version__
 
-__all__ = ["CLOSURE_EVALUATING_OPTIMIZERS", "TrainingContext", "WrappedOptimizer", "conformance_info"]
+__all__ = ["TrainingContext", "WrappedOptimizer", "conformance_info", "evaluates_closure"]

@@ -26,11 +26,11 @@ from lightning_optimizer.reference.devices import Device, resolve_device
 from lightning_optimizer.reference.distributed import no_sync, syncs_in_backward, wrap_for_ddp
 from lightning_optimizer.reference.precision import PrecisionPlugin, resolve_precision
 from lightning_optimizer.reference.toggling import only_these_require_grad
-from lightning_optimizer.reference.window import CLOSURE_EVALUATING_OPTIMIZERS, StepCall, Window, WindowStage
+from lightning_optimizer.reference.window import StepCall, Window, WindowStage
 from lightning_optimizer.reference.wrapper import WrappedOptimizer, wrapper_class
 from lightning_optimizer.spec.types import DeviceKind, Precision, StepOutcome
 
-__all__ = ["CLOSURE_EVALUATING_OPTIMIZERS", "TrainingContext"]
+__all__ = ["TrainingContext"]
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
@@ -251,6 +251,8 @@ class TrainingContext:
                 self._protect_for_preparation(slot, call)
                 self._prepare_gradients(slot)
                 call.prepared = call.unscaled_here = True
+            if closure is not None and slot.takes_closure and not self._scaling.changes_gradients:
+                kwargs = {**kwargs, "closure": self._replay(index, closure, result)}
             self._inner_step(index, None, kwargs)
         except BaseException:
             self._abort(slot, call)
@@ -347,6 +349,28 @@ class TrainingContext:
         self._device.after_step()
         return result
 
+    def _replay(self, index: int, closure: Callable[[], T], result: T) -> Callable[[], T]:
+        """The closure a real step hands the inner optimizer [CLOS-005].
+
+        Its first call returns what the call's closure returned (the window holds its gradients, prepared); each
+        later call evaluates the closure anew, as an optimizer that re-evaluates (a two-pass one) needs.
+        """
+        calls = 0
+
+        def evaluate() -> T:
+            nonlocal calls
+            calls += 1
+            call = self._call
+            if calls == 1 or call is None:
+                return result
+            call.reevaluating = True  # its backward starts from cleared gradients: nothing prepared to add to
+            try:
+                return self._evaluate_closure(index, closure)
+            finally:
+                call.reevaluating = False
+
+        return evaluate
+
     def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
         """One evaluation of a closure-evaluating optimizer's closure: zeroed, toggled, reduced, clipped [CLOS-004]."""
         self._slots[index].optimizer.zero_grad(set_to_none=True)
@@ -388,7 +412,7 @@ class TrainingContext:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")
         call = self._call
-        if (call is not None and call.prepared) or self._any_prepared():
+        if (call is not None and call.prepared and not call.reevaluating) or self._any_prepared():
             raise RuntimeError(
                 "backward() after unscale_gradients() would add scaled gradients to a prepared window: run every "
                 "backward of the window first, then unscale_gradients(), then the step that closes the window"

@@ -21,16 +21,32 @@ window is prepared in place with no stash to return to (``step()`` without a clo
 from __future__ import annotations
 
 import enum
+import inspect
 from dataclasses import dataclass, field
 
 import torch
 
 from lightning_optimizer.spec.types import StepOutcome
 
-__all__ = ["StepCall", "Window", "WindowStage"]
+__all__ = ["StepCall", "Window", "WindowStage", "evaluates_closure", "takes_closure"]
 
-CLOSURE_EVALUATING_OPTIMIZERS: tuple[type[torch.optim.Optimizer], ...] = (torch.optim.LBFGS,)
-"""Optimizers whose ``step`` evaluates the closure itself, possibly several times."""
+
+def evaluates_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` declares that its ``step`` evaluates the closure itself, as often as it needs.
+
+    The declaration is a true ``evaluates_closure`` attribute of the optimizer (or its class); torch's ``LBFGS``,
+    which has none, is the one torch optimizer that does. [CLOS-002]
+    """
+    return isinstance(optimizer, torch.optim.LBFGS) or getattr(optimizer, "evaluates_closure", False) is True
+
+
+def takes_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.step`` accepts a ``closure`` keyword (by name, or as any keyword). [CLOS-005]"""
+    try:
+        parameters = inspect.signature(optimizer.step).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: torch's convention, step(closure=None)
+        return True
+    return any(p.name == "closure" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 class WindowStage(enum.Enum):
@@ -60,10 +76,13 @@ class Window:
     skipped: bool = False
     """The real step in progress was skipped for non-finite gradients."""
     evaluates_closure: bool = field(init=False)
-    """The optimizer's ``step`` evaluates the closure itself (LBFGS)."""
+    """The optimizer declares that its ``step`` evaluates the closure itself (LBFGS)."""
+    takes_closure: bool = field(init=False)
+    """The optimizer's ``step`` takes a ``closure``: a real step hands it one."""
 
     def __post_init__(self) -> None:
-        self.evaluates_closure = isinstance(self.optimizer, CLOSURE_EVALUATING_OPTIMIZERS)
+        self.evaluates_closure = evaluates_closure(self.optimizer)
+        self.takes_closure = takes_closure(self.optimizer)
 
     def params(self) -> list[torch.Tensor]:
         """The optimizer's parameters, every group, in order (read each time: groups can be added)."""
@@ -95,6 +114,8 @@ class StepCall:
         """The window is prepared for its real step (before the call, or by ``unscale_gradients()`` inside it)."""
         self.unscaled_here = False
         """This call unscaled the window (the loss scaler has to forget it if the call fails)."""
+        self.reevaluating = False
+        """The inner optimizer is evaluating the closure again (a two-pass optimizer) [CLOS-005]."""
         self._params = params = window.params()
         self._before: list[torch.Tensor | None] = [param.grad for param in params]
         holds = False

@@ -111,8 +111,12 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
 
         [STEP-005] ``kwargs`` reach the inner optimizer's ``step`` on a real step.
 
-        [STEP-006] The call returns the closure's result (``None`` without a closure); on a real step of an
-        optimizer that evaluates the closure itself, it returns what the inner ``step`` returned.
+        [STEP-006] The call returns the closure's result (``None`` without a closure): what its first evaluation
+        returned, also when the inner optimizer evaluates it again, and whatever the inner ``step`` returns.
+
+        Rationale: the result is then the same kind of value on every call of every optimizer, accumulating or
+        not; torch's optimizers (LBFGS included) return that first result themselves, and a two-pass optimizer
+        that returns something else does not change what the training loop sees.
 
         [ACC-001] A real step applies the mean of the micro-batch gradients of the window it closes, whatever
         the window's length (a full window, one cut short by ``make_optimizer_step=True``, or the last partial
@@ -130,22 +134,31 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         ``None``.
 
         [CLOS-001] The closure runs exactly once per call, inside the autocast region of the context, except
-        that an optimizer which evaluates closures itself (LBFGS) may call it as often as it needs on a real
-        step.
+        that on a real step the inner optimizer may evaluate it again, as often as it needs (CLOS-005).
 
-        [CLOS-002] Closure-evaluating optimizers (LBFGS) work in 64-true and 32-true; asking one to accumulate
-        is refused with a ``ValueError``: by ``wrap`` when the context has ``accumulate_grad_batches > 1``, by
-        ``step`` (before the closure runs) for ``make_optimizer_step=False``.
+        [CLOS-002] An optimizer that evaluates closures itself (torch's LBFGS, or one that declares it with a
+        true ``evaluates_closure`` attribute) works in 64-true and 32-true; asking one to accumulate is refused
+        with a ``ValueError``: by ``wrap`` when the context has ``accumulate_grad_batches > 1``, by ``step``
+        (before the closure runs) for ``make_optimizer_step=False``.
+
+        [CLOS-005] On a real step outside 16-mixed, an inner optimizer whose ``step`` takes a ``closure`` gets
+        one, as torch's optimizers expect. Its first call returns the call's closure's result without running
+        it again: the closure has run, and its gradients are the window's, prepared (mean, reduction,
+        clipping). Each further call evaluates the closure anew, as CLOS-004 says (gradients set to ``None``
+        first, toggled, reduced, clipped), so a two-pass optimizer (SAM-style: a step at perturbed parameters)
+        gets the gradients of its second point. Under 16-mixed the inner ``step`` gets no closure: torch's
+        ``GradScaler.step`` takes none, so the closure runs once, before the step.
 
         [CLOS-003] A closure that raises propagates its exception; nothing is stepped, every ``requires_grad``
         flag is restored, and the window is as it was before the call, gradients included (a backward the
         closure ran before raising adds nothing to the window). For an optimizer that evaluates the closure
-        itself, a step that fails (whichever evaluation raises, or the inner step raising on what the closure
-        returned, e.g. ``None`` where LBFGS needs a loss) leaves its parameters, gradients and state as they were
-        before the call.
+        itself (CLOS-002), a step that fails (whichever evaluation raises, or the inner step raising on what the
+        closure returned, e.g. ``None`` where LBFGS needs a loss) leaves its parameters, gradients and state as
+        they were before the call. An optimizer that re-evaluates without declaring it gets its gradients back
+        when a later evaluation raises, but parameters it moved before that are its own to restore.
 
         [CLOS-004] For an optimizer that evaluates the closure itself, the gradients of its parameters are set
-        to ``None`` before each evaluation: each evaluation's gradients are its own backward's, whether the
+        to ``None`` before each evaluation that it makes: each evaluation's gradients are its own backward's, whether the
         closure zeroes them (as torch's LBFGS documentation asks) or not (as closures written for Lightning's
         automatic optimization do not).
 

@@ -557,6 +557,15 @@ MUTANTS: dict[str, Entry] = {
         ["test_backward_after_unscale_gradients_is_refused"],
     ),
     "lbfgs_zeroes_once_per_step": ("CLOS-004", ["test_lbfgs_evaluations_see_only_their_own_gradients"]),
+    "closure_not_handed_to_the_optimizer": (
+        "CLOS-005",
+        [
+            "test_a_real_step_hands_the_inner_optimizer_the_closure",
+            "test_a_two_pass_optimizer_evaluates_the_closure_again",
+        ],
+    ),
+    "closure_handed_runs_again": ("CLOS-001", ["test_a_real_step_hands_the_inner_optimizer_the_closure"]),
+    "reevaluation_keeps_gradients": ("CLOS-004", ["test_a_two_pass_optimizer_evaluates_the_closure_again"]),
     "accumulation_marks_scheduler_stepped": (
         "SCHED-001",
         ["test_scheduler_warns_after_accumulating_calls_as_torch_does[inner]"],

@@ -31,8 +31,17 @@ def is_wrapper(obj: object) -> bool:
 
 
 def evaluates_closure(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether the optimizer calls its closure itself, as often as it needs (LBFGS)."""
-    return isinstance(optimizer, torch.optim.LBFGS)
+    """Whether the optimizer calls its closure itself, as often as it needs: LBFGS, or one that declares it."""
+    return isinstance(optimizer, torch.optim.LBFGS) or getattr(optimizer, "evaluates_closure", False) is True
+
+
+def takes_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the optimizer's ``step`` can be given a ``closure`` keyword."""
+    try:
+        parameters = inspect.signature(optimizer.step).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "closure" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 class Wrapper(Generic[OptimizerT]):
@@ -187,7 +196,7 @@ class Wrapper(Generic[OptimizerT]):
                 result = None if closure is None else self._run_closure(closure, closes)
                 self._window.micro_steps += 1
                 if closes:
-                    self._real_step(kwargs)
+                    self._real_step(kwargs, None if closure is None else (closure, result))
                 else:
                     self._outcome = StepOutcome.ACCUMULATED
         except BaseException:
@@ -278,11 +287,13 @@ class Wrapper(Generic[OptimizerT]):
             else:
                 torch.nn.utils.clip_grad_value_(params, context.clip_value)
 
-    def _real_step(self, kwargs: dict[str, Any]) -> None:
+    def _real_step(self, kwargs: dict[str, Any], ran: tuple[Callable[[], Any], Any] | None = None) -> None:
         context = self._context
         if not self._window.prepared:
             self._prepare(self._window.micro_steps)
             self._window.prepared = True
+        if ran is not None and context.precision != "16-mixed" and takes_closure(self._inner):
+            kwargs = {**kwargs, "closure": self._again(*ran)}
         # Without any gradient the scaler has nothing to check (and refuses to step): the inner optimizer steps.
         scaler = context.scaler if any(p.grad is not None for p in self.parameters()) else None
         inner_step: Callable[..., Any] = self._inner.step
@@ -303,6 +314,26 @@ class Wrapper(Generic[OptimizerT]):
             context.scaler_stepped = True
             if context.position is None:
                 context.end_iteration()
+
+    def _again(self, closure: Callable[[], T], result: T) -> Callable[[], T]:
+        """What the inner optimizer gets as its closure: the result it had, then fresh evaluations."""
+        evaluations = 0
+
+        def closure_again() -> T:
+            nonlocal evaluations
+            evaluations += 1
+            if evaluations == 1:
+                return result  # the closure ran already; its gradients are the window's, prepared
+            self._inner.zero_grad(set_to_none=True)
+            self._window.prepared = False  # a fresh evaluation: its backward adds to nothing
+            try:
+                again = self._run_closure(closure, closes=True)
+                self._prepare(1)
+            finally:
+                self._window.prepared = True
+            return again
+
+        return closure_again
 
     def _evaluating_step(self, closure: Callable[[], T] | None, kwargs: dict[str, Any]) -> Any:
         def evaluate() -> T | None:

@@ -1,0 +1,238 @@
+"""Checks that a real step hands the inner optimizer a closure, as torch's optimizers expect (CLOS-005).
+
+Two optimizers written here stand for the two ways an optimizer uses its closure: ``RecordingSGD`` calls it once
+at the start, as every torch first-order optimizer does, and records that it got one; ``TwoPassSAM`` (sharpness-aware
+minimisation, torch's closure convention) calls it, moves to a perturbed point, calls it again and steps from the
+first point with the second gradient. The oracles are the same optimizers stepped by hand with plain closures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from lightning_optimizer.conformance.harness import (
+    Batch,
+    Halves,
+    assert_params_close,
+    cell_device,
+    cell_dtype,
+    make_batches,
+    make_model,
+    mse,
+    oracle_autocast,
+    tolerance_for,
+)
+from lightning_optimizer.conformance.oracles import WindowOracle, oracle_copy
+from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
+
+MakeContext = Callable[..., TrainingContext]
+EAGER_UNSCALED = pytest.mark.cells(
+    devices=("cpu", "cuda"), precisions=("64-true", "32-true", "bf16-mixed", "bf16-true")
+)
+"""Where a two-pass optimizer runs: outside 16-mixed (torch's GradScaler takes no closure), eager devices."""
+
+
+class RecordingSGD(torch.optim.SGD):
+    """torch's SGD, recording whether each of its steps got a closure (SGD calls it once, before it reads grads)."""
+
+    def __init__(self, params: Any, **kwargs: Any) -> None:
+        super().__init__(params, **kwargs)
+        self.received: list[bool] = []
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """SGD's step, after noting whether a closure came."""
+        self.received.append(closure is not None)
+        return super().step(closure)
+
+
+class TwoPassSAM(torch.optim.Optimizer):
+    """Sharpness-aware minimisation, torch's closure convention; it needs its closure and raises without one.
+
+    The closure's gradient ``g`` at ``w``, the closure again at ``w + rho * g / |g|``, then an SGD step from ``w``
+    with the second gradient.
+    """
+
+    def __init__(self, params: Any, lr: float = 0.1, rho: float = 0.05) -> None:
+        super().__init__(params, {"lr": lr, "rho": rho})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Two evaluations of the closure, one update."""
+        if closure is None:
+            raise RuntimeError("TwoPassSAM.step needs its closure")
+        with torch.enable_grad():
+            loss = closure()
+        groups = [(group, [p for p in group["params"] if p.grad is not None]) for group in self.param_groups]
+        grads = [p.grad for _, params in groups for p in params]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+        moves: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for group, params in groups:
+            for p in params:
+                assert p.grad is not None
+                move = (p.grad.float() * (group["rho"] / (norm + 1e-12))).to(p.dtype)
+                p.add_(move)
+                moves.append((p, move))
+        with torch.enable_grad():
+            closure()
+        for p, move in moves:
+            p.sub_(move)
+        for group, params in groups:
+            for p in params:
+                assert p.grad is not None
+                p.add_(p.grad, alpha=-group["lr"])
+        return loss
+
+
+SCHEDULES: dict[str, Sequence[bool | None]] = {
+    "windows 1, 3, 2 by make_optimizer_step": (True, False, False, True, False, True),
+    "schedule of 2 inside batch()": (None, None, None, None, None, None),
+    "windows 2, 1, 3, mixed": (False, True, None, False, False, True),
+}
+
+
+@pytest.mark.requirement("CLOS-005", "CLOS-001", "STEP-006")
+@pytest.mark.parametrize("schedule", SCHEDULES.values(), ids=SCHEDULES)
+@pytest.mark.varies(
+    optimizer=("SGD momentum", "step(closure) recorded"),
+    window=("1 micro-step", "k >= 2 micro-steps", "cut short by True"),
+    make_optimizer_step=("True", "False", "None"),
+)
+def test_a_real_step_hands_the_inner_optimizer_the_closure(
+    make_context: MakeContext, cell: Cell, schedule: Sequence[bool | None]
+) -> None:
+    """Each real step's inner ``step`` gets a closure (none under 16-mixed); the call's closure still runs once.
+
+    The closure handed over returns the call's own result without running again: the trajectory is a plain SGD's
+    on each window's mean, and each ``step()`` returns what its closure returned.
+    """
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    batches = make_batches(len(schedule), seed=5)
+    context = make_context(accumulate_grad_batches=2)
+    base = make_model(seed=3)
+    oracle_model = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    inner = RecordingSGD(model.parameters(), lr=0.1, momentum=0.9)
+    wrapper = context.wrap(inner)
+    ran: list[int] = []
+    for batch_idx, (batch, make_step) in enumerate(zip(batches, schedule, strict=True)):
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+            returned: list[torch.Tensor] = []
+
+            def closure(
+                batch: Batch = batch, batch_idx: int = batch_idx, returned: list[torch.Tensor] = returned
+            ) -> Any:
+                ran.append(batch_idx)
+                with context.autocast():
+                    loss = mse(model, batch, device, dtype)
+                wrapper.backward(loss)
+                returned.append(loss)
+                return loss
+
+            got = wrapper.step(closure, make_optimizer_step=make_step)
+            assert got is returned[0], f"batch {batch_idx}: step() must return the closure's result (STEP-006)"
+    assert ran == list(range(len(batches))), f"the closure must run once per call, ran for batches {ran}"
+
+    windows, window = [], []
+    for batch_idx, make_step in enumerate(schedule):
+        window.append(batch_idx)
+        closes = make_step if make_step is not None else (batch_idx + 1) % 2 == 0 or batch_idx == len(schedule) - 1
+        if closes:
+            windows.append(window)
+            window = []
+    oracle = WindowOracle(oracle_model, torch.optim.SGD(oracle_model.parameters(), lr=0.1, momentum=0.9), cell)
+    oracle.train_windows(batches, windows)
+    assert_params_close(model, oracle_model, cell, "SGD stepped through step(closure)")
+    taken = sum(oracle.stepped)
+    if cell.precision == "16-mixed":
+        assert inner.received == [False] * taken, "under 16-mixed the inner step gets no closure (CLOS-005)"
+    else:
+        assert inner.received == [True] * taken, (
+            f"each real step must hand the inner optimizer a closure (CLOS-005); it got one in {inner.received}"
+        )
+
+
+@pytest.mark.requirement("CLOS-005", "CLOS-001", "CLOS-004", "CLIP-001", "TOGGLE-001", "STEP-006")
+@EAGER_UNSCALED
+@pytest.mark.parametrize("clip", [None, 0.05], ids=["unclipped", "clipped by norm"])
+@pytest.mark.varies(
+    optimizer=("two-pass (SAM)", "SGD"),
+    wrappers=("1", "2"),
+    clipping=("norm",),
+    call_form=("closure, wrapper.backward",),
+)
+def test_a_two_pass_optimizer_evaluates_the_closure_again(
+    make_context: MakeContext, cell: Cell, clip: float | None
+) -> None:
+    """SAM's second evaluation is a fresh one: cleared gradients, toggled to its own parameters, clipped.
+
+    Beside it an SGD wrapper steps every other batch; the oracle is a bare ``TwoPassSAM`` whose closure zeroes,
+    freezes the SGD half and clips by hand, and a bare SGD.
+    """
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    batches = make_batches(4, seed=9)
+    context = make_context(gradient_clip_val=clip)
+    base = Halves(41, 42)
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    assert isinstance(model, Halves) and isinstance(oracle, Halves)
+    sam = context.wrap(TwoPassSAM(model.a.parameters()))
+    sgd = context.wrap(torch.optim.SGD(model.b.parameters(), lr=0.1))
+    oracle_sam, oracle_sgd = TwoPassSAM(oracle.a.parameters()), torch.optim.SGD(oracle.b.parameters(), lr=0.1)
+    evaluations: list[list[bool]] = []
+
+    def both(net: Halves, batch: Batch) -> torch.Tensor:
+        return mse(net.a, batch, device, dtype) + mse(net.b, batch, device, dtype)
+
+    for batch_idx, batch in enumerate(batches):
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+            returned: list[torch.Tensor] = []
+
+            def closure(batch: Batch = batch, returned: list[torch.Tensor] = returned) -> torch.Tensor:
+                evaluations.append([p.requires_grad for p in model.b.parameters()])
+                with context.autocast():
+                    loss = both(model, batch)
+                sam.backward(loss)
+                returned.append(loss)
+                return loss
+
+            got = sam.step(closure, make_optimizer_step=True)
+            assert sam.last_outcome is StepOutcome.STEPPED
+            assert len(returned) == 2, f"batch {batch_idx}: SAM evaluated the closure {len(returned)} times, not 2"
+            assert got is returned[0], "step() must return the first evaluation's result (STEP-006)"
+            if batch_idx % 2 == 1:
+
+                def sgd_closure(batch: Batch = batch) -> None:
+                    with context.autocast():
+                        sgd.backward(mse(model.b, batch, device, dtype))
+
+                sgd.step(sgd_closure, make_optimizer_step=True)
+
+        def oracle_closure(batch: Batch = batch) -> torch.Tensor:
+            oracle_sam.zero_grad(set_to_none=True)
+            for p in oracle.b.parameters():
+                p.requires_grad_(False)
+            with oracle_autocast(cell):
+                loss = both(oracle, batch)
+            loss.backward()
+            for p in oracle.b.parameters():
+                p.requires_grad_(True)
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(list(oracle.a.parameters()), clip)
+            return loss
+
+        oracle_sam.step(oracle_closure)
+        oracle_sam.zero_grad(set_to_none=True)
+        if batch_idx % 2 == 1:
+            oracle_sgd.zero_grad(set_to_none=True)
+            with oracle_autocast(cell):
+                mse(oracle.b, batch, device, dtype).backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(list(oracle.b.parameters()), clip)
+            oracle_sgd.step()
+    assert all(not any(flags) for flags in evaluations), "in every SAM evaluation only its parameters require grad"
+    assert all(p.requires_grad for p in model.parameters())
+    assert_params_close(model, oracle, cell, "a two-pass optimizer beside an SGD wrapper", tolerance_for(cell))

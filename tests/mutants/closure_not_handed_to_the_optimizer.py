@@ -1,0 +1,28 @@
+"""CLOS-005 broken: a real step calls the inner optimizer's ``step()`` without the closure.
+
+As Lightning's and earlier references did for every optimizer but LBFGS: torch's first-order optimizers do not
+notice (the closure has run already), but an optimizer that needs its closure (a two-pass one such as SAM, any
+custom ``step(closure)``) gets ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import torch
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+
+
+class Context(MutantContext):
+    def wrap(self, optimizer: OptimizerT) -> Any:
+        wrapper = super().wrap(optimizer)
+        self._slots[-1].takes_closure = False
+        return wrapper
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
