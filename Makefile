@@ -13,9 +13,9 @@ PACKAGES := -p lightning_optimizer.spec -p lightning_optimizer.reference -p ligh
 XLA_PIN := $(if $(filter 1,$(WITH_XLA)),torch_xla==$(TORCH_VERSION))
 
 EXAMPLES := $(sort $(wildcard examples/*.py))
-PY_SCRIPTS := scripts/peers
+PY_SCRIPTS := scripts/peers scripts/lightning-own-tests
 
-.PHONY: env conformance test unit typecheck lint format clean examples peers mutation bench dimensions dist
+.PHONY: env conformance test unit typecheck lint format clean examples peers mutation bench dimensions dist lightning-own-tests
 
 env: $(VENV)/.project
 
@@ -52,6 +52,12 @@ lint: env
 # docs/peers.md: the suite on the reference and the peer adapters, side by side (reports in $(REPORTS)/peers).
 peers: env
 	$(BIN)/python scripts/peers --reports $(REPORTS)/peers
+
+# Lightning's own tests of manual optimization and LightningOptimizer, at the tag tests/lightning_own/expected.json
+# pins, with every single-device Trainer on the reference's strategy (not part of `make test`: it reads a clone of
+# Lightning, LIGHTNING_REPO=path, or clones the tag under .cache/, which needs the network).
+lightning-own-tests: env
+	$(BIN)/python scripts/lightning-own-tests $(if $(LIGHTNING_REPO),--lightning-repo $(LIGHTNING_REPO))
 
 # docs/dimensions.md: per requirement, the dimensions its checks vary (rendered from the checks' markers).
 dimensions: env

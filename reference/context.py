@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import torch
 from torch.amp.grad_scaler import GradScaler
+from torch.utils.hooks import RemovableHandle
 
 from lightning_optimizer.reference import torch_compat
 from lightning_optimizer.reference.accumulation import (
@@ -24,10 +25,12 @@ from lightning_optimizer.reference.amp import LossScaling, loss_scaling
 from lightning_optimizer.reference.clipping import ClipAlgorithm, check_clipping, clip_gradients
 from lightning_optimizer.reference.devices import Device, resolve_device
 from lightning_optimizer.reference.distributed import no_sync, syncs_in_backward, wrap_for_ddp
+from lightning_optimizer.reference.hooks import Hooks
 from lightning_optimizer.reference.precision import PrecisionPlugin, resolve_precision
 from lightning_optimizer.reference.toggling import only_these_require_grad
 from lightning_optimizer.reference.window import StepCall, Window, WindowStage
 from lightning_optimizer.reference.wrapper import WrappedOptimizer, wrapper_class
+from lightning_optimizer.spec.context import BackwardHook, OptimizerStepHook, StepHook
 from lightning_optimizer.spec.types import DeviceKind, Precision, StepOutcome
 
 __all__ = ["TrainingContext"]
@@ -88,6 +91,7 @@ class TrainingContext:
         self._position: LoopPosition | None = None
         self._call: StepCall | None = None
         """The ``step()`` running now (its closure or inner step), if any."""
+        self._hooks = Hooks()
 
     # -- configuration ---------------------------------------------------------------------------------
 
@@ -225,6 +229,22 @@ class TrainingContext:
         closure: Callable[[], T] | None,
         make_optimizer_step: bool | None,
         kwargs: dict[str, Any],
+        wrapper: WrappedOptimizer[Any] | None = None,
+    ) -> T | None:
+        result = self._run_step(index, closure, make_optimizer_step, kwargs, wrapper)
+        if self._hooks.after_step:
+            outcome = self._slots[index].last_outcome
+            assert outcome is not None
+            self._hooks.run_after_step(wrapper or self._new_wrapper(index), outcome)
+        return result
+
+    def _run_step(
+        self,
+        index: int,
+        closure: Callable[[], T] | None,
+        make_optimizer_step: bool | None,
+        kwargs: dict[str, Any],
+        wrapper: WrappedOptimizer[Any] | None,
     ) -> T | None:
         slot = self._slots[index]
         self._check_step_arguments(index, closure, make_optimizer_step, kwargs)
@@ -236,6 +256,7 @@ class TrainingContext:
             if slot.evaluates_closure and real:
                 assert closure is not None
                 with self._step_rollback(slot):
+                    self._before_optimizer_step(index, wrapper)
                     result: Any = self._inner_step(index, lambda: self._evaluate_closure(index, closure), kwargs)
                 self._finish_real_step(slot)
                 return result  # type: ignore[no-any-return]
@@ -253,6 +274,7 @@ class TrainingContext:
                 call.prepared = call.unscaled_here = True
             if closure is not None and slot.takes_closure and not self._scaling.changes_gradients:
                 kwargs = {**kwargs, "closure": self._replay(index, closure, result)}
+            self._before_optimizer_step(index, wrapper)
             self._inner_step(index, None, kwargs)
         except BaseException:
             self._abort(slot, call)
@@ -337,6 +359,11 @@ class TrainingContext:
         if self._clip_val is not None:
             clip_gradients(slot.params(), self._clip_val, self._clip_algorithm)
 
+    def _before_optimizer_step(self, index: int, wrapper: WrappedOptimizer[Any] | None) -> None:
+        """The registered ``before_optimizer_step`` hooks [HOOK-002] (inside the call's transaction)."""
+        if self._hooks.before_optimizer_step:
+            self._hooks.run_before_optimizer_step(wrapper or self._new_wrapper(index))
+
     def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
         """The inner optimizer's step (through the loss scaler), then the device's end of a step."""
         slot = self._slots[index]
@@ -408,7 +435,18 @@ class TrainingContext:
 
     # -- what the wrappers call besides step ------------------------------------------------------------
 
-    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    def _wrapper_backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """A wrapper's ``backward``: between the registered backward hooks, once its checks pass [HOOK-001]."""
+        hooks = self._hooks
+        if not hooks.before_backward and not hooks.after_backward:
+            self._backward(loss, *args, **kwargs)
+            return
+        self._check_backward(loss)
+        hooks.run_backward(hooks.before_backward, wrapper, loss)
+        self._backward(loss, *args, **kwargs)
+        hooks.run_backward(hooks.after_backward, wrapper, loss)
+
+    def _check_backward(self, loss: object) -> None:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")
         call = self._call
@@ -417,6 +455,9 @@ class TrainingContext:
                 "backward() after unscale_gradients() would add scaled gradients to a prepared window: run every "
                 "backward of the window first, then unscale_gradients(), then the step that closes the window"
             )
+
+    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        self._check_backward(loss)
         backward: Callable[..., None] = self._scaling.scale(loss).backward
         backward(*args, **kwargs)
 
@@ -505,6 +546,7 @@ class TrainingContext:
         self._check_between_calls("a copy")
         state = self.__dict__.copy()
         state["_position"] = None  # the copy resumes in a batch() of its own, as a loaded checkpoint does
+        state["_hooks"] = Hooks()  # hooks are the framework's that registered them, not the copy's
         state["_open_window_grads"] = [
             [None if slot.pending == 0 or p.grad is None else p.grad.detach() for p in slot.params()]
             for slot in self._slots
@@ -521,6 +563,30 @@ class TrainingContext:
                     param.grad = grad.clone()
 
     # -- checkpoints -----------------------------------------------------------------------------------
+
+    # -- hooks ----------------------------------------------------------------------------------------
+
+    def register_hooks(
+        self,
+        *,
+        before_backward: BackwardHook | None = None,
+        after_backward: BackwardHook | None = None,
+        before_optimizer_step: OptimizerStepHook | None = None,
+        after_step: StepHook | None = None,
+    ) -> RemovableHandle:
+        """Call these around every wrapper's ``backward`` and ``step`` (HOOK-001 to HOOK-004 of the spec).
+
+        ``before_backward(wrapper, loss)`` and ``after_backward(wrapper, loss)`` around autograd;
+        ``before_optimizer_step(wrapper)`` on a real step, the window prepared, before the inner step;
+        ``after_step(wrapper, outcome)`` after each ``step()`` that returns. ``remove()`` on the handle stops them.
+        A copy of the context (pickle, deepcopy) carries none.
+        """
+        return self._hooks.register(
+            before_backward=before_backward,
+            after_backward=after_backward,
+            before_optimizer_step=before_optimizer_step,
+            after_step=after_step,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Window positions, step counts, the open windows' gradients, the loss scaler (its pending update too)."""

@@ -30,7 +30,6 @@ import importlib.util
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, TypeVar, cast, overload
 
 import torch
@@ -43,7 +42,7 @@ from lightning_optimizer.reference.clipping import ClipAlgorithm
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec.implementation import GradScalerSettings
-from lightning_optimizer.spec.types import PRECISIONS
+from lightning_optimizer.spec.types import PRECISIONS, StepOutcome
 from lightning_optimizer.spec.types import Precision as PrecisionName
 
 try:
@@ -125,6 +124,8 @@ class ReferencePrecision(Precision):
         self._pending_state: dict[str, Any] | None = None
         self.wrappers: dict[int, WrappedOptimizer[Any]] = {}
         """The run's wrappers by the ``id`` of their inner optimizer (set by the strategy)."""
+        self.step_loss: torch.Tensor | None = None
+        """Automatic optimization: the loss the running ``training_step`` returned, for its backward."""
 
     def configure(self, precision: PrecisionName) -> None:
         """Take on the Trainer's precision (called by the strategy when it connects)."""
@@ -176,13 +177,39 @@ class ReferencePrecision(Precision):
     # -- Lightning's own backward (``self.manual_backward``) -------------------------------------------------
 
     def pre_backward(self, tensor: torch.Tensor, module: LightningModule) -> torch.Tensor:  # type: ignore[override]
-        """Lightning's hooks, then the context's loss scale (16-mixed), as the wrappers' ``backward`` applies it."""
-        tensor = super().pre_backward(tensor, module)
+        """Lightning's hooks, then the context's loss scale (16-mixed), as the wrappers' ``backward`` applies it.
+
+        Under automatic optimization the loss is the training step's own (:attr:`step_loss`): Lightning divides it
+        by ``accumulate_grad_batches`` first, and the reference takes the window's mean itself, by the window's
+        real length (also when the epoch's last window is shorter).
+        """
+        step_loss, self.step_loss = self.step_loss, None
+        tensor = super().pre_backward(tensor if step_loss is None else step_loss, module)
         scaler = None if self.context is None else self.context.scaler
         if scaler is None:
             return tensor
         scaled: torch.Tensor = scaler.scale(tensor)
         return scaled
+
+    def backward(  # type: ignore[override]
+        self,
+        tensor: torch.Tensor,
+        model: LightningModule,
+        optimizer: torch.optim.Optimizer | None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        """Lightning's backward; the 1.x form ``manual_backward(loss, opt)`` is refused before autograd runs.
+
+        ``opt`` would otherwise reach ``Tensor.backward`` as its ``gradient`` and fail inside autograd.
+        """
+        if args and isinstance(args[0], torch.optim.Optimizer):
+            raise TypeError(
+                f"manual_backward(loss, {type(args[0]).__name__}) is Lightning 1.x's form; Lightning 2 passes "
+                "further arguments to Tensor.backward. Call self.manual_backward(loss), or opt.backward(loss) on "
+                "the wrapper of that optimizer"
+            )
+        super().backward(tensor, model, optimizer, *args, **kwargs)
 
     def clip_gradients(
         self,
@@ -303,15 +330,6 @@ def _call_hooks(trainer: Trainer, name: str, *args: Any) -> None:
     getattr(module, name)(*args)
 
 
-def _hooked_backward(
-    trainer: Trainer, backward: Callable[..., None], loss: torch.Tensor, *args: Any, **kwargs: Any
-) -> None:
-    """A wrapper's ``backward`` between ``on_before_backward`` and ``on_after_backward``, as ``manual_backward``."""
-    _call_hooks(trainer, "on_before_backward", loss)
-    backward(loss, *args, **kwargs)
-    _call_hooks(trainer, "on_after_backward")
-
-
 class _BatchBoundary(Callback):
     """Ends automatic optimization's ``batch`` block before any other callback sees the batch's end."""
 
@@ -344,16 +362,16 @@ class _Integration:
         self.settings: _Settings | None = None
         self._trainer_arguments: tuple[int, int | float | None, Any] | None = None
         self._wrappers: dict[int, WrappedOptimizer[Any]] = {}
-        self._hooks: list[RemovableHandle] = []
+        self._hooks: RemovableHandle | None = None
         self._inner: list[torch.optim.Optimizer] = []
         self._trainer: Trainer | None = None
+        self._strategy: Strategy | None = None
         self.automatic = False
         """The LightningModule uses automatic optimization (set when the strategy connects)."""
         self._open_batch: AbstractContextManager[None] | None = None
         self._boundary: _BatchBoundary | None = None
         self._in_batches = False
         self._stepped_in_batch = False
-        self._step_loss: torch.Tensor | None = None
 
     def connect(self, model: LightningModule) -> None:
         """Take the precision, accumulation and clipping over from the Trainer, before Lightning validates them."""
@@ -399,33 +417,54 @@ class _Integration:
         self.plugin.wrappers = self._wrappers
         if not self.automatic and self._trainer_arguments is not None:
             trainer.accumulate_grad_batches = self._trainer_arguments[0]  # Lightning has checked its arguments
-
-        def count_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-            # One global step per optimizer step applied (an accumulating micro-step or a skipped step is none).
-            self._stepped_in_batch = True
-            lightning_compat.count_optimizer_step(trainer, automatic=self.automatic)
-
-        def before_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-            # After the window's preparation (mean, unscaling, clipping): the gradients the step applies. Under
-            # automatic optimization Lightning then clips through the module's hook, which unscales nothing again.
-            _call_hooks(trainer, "on_before_optimizer_step", optimizer)
-            if self.automatic:
-                trainer.lightning_module.configure_gradient_clipping(
-                    optimizer,
-                    gradient_clip_val=trainer.gradient_clip_val,
-                    gradient_clip_algorithm=trainer.gradient_clip_algorithm,
-                )
-
-        self._hooks = [optimizer.register_step_post_hook(count_step) for optimizer in self._inner]
-        self._hooks += [optimizer.register_step_pre_hook(before_step) for optimizer in self._inner]
-        for wrapper in self._wrappers.values():
-            # An instance attribute, as an LR scheduler sets ``step``: the class's ``backward`` stays the reference's.
-            setattr(wrapper, "backward", partial(_hooked_backward, trainer, wrapper.backward))  # noqa: B010
+        self._strategy = strategy
+        self._hooks = context.register_hooks(
+            before_backward=self._before_backward,
+            after_backward=self._after_backward,
+            before_optimizer_step=self._before_optimizer_step,
+            after_step=self._after_step,
+        )
         strategy.optimizers = self._inner  # ``self.optimizers()`` now returns the wrappers
         if self.automatic:
             lightning_compat.decide_accumulation(trainer, self._accumulates)
             self._boundary = _BatchBoundary(self)
             _callbacks(trainer).insert(0, self._boundary)
+
+    # -- the context's hooks: Lightning's hooks, DDP's preparation, the global step --------------------------
+
+    def _before_backward(self, wrapper: Any, loss: torch.Tensor) -> None:
+        """A wrapper's backward, as Lightning's own: the strategy prepares (DDP's reducer), then the hooks."""
+        assert self._strategy is not None and self._trainer is not None
+        self._strategy.pre_backward(loss)
+        _call_hooks(self._trainer, "on_before_backward", loss)
+
+    def _after_backward(self, wrapper: Any, loss: torch.Tensor) -> None:
+        assert self._strategy is not None and self._trainer is not None
+        _call_hooks(self._trainer, "on_after_backward")
+        self._strategy.post_backward(loss)
+
+    def _before_optimizer_step(self, wrapper: Any) -> None:
+        """After the window's preparation (mean, unscaling, clipping): the gradients the step applies.
+
+        Under automatic optimization Lightning then clips through the module's hook, as its own loop does; the
+        window is prepared already, so ``clip_gradients`` unscales nothing again.
+        """
+        trainer = self._trainer
+        assert trainer is not None
+        optimizer = wrapper.optimizer
+        _call_hooks(trainer, "on_before_optimizer_step", optimizer)
+        if self.automatic:
+            trainer.lightning_module.configure_gradient_clipping(
+                optimizer,
+                gradient_clip_val=trainer.gradient_clip_val,
+                gradient_clip_algorithm=trainer.gradient_clip_algorithm,
+            )
+
+    def _after_step(self, wrapper: Any, outcome: StepOutcome) -> None:
+        """One global step per optimizer step applied (an accumulating micro-step or a skipped step is none)."""
+        if outcome is StepOutcome.STEPPED and self._trainer is not None:
+            self._stepped_in_batch = True
+            lightning_compat.count_optimizer_step(self._trainer, automatic=self.automatic)
 
     def _accumulates(self, lightning_rule: Callable[[], bool]) -> bool:
         """Lightning's question "does this batch only accumulate?", answered by the steps the wrapper took."""
@@ -457,18 +496,9 @@ class _Integration:
             block.__exit__(None, None, None)
 
     def remember_loss(self, output: Any) -> None:
-        """The loss ``training_step`` returned (automatic optimization), to backpropagate as it is.
-
-        Lightning divides it by ``accumulate_grad_batches`` before its backward; the reference takes the window's
-        mean itself (and by the window's real length, also when the epoch's last window is shorter).
-        """
+        """The loss ``training_step`` returned (automatic optimization): its backward is the plugin's."""
         loss = output.get("loss") if isinstance(output, Mapping) else output
-        self._step_loss = loss if isinstance(loss, torch.Tensor) else None
-
-    def loss_to_backpropagate(self, closure_loss: torch.Tensor) -> torch.Tensor:
-        """The loss Lightning's backward receives, or under automatic optimization the step's own loss."""
-        loss, self._step_loss = self._step_loss, None
-        return closure_loss if loss is None or not self.automatic else loss
+        self.plugin.step_loss = loss if isinstance(loss, torch.Tensor) else None
 
     def lightning_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> list[WrappedOptimizer[Any]]:
         """The wrappers of ``optimizers``, in their order (none before set-up)."""
@@ -489,11 +519,12 @@ class _Integration:
     def teardown(self) -> None:
         """Remove the step hooks and what the loop set on the optimizers; give the Trainer its arguments back."""
         self.end_batch()
-        trainer, self._trainer = self._trainer, None
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks = []
-        self._in_batches, self._stepped_in_batch, self._step_loss = False, False, None
+        trainer, self._trainer, self._strategy = self._trainer, None, None
+        if self._hooks is not None:
+            self._hooks.remove()
+        self._hooks = None
+        self._in_batches, self._stepped_in_batch = False, False
+        self.plugin.step_loss = None
         if trainer is not None:
             lightning_compat.forget_accumulation_decision(trainer)
             if self._boundary is not None and self._boundary in _callbacks(trainer):
@@ -589,23 +620,6 @@ class _ReferenceStrategy(Strategy):
         with self._integration.iteration():
             return super().training_step(*args, **kwargs)
 
-    def backward(
-        self, closure_loss: torch.Tensor, optimizer: torch.optim.Optimizer | None, *args: Any, **kwargs: Any
-    ) -> torch.Tensor:
-        """Lightning's backward (``self.manual_backward``); the 1.x form ``manual_backward(loss, opt)`` is refused.
-
-        Refused before Lightning's backward hooks run: ``opt`` would otherwise reach ``Tensor.backward`` as its
-        ``gradient`` and fail inside autograd.
-        """
-        if args and isinstance(args[0], torch.optim.Optimizer):
-            raise TypeError(
-                f"manual_backward(loss, {type(args[0]).__name__}) is Lightning 1.x's form; Lightning 2 passes "
-                "further arguments to Tensor.backward. Call self.manual_backward(loss), or opt.backward(loss) on "
-                "the wrapper of that optimizer"
-            )
-        closure_loss = self._integration.loss_to_backpropagate(closure_loss)
-        return super().backward(closure_loss, optimizer, *args, **kwargs)
-
     def teardown(self) -> None:
         """Lightning's teardown; the Trainer gets its own arguments back."""
         self._integration.teardown()
@@ -665,7 +679,12 @@ class ReferenceDDPStrategy(_ReferenceStrategy, DDPStrategy):
         super().__init__(precision_plugin=self._integration.plugin, **kwargs)
 
     def setup(self, trainer: Trainer) -> None:
-        """Lightning's set-up and the reference's; every wrapper's ``backward`` prepares DDP first."""
+        """Lightning's set-up and the reference's; refuse optimizers DDP cannot serve without unused parameters.
+
+        Lightning runs the whole ``training_step`` inside DDP's forward, so DDP's reducer is prepared before each
+        wrapper's backward (the context's ``before_backward`` hook calls ``pre_backward``), and not at all under the
+        ``no_sync()`` of an accumulating micro-step.
+        """
         super().setup(trainer)
         if trainer.state.fn != TrainerFn.FITTING:
             return
@@ -677,16 +696,6 @@ class ReferenceDDPStrategy(_ReferenceStrategy, DDPStrategy):
                 f"{len(wrappers)} optimizers own different parameters, so each closure's backward reaches only "
                 "some of the model's parameters: use ReferenceDDPStrategy(find_unused_parameters=True)"
             )
-        for wrapper in wrappers:
-            # An instance attribute, as an LR scheduler sets ``step``: the class's ``backward`` stays the reference's.
-            setattr(wrapper, "backward", partial(self._prepared_backward, wrapper.backward))  # noqa: B010
-
-    def _prepared_backward(self, backward: Callable[..., None], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        # Lightning runs the whole training_step inside DDP's forward, so DDP's reducer is prepared per backward
-        # (``pre_backward``), and not at all under the ``no_sync()`` of an accumulating micro-step.
-        self.pre_backward(loss)
-        backward(loss, *args, **kwargs)
-        self.post_backward(loss)
 
 
 class ReferenceXLAAccelerator(XLAAccelerator):

@@ -65,11 +65,11 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
         self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
     ) -> T | None:
         """Run one micro-step: the closure, then a real step or accumulation, as the context decides."""
-        return self._context._step(self._index, closure, make_optimizer_step, kwargs)
+        return self._context._step(self._index, closure, make_optimizer_step, kwargs, self)
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Backpropagate ``loss`` in the context's precision (forwarding ``retain_graph``, ``inputs``, ...)."""
-        self._context._backward(loss, *args, **kwargs)
+        self._context._wrapper_backward(self, loss, *args, **kwargs)
 
     def unscale_gradients(self) -> None:
         """Prepare the open window for the real step now (mean, reduction, unscaling, clipping), e.g. to clip."""

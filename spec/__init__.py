@@ -9,7 +9,7 @@ repository records each reading the contract has decided.
 
 import importlib.metadata as _metadata
 
-from lightning_optimizer.spec.context import TrainingContext
+from lightning_optimizer.spec.context import BackwardHook, HookHandle, OptimizerStepHook, StepHook, TrainingContext
 from lightning_optimizer.spec.implementation import (
     Cell,
     ContextFactory,
@@ -37,14 +37,18 @@ __all__ = [
     "FEATURES",
     "PRECISIONS",
     "REQUIREMENTS",
+    "BackwardHook",
     "Cell",
     "ContextFactory",
     "DeviceKind",
     "Feature",
     "GradScalerSettings",
+    "HookHandle",
     "ImplementationInfo",
+    "OptimizerStepHook",
     "OptimizerWrapper",
     "Precision",
+    "StepHook",
     "StepOutcome",
     "TrainingContext",
     "check_factory",

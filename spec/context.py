@@ -16,17 +16,33 @@ accumulation and clipping under manual optimization, so those ``Trainer`` argume
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 import torch
 
-from lightning_optimizer.spec.types import Precision
+from lightning_optimizer.spec.types import Precision, StepOutcome
 from lightning_optimizer.spec.wrapper import OptimizerWrapper
 
-__all__ = ["TrainingContext"]
+__all__ = ["BackwardHook", "HookHandle", "OptimizerStepHook", "StepHook", "TrainingContext"]
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+
+BackwardHook: TypeAlias = Callable[[OptimizerWrapper[Any], torch.Tensor], None]
+"""``hook(wrapper, loss)``: around a wrapper's ``backward(loss)`` (the loss as passed, unscaled)."""
+OptimizerStepHook: TypeAlias = Callable[[OptimizerWrapper[Any]], None]
+"""``hook(wrapper)``: right before the inner optimizer's step of a real step."""
+StepHook: TypeAlias = Callable[[OptimizerWrapper[Any], StepOutcome], None]
+"""``hook(wrapper, outcome)``: after a ``step()`` call, with what it did."""
+
+
+class HookHandle(Protocol):
+    """What ``register_hooks`` returns (``torch.utils.hooks.RemovableHandle`` is one)."""
+
+    def remove(self) -> None:
+        """Stop calling the hooks registered with it."""
+        ...
 
 
 class TrainingContext(Protocol):
@@ -124,6 +140,29 @@ class TrainingContext(Protocol):
         ``step()`` runs, or after ``unscale_gradients()`` before its closing step, is refused with
         ``RuntimeError``.
 
+    Hooks (what a framework calls its own hooks from: Lightning's ``on_before_backward``, ``on_after_backward``,
+    ``on_before_optimizer_step``, its global step and LR schedulers)
+        [HOOK-001] ``before_backward(wrapper, loss)`` runs in each ``backward(loss)`` of a wrapper of the context,
+        after the call's checks and before autograd, with the loss as passed (unscaled); ``after_backward(wrapper,
+        loss)`` right after autograd returns, the gradients as the backward left them (scaled under 16-mixed).
+        A refused ``backward()`` runs neither.
+
+        [HOOK-002] ``before_optimizer_step(wrapper)`` runs once per real step, after the window's preparation
+        (mean, reduction, unscaling, clipping) and before the inner optimizer's step: the gradients it sees are
+        those the step applies, non-finite ones included when 16-mixed then skips the step. An accumulating call
+        runs none. For an optimizer that evaluates the closure itself it runs before the inner step, which then
+        makes its evaluations.
+
+        [HOOK-003] ``after_step(wrapper, outcome)`` runs after each ``step()`` call that returns, with the call's
+        outcome (what ``last_outcome`` then says), once the window, the counts and the loss scaler are as the call
+        leaves them; a call that raises runs none.
+
+        [HOOK-004] A hook that raises propagates its exception. Raised from ``before_backward`` or
+        ``before_optimizer_step`` inside a ``step()``, it fails that call as a raising closure does (CLOS-003,
+        TXN-001: the window and everything else as before the call); raised from ``after_step``, the call's
+        effects stay. Hooks run in the order they were registered; ``remove()`` on the returned handle stops
+        them; a hook that is not callable is refused with ``TypeError`` when it is registered.
+
     Wrapping
         [ERR-004] Wrapping an object that is already a wrapper raises ``TypeError``.
 
@@ -177,4 +216,15 @@ class TrainingContext(Protocol):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the state saved by ``state_dict``. [CKPT-002] [CKPT-003]"""
+        ...
+
+    def register_hooks(
+        self,
+        *,
+        before_backward: BackwardHook | None = None,
+        after_backward: BackwardHook | None = None,
+        before_optimizer_step: OptimizerStepHook | None = None,
+        after_step: StepHook | None = None,
+    ) -> HookHandle:
+        """Call these around every wrapper's ``backward`` and ``step``. [HOOK-001] [HOOK-002] [HOOK-003] [HOOK-004]"""
         ...

@@ -158,9 +158,9 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         when a later evaluation raises, but parameters it moved before that are its own to restore.
 
         [CLOS-004] For an optimizer that evaluates the closure itself, the gradients of its parameters are set
-        to ``None`` before each evaluation that it makes: each evaluation's gradients are its own backward's, whether the
-        closure zeroes them (as torch's LBFGS documentation asks) or not (as closures written for Lightning's
-        automatic optimization do not).
+        to ``None`` before each evaluation that it makes: each evaluation's gradients are its own backward's,
+        whether the closure zeroes them (as torch's LBFGS documentation asks) or not (as closures written for
+        Lightning's automatic optimization do not).
 
         [ERR-001] A closure that is not callable raises ``TypeError`` before anything runs, whatever else the
         call or the window's stage would refuse.

@@ -566,6 +566,14 @@ MUTANTS: dict[str, Entry] = {
     ),
     "closure_handed_runs_again": ("CLOS-001", ["test_a_real_step_hands_the_inner_optimizer_the_closure"]),
     "reevaluation_keeps_gradients": ("CLOS-004", ["test_a_two_pass_optimizer_evaluates_the_closure_again"]),
+    "hook_before_backward_after_autograd": ("HOOK-001", ["test_hooks_follow_every_backward_and_step"]),
+    "hook_before_step_sees_the_raw_window": ("HOOK-002", ["test_hooks_follow_every_backward_and_step"]),
+    "hook_after_step_on_real_steps_only": ("HOOK-003", ["test_hooks_follow_every_backward_and_step"]),
+    "hook_before_step_outside_the_transaction": (
+        "HOOK-004",
+        ["test_a_raising_hook_fails_the_call_as_a_raising_closure_does"],
+    ),
+    "hook_registration_unchecked": ("HOOK-004", ["test_a_raising_hook_fails_the_call_as_a_raising_closure_does"]),
     "accumulation_marks_scheduler_stepped": (
         "SCHED-001",
         ["test_scheduler_warns_after_accumulating_calls_as_torch_does[inner]"],

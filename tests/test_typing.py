@@ -30,6 +30,7 @@ PASS_FILES = (
     "backward_then_step.py",
     "closure_step.py",
     "gan.py",
+    "hooks.py",
     "implementation_info.py",
     "lightning_gan.py",
 )

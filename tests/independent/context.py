@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any, Literal, TypeVar
 
@@ -66,6 +66,8 @@ class Context:
         self.restored_found_inf: bool | None = None
         """The found-inf of the steps of this iteration that a loaded state or a copy took before it was made."""
         self.stepping = False
+        self.hooks: dict[int, dict[str, Callable[..., None]]] = {}
+        """The registered hooks by registration, in order: each registration's callables by kind."""
 
     @property
     def precision(self) -> Precision:
@@ -219,6 +221,35 @@ class Context:
             return None
         return {"found_inf": self.found_inf or bool(self.restored_found_inf)}
 
+    def register_hooks(
+        self,
+        *,
+        before_backward: Callable[..., None] | None = None,
+        after_backward: Callable[..., None] | None = None,
+        before_optimizer_step: Callable[..., None] | None = None,
+        after_step: Callable[..., None] | None = None,
+    ) -> HookHandle:
+        """Run these around the wrappers' backward and step."""
+        given = {
+            "before_backward": before_backward,
+            "after_backward": after_backward,
+            "before_optimizer_step": before_optimizer_step,
+            "after_step": after_step,
+        }
+        for kind, hook in given.items():
+            if hook is not None and not callable(hook):
+                raise TypeError(f"{kind} is not callable: {hook!r}")
+        key = max(self.hooks, default=0) + 1
+        self.hooks[key] = {kind: hook for kind, hook in given.items() if hook is not None}
+        return HookHandle(self.hooks, key)
+
+    def run_hooks(self, kind: str, *args: Any) -> None:
+        """Call the hooks of ``kind`` in registration order."""
+        for registration in list(self.hooks.values()):
+            hook = registration.get(kind)
+            if hook is not None:
+                hook(*args)
+
     def state_dict(self) -> dict[str, Any]:
         """The context's own state: scaler, the iteration's pending update, each wrapper's window and counts."""
         self._check_between_steps("state_dict()")
@@ -240,6 +271,7 @@ class Context:
             state["restored_found_inf"] = None if pending is None else pending["found_inf"]
             state["found_inf"] = False
         state["position"] = None  # the copy goes on in a batch() of its own
+        state["hooks"] = {}  # the hooks belong to whoever registered them
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -295,3 +327,14 @@ def _autocast(device_type: str, dtype: torch.dtype) -> Iterator[None]:
 def _closing(stack: ExitStack) -> Iterator[None]:
     with stack:
         yield
+
+
+class HookHandle:
+    """Removes one registration's hooks."""
+
+    def __init__(self, hooks: dict[int, dict[str, Callable[..., None]]], key: int) -> None:
+        self._hooks, self._key = hooks, key
+
+    def remove(self) -> None:
+        """The hooks of this registration stop running."""
+        self._hooks.pop(self._key, None)

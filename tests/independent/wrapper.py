@@ -185,7 +185,9 @@ class Wrapper(Generic[OptimizerT]):
             if context.accumulate_grad_batches > 1 or make_optimizer_step is False:
                 raise ValueError(f"{type(self._inner).__name__} evaluates its closure itself and cannot accumulate")
             with context.running_step():
-                return cast("T | None", self._evaluating_step(closure, kwargs))
+                evaluated = cast("T | None", self._evaluating_step(closure, kwargs))
+            context.run_hooks("after_step", self, self._outcome)
+            return evaluated
         closes = self._closes(make_optimizer_step)
         if self._window.prepared and not closes:
             raise RuntimeError("unscale_gradients() prepared this window: the next step() must close it")
@@ -202,6 +204,7 @@ class Wrapper(Generic[OptimizerT]):
         except BaseException:
             before.restore()
             raise
+        context.run_hooks("after_step", self, self._outcome)
         return result
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
@@ -210,7 +213,9 @@ class Wrapper(Generic[OptimizerT]):
             # It would add scaled gradients to a window whose gradients are averaged and unscaled already.
             raise RuntimeError("backward() after unscale_gradients(): take the step that closes that window first")
         scaler = self._context.scaler
+        self._context.run_hooks("before_backward", self, loss)
         (loss if scaler is None else scaler.scale(loss)).backward(*args, **kwargs)
+        self._context.run_hooks("after_backward", self, loss)
 
     def unscale_gradients(self) -> None:
         """Make the open window's gradients what its real step will apply, so that the user can clip them."""
@@ -296,6 +301,7 @@ class Wrapper(Generic[OptimizerT]):
             kwargs = {**kwargs, "closure": self._again(*ran)}
         # Without any gradient the scaler has nothing to check (and refuses to step): the inner optimizer steps.
         scaler = context.scaler if any(p.grad is not None for p in self.parameters()) else None
+        context.run_hooks("before_optimizer_step", self)
         inner_step: Callable[..., Any] = self._inner.step
         skipped = scaler is not None and sum(v.item() for v in scaler._found_inf_per_device(self._inner).values()) > 0
         if scaler is None:
@@ -345,6 +351,7 @@ class Wrapper(Generic[OptimizerT]):
         inner_step: Callable[..., Any] = self._inner.step
         before = _Before(self._inner, self.parameters())
         try:
+            self._context.run_hooks("before_optimizer_step", self)
             result = inner_step(evaluate, **kwargs)
         except BaseException:
             before.restore()

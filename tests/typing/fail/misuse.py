@@ -95,3 +95,9 @@ def misdescribed() -> None:
     implementation_info(no_clipping, name="x", version="1")  # type: ignore[arg-type]
     implementation_info(TrainingContext, name="x", version="1")  # type: ignore[arg-type]
     implementation_info(TrainingContext, name="x", version="1", devices="cpu")  # type: ignore[arg-type]
+
+
+def misregistered(context: TrainingContext) -> None:
+    context.register_hooks(after_step=lambda wrapper: None)  # type: ignore[arg-type, misc]
+    context.register_hooks(before_backward=3)  # type: ignore[arg-type]
+    context.register_hooks(lambda wrapper, loss: None)  # type: ignore[call-arg]

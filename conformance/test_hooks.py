@@ -1,0 +1,350 @@
+"""Checks of the hooks a framework registers on a training context (HOOK-001 to HOOK-004).
+
+Two wrappers over the two halves of a model (SGD with momentum on one, Adam on the other) run schedules of
+windows; the hooks record what they see. The expected order of events is worked out from the schedule, the
+gradients the ``before_optimizer_step`` hook sees come from a plain-PyTorch loop (the window's mean, unscaled under
+16-mixed, one ``GradScaler`` for both optimizers updated once per batch), and each ``after_step`` outcome is the
+one a plain loop's step post-hook counter gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from torch.amp.grad_scaler import GradScaler
+
+from lightning_optimizer.conformance.harness import (
+    Batch,
+    Halves,
+    assert_params_close,
+    cell_device,
+    cell_dtype,
+    make_batches,
+    mse,
+    oracle_autocast,
+    oracle_step_done,
+    refuses,
+    tolerance_for,
+)
+from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.spec import Cell, GradScalerSettings, OptimizerWrapper, StepOutcome, TrainingContext
+
+MakeContext = Callable[..., TrainingContext]
+A, S, K = StepOutcome.ACCUMULATED, StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE
+OVERFLOWING = GradScalerSettings(init_scale=2.0**18, growth_interval=1)
+"""A scale whose first windows overflow in float16 (skipped steps, back-off), then grows after each finite one."""
+
+SCHEDULES: dict[str, Sequence[bool | None]] = {
+    "windows 1, 3, 2 by make_optimizer_step": (True, False, False, True, False, True),
+    "schedule of 2 inside batch()": (None, None, None, None, None, None),
+    "windows 2, 1, 3 and the flushed last": (False, True, True, None, False, None),
+}
+"""The SGD wrapper's ``make_optimizer_step`` per batch; the Adam wrapper steps on every even batch."""
+
+
+@dataclass
+class Event:
+    """One hook call: which hook, for which wrapper, and what it was given or saw."""
+
+    kind: str
+    wrapper: str
+    loss: torch.Tensor | None = None
+    outcome: StepOutcome | None = None
+    grads: list[torch.Tensor] = field(default_factory=list)
+
+
+def _grads(wrapper: OptimizerWrapper[Any]) -> list[torch.Tensor]:
+    return [p.grad.detach().clone() for g in wrapper.param_groups for p in g["params"] if p.grad is not None]
+
+
+class Recorder:
+    """Hooks that record every call, naming the wrapper by its inner optimizer."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names
+        self.events: list[Event] = []
+
+    def name(self, wrapper: OptimizerWrapper[Any]) -> str:
+        """The wrapper's name, by its inner optimizer."""
+        return self.names[id(wrapper.optimizer)]
+
+    def before_backward(self, wrapper: OptimizerWrapper[Any], loss: torch.Tensor) -> None:
+        """Record the call and the wrapper's gradients (autograd has not run yet)."""
+        self.events.append(Event("before_backward", self.name(wrapper), loss=loss, grads=_grads(wrapper)))
+
+    def after_backward(self, wrapper: OptimizerWrapper[Any], loss: torch.Tensor) -> None:
+        """Record the call and the wrapper's gradients (autograd has run)."""
+        self.events.append(Event("after_backward", self.name(wrapper), loss=loss, grads=_grads(wrapper)))
+
+    def before_optimizer_step(self, wrapper: OptimizerWrapper[Any]) -> None:
+        """Record the call and the wrapper's gradients."""
+        self.events.append(Event("before_optimizer_step", self.name(wrapper), grads=_grads(wrapper)))
+
+    def after_step(self, wrapper: OptimizerWrapper[Any], outcome: StepOutcome) -> None:
+        """Record the call and the outcome."""
+        self.events.append(Event("after_step", self.name(wrapper), outcome=outcome))
+
+    def register(self, context: TrainingContext) -> Any:
+        """Register all four on ``context``; the handle."""
+        return context.register_hooks(
+            before_backward=self.before_backward,
+            after_backward=self.after_backward,
+            before_optimizer_step=self.before_optimizer_step,
+            after_step=self.after_step,
+        )
+
+
+class _Pair:
+    """The two wrappers over a ``Halves`` model in a context, and a plain loop of the same optimizers."""
+
+    def __init__(self, make_context: MakeContext, cell: Cell, **settings: Any) -> None:
+        self.cell = cell
+        self.device, self.dtype = cell_device(cell), cell_dtype(cell)
+        self.context = make_context(**settings)
+        base = Halves(51, 52)
+        oracle = oracle_copy(base, cell)
+        model = self.context.prepare_module(base)
+        assert isinstance(model, Halves) and isinstance(oracle, Halves)
+        self.model, self.oracle = model, oracle
+        self.sgd = self.context.wrap(torch.optim.SGD(model.a.parameters(), lr=0.1, momentum=0.9))
+        self.adam = self.context.wrap(torch.optim.Adam(model.b.parameters(), lr=0.01))
+        self.names = {id(self.sgd.optimizer): "sgd", id(self.adam.optimizer): "adam"}
+
+    def step(self, wrapper: OptimizerWrapper[Any], half: torch.nn.Module, batch: Batch, make: bool | None) -> Any:
+        """One ``step(closure)``; returns the loss the closure backpropagated."""
+        losses: list[torch.Tensor] = []
+
+        def closure() -> torch.Tensor:
+            with self.context.autocast():
+                loss = mse(half, batch, self.device, self.dtype)
+            wrapper.backward(loss)
+            losses.append(loss)
+            return loss
+
+        wrapper.step(closure, make_optimizer_step=make)
+        return losses[0]
+
+
+def _closes(schedule: Sequence[bool | None], batch_idx: int, pending: int) -> bool:
+    make = schedule[batch_idx]
+    if make is not None:
+        return make
+    return (batch_idx + 1) % 2 == 0 or batch_idx == len(schedule) - 1
+
+
+def _plain_loop(pair: _Pair, batches: Sequence[Batch], schedule: Sequence[bool | None], scaler_settings: Any) -> Any:
+    """The plain loop: window means, one scaler updated once per batch after its steps (AMP-003).
+
+    An open window's gradients are rescaled when the scale changes (AMP-006).
+    """
+    cell, oracle = pair.cell, pair.oracle
+    sgd = torch.optim.SGD(oracle.a.parameters(), lr=0.1, momentum=0.9)
+    adam = torch.optim.Adam(oracle.b.parameters(), lr=0.01)
+    scaler = None
+    if cell.precision == "16-mixed":
+        scaler = GradScaler(cell_device(cell).type, **(scaler_settings or GradScalerSettings()).as_kwargs())
+    applied: dict[str, int] = {"sgd": 0, "adam": 0}
+    sgd.register_step_post_hook(lambda *_: applied.__setitem__("sgd", applied["sgd"] + 1))
+    adam.register_step_post_hook(lambda *_: applied.__setitem__("adam", applied["adam"] + 1))
+    prepared: list[tuple[str, list[torch.Tensor], StepOutcome]] = []
+
+    def real_step(name: str, optimizer: torch.optim.Optimizer, params: list[torch.Tensor], length: int) -> None:
+        with torch.no_grad():
+            for p in params:
+                if p.grad is not None:
+                    p.grad /= length
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        grads = [p.grad.detach().clone() for p in params if p.grad is not None]
+        before = applied[name]
+        if scaler is None:
+            optimizer.step()
+        else:
+            scaler.step(optimizer)
+        prepared.append((name, grads, S if applied[name] > before else K))
+        optimizer.zero_grad(set_to_none=True)
+
+    pending = 0
+    for batch_idx, batch in enumerate(batches):
+        stepped = False
+        with oracle_autocast(cell):
+            loss = mse(oracle.a, batch, pair.device, pair.dtype)
+        (loss if scaler is None else scaler.scale(loss)).backward()
+        pending += 1
+        if _closes(schedule, batch_idx, pending):
+            real_step("sgd", sgd, list(oracle.a.parameters()), pending)
+            pending, stepped = 0, True
+        if batch_idx % 2 == 0:
+            with oracle_autocast(cell):
+                loss = mse(oracle.b, batch, pair.device, pair.dtype)
+            (loss if scaler is None else scaler.scale(loss)).backward()
+            real_step("adam", adam, list(oracle.b.parameters()), 1)
+            stepped = True
+        if scaler is not None and stepped:
+            old_scale = scaler.get_scale()
+            scaler.update()
+            with torch.no_grad():  # the open window's gradients follow the scale (AMP-006)
+                for p in oracle.a.parameters():
+                    if pending and p.grad is not None:
+                        p.grad *= scaler.get_scale() / old_scale
+        oracle_step_done(cell)
+    return prepared
+
+
+@pytest.mark.requirement("HOOK-001", "HOOK-002", "HOOK-003")
+@pytest.mark.parametrize("schedule", SCHEDULES.values(), ids=SCHEDULES)
+@pytest.mark.varies(
+    wrappers=("2",),
+    optimizer=("SGD momentum", "Adam"),
+    window=("1 micro-step", "k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch"),
+    make_optimizer_step=("True", "False", "None"),
+    loss_scale=("backed off", "grown", "settings given to the factory"),
+    outcome_read=("after its own call",),
+)
+def test_hooks_follow_every_backward_and_step(
+    make_context: MakeContext, cell: Cell, schedule: Sequence[bool | None]
+) -> None:
+    """Each hook once per backward, real step or call, in order, seeing what the rules say.
+
+    Each backward runs between its two hooks, with the loss as passed; ``before_optimizer_step`` runs once per real
+    step with the gradients the step applies (skipped ones included); ``after_step`` after each call, with its
+    outcome.
+    """
+    settings = OVERFLOWING if cell.precision == "16-mixed" else None
+    pair = _Pair(make_context, cell, accumulate_grad_batches=2, grad_scaler=settings)
+    recorder = Recorder(pair.names)
+    recorder.register(pair.context)
+    batches = make_batches(len(schedule), seed=13)
+    expected: list[tuple[str, str]] = []
+    losses: list[torch.Tensor] = []
+    outcomes: list[StepOutcome | None] = []
+    pending = 0
+    for batch_idx, batch in enumerate(batches):
+        with pair.context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+            losses.append(pair.step(pair.sgd, pair.model.a, batch, schedule[batch_idx]))
+            outcomes.append(pair.sgd.last_outcome)
+            pending += 1
+            closes = _closes(schedule, batch_idx, pending)
+            expected += [("before_backward", "sgd"), ("after_backward", "sgd")]
+            expected += [("before_optimizer_step", "sgd")] if closes else []
+            expected += [("after_step", "sgd")]
+            pending = 0 if closes else pending
+            if batch_idx % 2 == 0:
+                losses.append(pair.step(pair.adam, pair.model.b, batch, True))
+                outcomes.append(pair.adam.last_outcome)
+                expected += [("before_backward", "adam"), ("after_backward", "adam")]
+                expected += [("before_optimizer_step", "adam"), ("after_step", "adam")]
+    events = recorder.events
+    assert [(e.kind, e.wrapper) for e in events] == expected, "the hooks ran in another order or number"
+    backwards = [e for e in events if e.kind == "before_backward"]
+    assert all(e.loss is loss for e, loss in zip(backwards, losses, strict=True)), "a backward hook got another loss"
+    afters = [e for e in events if e.kind == "after_backward"]
+    assert all(e.loss is loss for e, loss in zip(afters, losses, strict=True))
+    for i, (before, after) in enumerate(zip(backwards, afters, strict=True)):
+        unchanged = len(before.grads) == len(after.grads) and all(
+            torch.equal(a, b) for a, b in zip(before.grads, after.grads, strict=True)
+        )
+        assert not unchanged, f"backward {i}: the gradients were the same in both hooks (autograd ran outside them)"
+    assert [e.outcome for e in events if e.kind == "after_step"] == outcomes, "after_step's outcome is last_outcome"
+
+    plain = _plain_loop(pair, batches, schedule, settings)
+    seen = [e for e in events if e.kind == "before_optimizer_step"]
+    tol = tolerance_for(cell)
+    assert len(seen) == len(plain)
+    for i, (event, (name, grads, _)) in enumerate(zip(seen, plain, strict=True)):
+        assert event.wrapper == name
+        assert len(event.grads) == len(grads)
+        for got, want in zip(event.grads, grads, strict=True):
+            assert torch.allclose(
+                got.double().cpu(), want.double().cpu(), rtol=tol.rtol, atol=tol.atol, equal_nan=True
+            ), f"real step {i} ({name}): before_optimizer_step saw other gradients than the step applies"
+    closing = [e.outcome for e in events if e.kind == "after_step" and e.outcome is not A]
+    assert closing == [outcome for _, _, outcome in plain], "a real step's outcome differs from the plain loop's"
+    if cell.precision == "16-mixed":
+        assert K in closing and S in closing, "the overflowing scale was meant to skip some steps and take others"
+    assert_params_close(pair.model, pair.oracle, cell, "two wrappers with hooks registered")
+
+
+@pytest.mark.requirement("HOOK-004", "HOOK-001")
+@pytest.mark.varies(faults=("raising closure", "invalid argument"), make_optimizer_step=("True", "False"))
+def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(make_context: MakeContext, cell: Cell) -> None:
+    """A hook that raises fails the call before the step as a raising closure would, and only that call.
+
+    ``before_backward`` or ``before_optimizer_step`` raising: the call fails, nothing changes, a retry without the
+    hook gives the plain loop's result. ``after_step`` raising: the step stays taken. Removed and refused hooks do
+    not run; a refused ``backward()`` runs no hook.
+    """
+    settings = GradScalerSettings() if cell.precision == "16-mixed" else None
+    pair = _Pair(make_context, cell, grad_scaler=settings)
+    batches = make_batches(3, seed=17)
+
+    class Boom(Exception):
+        pass
+
+    def boom(*args: Any) -> None:
+        raise Boom
+
+    # One accumulated micro-step first, so that the failing calls have a window to leave as it was.
+    pair.step(pair.sgd, pair.model.a, batches[0], False)
+    window = [p.grad.detach().clone() for p in pair.model.a.parameters() if p.grad is not None]
+    values = [p.detach().clone() for p in pair.model.parameters()]
+    for kind, make in (("before_backward", False), ("before_backward", True), ("before_optimizer_step", True)):
+        handle = pair.context.register_hooks(**{kind: boom})
+        with pytest.raises(Boom):
+            pair.step(pair.sgd, pair.model.a, batches[1], make)
+        handle.remove()
+        grads = [p.grad.detach().clone() for p in pair.model.a.parameters() if p.grad is not None]
+        assert len(grads) == len(window) and all(torch.equal(g, w) for g, w in zip(grads, window, strict=True)), (
+            f"a raising {kind} hook left the window changed (HOOK-004)"
+        )
+        assert all(torch.equal(p, v) for p, v in zip(pair.model.parameters(), values, strict=True))
+        assert pair.sgd.last_outcome is A, f"a raising {kind} hook changed last_outcome"
+
+    recorder = Recorder(pair.names)
+    recorder.register(pair.context).remove()
+    refuses(
+        TypeError,
+        lambda: pair.context.register_hooks(after_step=recorder.after_step, before_backward=3),  # type: ignore[arg-type]
+        "HOOK-004: a hook that is not callable",
+    )
+    after = pair.context.register_hooks(after_step=boom)
+    with pytest.raises(Boom):
+        pair.step(pair.sgd, pair.model.a, batches[1], True)
+    after.remove()
+    assert pair.sgd.last_outcome is not A, "the step an after_step hook raised from must stay taken"
+    assert recorder.events == [], "a removed hook, or one registered with a refused one, ran"
+
+    oracle_sgd = torch.optim.SGD(pair.oracle.a.parameters(), lr=0.1, momentum=0.9)
+    scaler = None
+    if cell.precision == "16-mixed":
+        scaler = GradScaler(cell_device(cell).type, **GradScalerSettings().as_kwargs())
+    for batch in batches[:2]:
+        with oracle_autocast(cell):
+            loss = mse(pair.oracle.a, batch, pair.device, pair.dtype)
+        (loss if scaler is None else scaler.scale(loss)).backward()
+    with torch.no_grad():
+        for p in pair.oracle.a.parameters():
+            assert p.grad is not None
+            p.grad /= 2
+    if scaler is None:
+        oracle_sgd.step()
+    else:
+        scaler.unscale_(oracle_sgd)
+        scaler.step(oracle_sgd)
+        scaler.update()
+    oracle_step_done(cell)
+    assert_params_close(pair.model.a, pair.oracle.a, cell, "the retry after the raising hooks")
+
+    refused = Recorder(pair.names)
+    handle = refused.register(pair.context)
+    pair.step(pair.sgd, pair.model.a, batches[2], False)
+    pair.sgd.unscale_gradients()
+    count = len(refused.events)
+    with pytest.raises(RuntimeError):
+        pair.sgd.backward(mse(pair.model.a, batches[2], pair.device, pair.dtype))
+    assert len(refused.events) == count, "a refused backward() ran hooks (HOOK-001)"
+    handle.remove()

@@ -1,0 +1,25 @@
+"""HOOK-004 broken: ``register_hooks`` takes a hook that is not callable.
+
+The mistake surfaces later, inside some backward or step, as ``'int' object is not callable``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def register_hooks(self, **hooks: Any) -> Any:
+        tables = self._hooks
+        handle = tables.register(**{kind: None for kind in hooks})
+        for kind, hook in hooks.items():
+            if hook is not None:
+                getattr(tables, kind)[handle.id] = hook
+        return handle
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,112 @@
+"""``scripts/lightning-own-tests`` without Lightning's repository: its import rewrite, its verdicts, its swap.
+
+The harness itself runs Lightning's own test files (``make lightning-own-tests``); here its parts are checked on
+inputs written by hand, so that a change to them fails in ``make test``.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("pytorch_lightning", reason="the harness drives pytorch-lightning, not installed")
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the harness's package (``lightning_own``), as the scenarios' tests do
+
+
+def _script() -> ModuleType:
+    loader = importlib.machinery.SourceFileLoader("lightning_own_tests", str(REPO / "scripts" / "lightning-own-tests"))
+    spec = importlib.util.spec_from_loader("lightning_own_tests", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest">
+<testcase classname="tests_pytorch.core.test_lightning_optimizer" name="test_state"/>
+<testcase classname="tests_pytorch.core.test_lightning_optimizer" name="test_lightning_optimizer">
+  <failure message="assert 'WrappedSGD' == 'LightningSGD'&#10;more">trace</failure></testcase>
+<testcase classname="tests_pytorch.trainer.optimization.test_manual_optimization" name="test_a[gpu]">
+  <skipped message="Requires: [GPUs&gt;=1]"/></testcase>
+<testcase classname="tests_pytorch.trainer.optimization.test_manual_optimization" name="test_b">
+  <error message="boom">trace</error></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_outcomes_and_verdicts_from_a_junit_report(tmp_path: Path) -> None:
+    script = _script()
+    junit = tmp_path / "junit.xml"
+    junit.write_text(JUNIT, encoding="utf-8")
+    found = script.outcomes(junit)
+    assert found == {
+        "core/test_lightning_optimizer.py::test_state": ("passed", ""),
+        "core/test_lightning_optimizer.py::test_lightning_optimizer": (
+            "failed",
+            "assert 'WrappedSGD' == 'LightningSGD'",
+        ),
+        "trainer/optimization/test_manual_optimization.py::test_a[gpu]": ("skipped", "Requires: [GPUs>=1]"),
+        "trainer/optimization/test_manual_optimization.py::test_b": ("failed", "boom"),
+    }
+    failing = {
+        "core/test_lightning_optimizer.py::test_lightning_optimizer": "asserts Lightning's class name",
+        "core/test_lightning_optimizer.py::test_state": "listed, but it passes",
+        "core/test_lightning_optimizer.py::test_gone": "listed, not collected",
+    }
+    lines = script.compare(found, failing)
+    unexpected = sorted(line.split()[2] for line in lines if line.startswith("!!"))
+    assert unexpected == [
+        "core/test_lightning_optimizer.py::test_gone:",
+        "core/test_lightning_optimizer.py::test_state:",
+        "trainer/optimization/test_manual_optimization.py::test_b:",
+    ]
+    assert any(
+        line.split()[:2] == ["failed", "core/test_lightning_optimizer.py::test_lightning_optimizer"] for line in lines
+    )
+
+
+def test_the_import_rewrite_targets_the_standalone_packages(tmp_path: Path) -> None:
+    script = _script()
+    text = (
+        "from lightning import Trainer\nimport lightning.fabric\nfrom lightning.pytorch.core import LightningModule\n"
+    )
+    rewritten = text
+    for pattern, replacement in script._IMPORTS:
+        rewritten = pattern.sub(replacement, rewritten)
+    assert rewritten.splitlines() == [
+        "from pytorch_lightning import Trainer",
+        "import lightning_fabric",
+        "from pytorch_lightning.core import LightningModule",
+    ]
+
+
+def test_expected_outcomes_name_a_pinned_tag_and_a_reason_for_each_failure() -> None:
+    expected = json.loads((REPO / "tests" / "lightning_own" / "expected.json").read_text(encoding="utf-8"))
+    assert expected["tag"].count(".") == 2
+    assert all(path.startswith("tests/tests_pytorch/") for path in expected["files"] + expected["support"])
+    assert expected["failing"] and all(len(reason) > 40 for reason in expected["failing"].values())
+
+
+def test_the_swap_gives_single_device_cpu_trainers_the_reference_strategy(tmp_path: Path) -> None:
+    from lightning_own import reference_swap
+    from pytorch_lightning import Trainer
+
+    from lightning_optimizer.reference.lightning import ReferenceSingleDeviceStrategy
+
+    try:
+        single = Trainer(default_root_dir=tmp_path, logger=False, enable_checkpointing=False)
+        other = Trainer(default_root_dir=tmp_path, strategy="ddp", devices=2, accelerator="cpu", logger=False)
+        assert isinstance(single.strategy, ReferenceSingleDeviceStrategy)
+        assert not isinstance(other.strategy, ReferenceSingleDeviceStrategy)
+        assert [single] == reference_swap.SWAPPED
+    finally:
+        Trainer.__init__ = reference_swap._lightning_init  # type: ignore[method-assign]
