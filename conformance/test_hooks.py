@@ -196,6 +196,7 @@ def _plain_loop(pair: _Pair, batches: Sequence[Batch], schedule: Sequence[bool |
 
 
 @pytest.mark.requirement("HOOK-001", "HOOK-002", "HOOK-003")
+@pytest.mark.features("hooks")
 @pytest.mark.parametrize("schedule", SCHEDULES.values(), ids=SCHEDULES)
 @pytest.mark.varies(
     wrappers=("2",),
@@ -270,6 +271,7 @@ def test_hooks_follow_every_backward_and_step(
 
 
 @pytest.mark.requirement("HOOK-004", "HOOK-001")
+@pytest.mark.features("hooks")
 @pytest.mark.varies(faults=("raising closure", "invalid argument"), make_optimizer_step=("True", "False"))
 def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(make_context: MakeContext, cell: Cell) -> None:
     """A hook that raises fails the call before the step as a raising closure would, and only that call.

@@ -26,10 +26,34 @@ import torch
 from lightning_optimizer.spec import StepOutcome
 from lightning_optimizer.spec import __version__ as __version__
 
-__all__ = ["PeerContext", "PeerOptimizer"]
+__all__ = ["NoHooks", "PeerContext", "PeerOptimizer"]
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
+
+
+class NoHooks:
+    """The contract's ``register_hooks`` for a peer that has none: each adapter declines the feature ``"hooks"``.
+
+    Lightning, Fabric and Accelerate call their own hooks (Lightning's callbacks among them) from inside their
+    loops; none offers a way to register a hook on its optimizer wrapper from outside one.
+    """
+
+    peer_name = "this peer"
+
+    def register_hooks(
+        self,
+        *,
+        before_backward: Callable[..., None] | None = None,
+        after_backward: Callable[..., None] | None = None,
+        before_optimizer_step: Callable[..., None] | None = None,
+        after_step: Callable[..., None] | None = None,
+    ) -> Any:
+        """Refused: the peer has no hooks to register (the feature ``"hooks"`` is not claimed)."""
+        raise NotImplementedError(
+            f"{self.peer_name} offers no hooks to register around its optimizer wrapper's backward and step; the "
+            "adapter does not claim the feature 'hooks'"
+        )
 
 
 class PeerContext(Protocol):

@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar, cast
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_optimizer.peers import PeerOptimizer
+from lightning_optimizer.peers import NoHooks, PeerOptimizer
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     Cell,
@@ -79,6 +79,7 @@ TRANSLATIONS: dict[str, str] = {
 NOT_CLAIMED: dict[str, str] = {
     "64-true": "Accelerate has no float64 setting (mixed_precision is 'no', 'fp16', 'bf16' or 'fp8')",
     "bf16-true": "Accelerate has no setting that keeps the model in bfloat16 ('bf16' is mixed precision)",
+    "hooks": "Accelerate has no hooks around its optimizer's backward and step to register",
 }
 """What the adapter does not claim, and why."""
 
@@ -121,8 +122,10 @@ def _accelerator(
     )
 
 
-class AccelerateContext:
+class AccelerateContext(NoHooks):
     """A :class:`~lightning_optimizer.spec.TrainingContext` made of an Accelerate ``Accelerator``."""
+
+    peer_name = "Accelerate's AcceleratedOptimizer"
 
     def __init__(
         self,

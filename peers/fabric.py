@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.peers import PeerOptimizer
+from lightning_optimizer.peers import NoHooks, PeerOptimizer
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     Cell,
@@ -71,6 +71,8 @@ NOT_CLAIMED: dict[str, str] = {
     "xla": "Fabric's XLAAccelerator runs only where it counts TPU chips; XLA's CPU backend is not one, so the "
     "adapter cannot be exercised here and claims no XLA cell",
     "pickling": "_FabricOptimizer builds a class per instance, which pickle cannot find",
+    "hooks": "Fabric calls its callbacks only where the user's loop does (fabric.call); _FabricOptimizer offers "
+    "no hooks to register",
 }
 """What the adapter does not claim, and why."""
 
@@ -81,8 +83,10 @@ _ACCELERATORS = {"cpu": "cpu", "cuda": "gpu", "xla": "tpu"}
 XLAAccelerator.is_available()
 
 
-class FabricContext:
+class FabricContext(NoHooks):
     """A :class:`~lightning_optimizer.spec.TrainingContext` made of a Lightning Fabric."""
+
+    peer_name = "Fabric's _FabricOptimizer"
 
     def __init__(
         self,

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.peers import PeerOptimizer
+from lightning_optimizer.peers import NoHooks, PeerOptimizer
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     Cell,
@@ -76,6 +76,8 @@ NOT_CLAIMED: dict[str, str] = {
     "adapter cannot be exercised here and claims no XLA cell",
     "pickling": "LightningOptimizer builds a class per instance, which pickle cannot find; Lightning's Strategy "
     "drops its LightningOptimizers when pickled and rebuilds them",
+    "hooks": "Lightning calls its hooks (callbacks and the module's) from inside its own loop; LightningOptimizer "
+    "offers none to register from outside",
 }
 """What the adapter does not claim, and why."""
 
@@ -106,8 +108,10 @@ class _SuiteModule(pl.LightningModule):
         return []
 
 
-class LightningContext:
+class LightningContext(NoHooks):
     """A :class:`~lightning_optimizer.spec.TrainingContext` made of a Lightning Trainer, strategy and module."""
+
+    peer_name = "Lightning's LightningOptimizer"
 
     def __init__(
         self,

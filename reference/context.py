@@ -233,9 +233,7 @@ class TrainingContext:
     ) -> T | None:
         result = self._run_step(index, closure, make_optimizer_step, kwargs, wrapper)
         if self._hooks.after_step:
-            outcome = self._slots[index].last_outcome
-            assert outcome is not None
-            self._hooks.run_after_step(wrapper or self._new_wrapper(index), outcome)
+            self._after_step(index, wrapper)
         return result
 
     def _run_step(
@@ -363,6 +361,12 @@ class TrainingContext:
         """The registered ``before_optimizer_step`` hooks [HOOK-002] (inside the call's transaction)."""
         if self._hooks.before_optimizer_step:
             self._hooks.run_before_optimizer_step(wrapper or self._new_wrapper(index))
+
+    def _after_step(self, index: int, wrapper: WrappedOptimizer[Any] | None) -> None:
+        """The registered ``after_step`` hooks, with the call's outcome [HOOK-003]."""
+        outcome = self._slots[index].last_outcome
+        assert outcome is not None
+        self._hooks.run_after_step(wrapper or self._new_wrapper(index), outcome)
 
     def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
         """The inner optimizer's step (through the loss scaler), then the device's end of a step."""

@@ -569,16 +569,17 @@ class _ReferenceStrategy(Strategy):
         # own: the precision it runs is the Trainer's, read when the strategy connects.
         if isinstance(plugin, ReferencePrecision) and plugin is not self._integration.plugin:
             raise ValueError("a reference strategy runs its own ReferencePrecision; set Trainer(precision=...)")
-        self._precision_plugin = self._integration.plugin  # what Lightning's connector reads of a strategy
+        lightning_compat.set_strategy_precision_plugin(self, self._integration.plugin)
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """The inner optimizers (checkpoints and LR schedulers see these)."""
-        return self._optimizers
+        inner: list[torch.optim.Optimizer] = super().optimizers
+        return inner
 
     @optimizers.setter
     def optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        self._optimizers = optimizers
+        lightning_compat.set_strategy_optimizers(self, optimizers)
         # What ``LightningModule.optimizers()`` returns: the reference's wrappers instead of LightningOptimizers.
         lightning_compat.set_module_optimizers(self, self._integration.lightning_optimizers(optimizers))
 
@@ -648,7 +649,8 @@ class ReferenceSingleDeviceStrategy(_ReferenceStrategy, SingleDeviceStrategy):
         """The device given, else the one the Trainer chose."""
         if not self._device_given and self.parallel_devices:
             return self.parallel_devices[0]
-        return self._root_device
+        given: torch.device = super().root_device
+        return given
 
     def setup_environment(self) -> None:
         """Refuse several devices before anything starts."""

@@ -27,6 +27,8 @@ __all__ = [
     "loop_position",
     "requested_precision",
     "set_module_optimizers",
+    "set_strategy_optimizers",
+    "set_strategy_precision_plugin",
 ]
 
 LOOP_INJECTED = ("_on_before_step", "_on_after_step")
@@ -75,6 +77,22 @@ def loop_position(trainer: Trainer) -> tuple[int, bool]:
     progress = epoch_loop.batch_progress
     is_last = bool(progress.is_last_batch or progress.current.ready == trainer.num_training_batches)
     return int(epoch_loop.batch_idx), is_last
+
+
+def set_strategy_precision_plugin(strategy: Strategy, plugin: Any) -> None:
+    """Give ``strategy`` the precision plugin Lightning's connector reads of it, past a subclass's type check.
+
+    ``Strategy.precision_plugin``'s own setter, called directly: ``SingleDeviceXLAStrategy``'s refuses any plugin
+    but Lightning's ``XLAPrecision``.
+    """
+    setter: Any = Strategy.precision_plugin.fset  # type: ignore[attr-defined]
+    setter(strategy, plugin)
+
+
+def set_strategy_optimizers(strategy: Strategy, optimizers: list[torch.optim.Optimizer]) -> None:
+    """Lightning's own ``Strategy.optimizers`` setter (it also builds the ``LightningOptimizer`` list)."""
+    setter: Any = Strategy.optimizers.fset  # type: ignore[attr-defined]
+    setter(strategy, optimizers)
 
 
 def set_module_optimizers(strategy: Strategy, optimizers: list[Any]) -> None:

@@ -64,6 +64,14 @@ class StepStages(Protocol):
         """Gradient clipping, when the context clips."""
         ...
 
+    def _replay(self, index: int, closure: Callable[[], T], result: T) -> Callable[[], T]:
+        """The closure a real step hands the inner optimizer: the call's result first, fresh evaluations after."""
+        ...
+
+    def _before_optimizer_step(self, index: int, wrapper: Any) -> None:
+        """The registered ``before_optimizer_step`` hooks, the window prepared, inside the call's transaction."""
+        ...
+
     def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
         """The inner optimizer's step through the loss scaler (with the evaluation closure for LBFGS)."""
         ...
@@ -88,6 +96,10 @@ class StepStages(Protocol):
         """Outcome, step count, zeroing, and the loss scaler's update outside a ``batch()``."""
         ...
 
+    def _after_step(self, index: int, wrapper: Any) -> None:
+        """The registered ``after_step`` hooks, once the call has returned its result."""
+        ...
+
     def _end_iteration(self) -> None:
         """The end of a training iteration: the loss scaler's update."""
         ...
@@ -96,8 +108,12 @@ class StepStages(Protocol):
         """Only this optimizer's parameters require grad inside; ``sync_grad=False`` adds DDP's ``no_sync``."""
         ...
 
+    def _wrapper_backward(self, wrapper: Any, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``wrapper.backward``: the registered backward hooks around :meth:`_backward`."""
+        ...
+
     def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """``wrapper.backward``: the loss scaled under 16-mixed, then its backward."""
+        """The loss scaled under 16-mixed, then its backward."""
         ...
 
     def _unscale_gradients(self, index: int) -> None:

@@ -141,7 +141,8 @@ class TrainingContext(Protocol):
         ``RuntimeError``.
 
     Hooks (what a framework calls its own hooks from: Lightning's ``on_before_backward``, ``on_after_backward``,
-    ``on_before_optimizer_step``, its global step and LR schedulers)
+    ``on_before_optimizer_step``, its global step and LR schedulers; the feature ``"hooks"``: an implementation
+    that does not claim it may refuse ``register_hooks`` with ``NotImplementedError``)
         [HOOK-001] ``before_backward(wrapper, loss)`` runs in each ``backward(loss)`` of a wrapper of the context,
         after the call's checks and before autograd, with the loss as passed (unscaled); ``after_backward(wrapper,
         loss)`` right after autograd returns, the gradients as the backward left them (scaled under 16-mixed).

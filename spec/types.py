@@ -14,7 +14,7 @@ Precision = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "bf16-true"]
 DeviceKind = Literal["cpu", "cuda", "xla"]
 """Kinds of device an implementation can run on."""
 
-Feature = Literal["closure_evaluating_optimizers", "checkpointing", "pickling", "lr_schedulers"]
+Feature = Literal["closure_evaluating_optimizers", "checkpointing", "pickling", "lr_schedulers", "hooks"]
 """Optional capabilities an implementation may claim; checks that need one are ``n/a`` without it."""
 
 PRECISIONS: Final[tuple[Precision, ...]] = get_args(Precision)

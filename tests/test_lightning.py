@@ -51,6 +51,7 @@ from lightning_scenarios.shared import (  # noqa: E402
     EPOCHS,
     GAN_BATCH,
     RESUME_SAVE_AT,
+    BackwardThenStep,
     Batch,
     ResumableBatches,
     WindowedRegressor,
@@ -212,6 +213,42 @@ def windows_oracle(
     return oracle
 
 
+def backward_then_step_oracle(
+    precision: Precision, batches: Sequence[Batch], windows: Sequence[Sequence[int]], epochs: int = 1
+) -> Oracle:
+    """``BackwardThenStep`` by hand: both heads step on each window's mean; the second head's loss counts twice."""
+    model = BackwardThenStep()
+    opt_a = torch.optim.SGD(model.head_a.parameters(), lr=0.1, momentum=0.9)
+    opt_b = torch.optim.Adam(model.head_b.parameters(), lr=0.01)
+    oracle = Oracle(model, scaler=oracle_scaler(precision))
+    oracle.count(opt_a, opt_b)
+    scaler = oracle.scaler
+    for _ in range(epochs):
+        for window in windows:
+            for batch_idx in window:
+                x, y = batches[batch_idx]
+                for head, times in ((model.head_a, 1), (model.head_b, 2)):
+                    with oracle_autocast(precision):
+                        loss = torch.nn.functional.mse_loss(head(x).float(), y)
+                    for _ in range(times):
+                        (loss if scaler is None else scaler.scale(loss)).backward(retain_graph=True)
+            for optimizer in (opt_a, opt_b):
+                with torch.no_grad():
+                    for group in optimizer.param_groups:
+                        for param in group["params"]:
+                            assert param.grad is not None
+                            param.grad /= len(window)
+                if scaler is None:
+                    optimizer.step()
+                else:
+                    scaler.unscale_(optimizer)
+                    scaler.step(optimizer)
+                optimizer.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.update()
+    return oracle
+
+
 def expected_outcomes(windows: Sequence[Sequence[int]], stepped: Sequence[bool]) -> list[StepOutcome]:
     closing = iter(stepped)
     outcomes: list[StepOutcome] = []
@@ -332,6 +369,69 @@ def test_gan_on_xla_through_the_trainer(precision: Precision, tmp_path: Path) ->
     assert trainer.global_step == oracle.applied_steps
     if oracle.scaler is not None:
         assert probe.scale == oracle.scaler.get_scale()
+
+
+def xla_trainer(root: Path, precision: str, **kwargs: Any) -> Trainer:
+    """A quiet Trainer on ``ReferenceXLAStrategy`` (one device), writing only under ``root``."""
+    return Trainer(
+        strategy=ReferenceXLAStrategy(),
+        devices=1,
+        precision=precision,  # type: ignore[arg-type]  # one of the reference's names
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+        **kwargs,
+    )
+
+
+WINDOWS_OF_2 = [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+
+
+@pytest.mark.parametrize(
+    ("precision", "device"),
+    [
+        ("32-true", "cpu"),
+        ("16-mixed", "cpu"),
+        pytest.param("32-true", "xla", marks=pytest.mark.xla_device),
+        pytest.param("16-mixed", "xla", marks=pytest.mark.xla_device),
+    ],
+    ids=["cpu-32-true", "cpu-16-mixed", "xla-32-true", "xla-16-mixed"],
+)
+def test_backward_then_step_matches_a_plain_loop(precision: Precision, device: str, tmp_path: Path) -> None:
+    """The proposal's first example (two optimizers, each ``backward`` then ``step``, one loss backpropagated twice)
+    with ``accumulate_grad_batches=2``: both heads step on each window's mean, one scaler updated per batch."""
+    if device == "xla" and importlib.util.find_spec("torch_xla") is None:
+        pytest.skip("unavailable here: torch_xla is not installed")
+    model = BackwardThenStep()
+    if device == "xla":
+        trainer = xla_trainer(tmp_path, precision, max_epochs=1, accumulate_grad_batches=2)
+    else:
+        trainer = reference_trainer(tmp_path, precision, max_epochs=1, accumulate_grad_batches=2)
+    trainer.fit(model, train_dataloaders=regression_loader())
+    data = regression_data()
+    batches = [(data.tensors[0][i : i + 4], data.tensors[1][i : i + 4]) for i in range(0, len(data), 4)]
+    oracle = backward_then_step_oracle(precision, batches, WINDOWS_OF_2)
+    tolerance = REORDERED_TOLERANCES[precision] if device == "xla" else TOLERANCES[precision]
+    assert_params_close(model, oracle.model, tolerance, f"backward then step, {device}, {precision}")
+    assert trainer.global_step == oracle.applied_steps
+
+
+@pytest.mark.xla_device
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch_xla") is None, reason="unavailable here: torch_xla is not installed"
+)
+def test_manual_backward_on_xla_through_the_trainer(tmp_path: Path) -> None:
+    """``self.manual_backward`` in the closure, 16-mixed, windows of 3 on ``xla:0``: the reference scales it."""
+    model = WindowedRegressor(manual_backward=True)
+    trainer = xla_trainer(tmp_path, "16-mixed", max_epochs=1, accumulate_grad_batches=3)
+    trainer.fit(model, train_dataloaders=regression_loader())
+    data = regression_data()
+    batches = [(data.tensors[0][i : i + 4], data.tensors[1][i : i + 4]) for i in range(0, len(data), 4)]
+    oracle = windows_oracle("16-mixed", batches, WINDOWS, epochs=1)
+    assert_params_close(model.net, oracle.model, REORDERED_TOLERANCES["16-mixed"], "manual_backward on XLA")
+    assert model.outcomes == expected_outcomes(WINDOWS, oracle.stepped)
 
 
 def test_logging_progress_bar_and_global_step(tmp_path: Path) -> None:

@@ -134,6 +134,37 @@ class WindowedRegressor(LightningModule):
         return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)]
 
 
+class BackwardThenStep(LightningModule):
+    """The proposal's first example: two optimizers, each ``opt.backward(loss)`` then ``opt.step()``.
+
+    The second loss is backpropagated twice (``retain_graph=True`` first), so its head's gradient is doubled.
+    ``make_optimizer_step`` is left out: the Trainer's ``accumulate_grad_batches`` decides the windows.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.head_a = make_model(seed=0)
+        self.head_b = make_model(seed=1)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        opt_a, opt_b = wrapped_optimizers(self, torch.optim.SGD, torch.optim.Adam)
+        x, y = batch
+        loss_a = torch.nn.functional.mse_loss(self.head_a(x).float(), y)
+        opt_a.backward(loss_a)
+        opt_a.step()
+        loss_b = torch.nn.functional.mse_loss(self.head_b(x).float(), y)
+        opt_b.backward(loss_b, retain_graph=True)
+        opt_b.backward(loss_b)
+        opt_b.step()
+
+    def configure_optimizers(self) -> Any:
+        return [
+            torch.optim.SGD(self.head_a.parameters(), lr=0.1, momentum=0.9),
+            torch.optim.Adam(self.head_b.parameters(), lr=0.01),
+        ]
+
+
 class AutomaticWindowedRegressor(LightningModule):
     """``WindowedRegressor`` under automatic optimization: the same net, SGD and StepLR (``interval="step"``).
 
