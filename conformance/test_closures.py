@@ -89,8 +89,7 @@ class TwoPassSAM(torch.optim.Optimizer):
 
 SCHEDULES: dict[str, Sequence[bool | None]] = {
     "windows 1, 3, 2 by make_optimizer_step": (True, False, False, True, False, True),
-    "schedule of 2 inside batch()": (None, None, None, None, None, None),
-    "windows 2, 1, 3, mixed": (False, True, None, False, False, True),
+    "windows 2, 1, 3, mixed with the schedule of 2": (False, True, None, False, False, None),
 }
 
 

@@ -1,25 +1,29 @@
 """Lightning integration: the reference's wrappers inside a real ``pytorch_lightning.Trainer.fit``.
 
-A manual-optimization project changes two lines: this import, and the Trainer's ``strategy`` argument::
+A project changes one argument, the Trainer's ``strategy``::
 
     from lightning_optimizer.reference.lightning import ReferenceSingleDeviceStrategy
 
     trainer = Trainer(strategy=ReferenceSingleDeviceStrategy(), precision="16-mixed", accumulate_grad_batches=2)
 
-(``ReferenceDDPStrategy`` for several processes; or by name, once this module is imported:
-``Trainer(strategy="reference")``, ``"reference_ddp"``, ``"reference_ddp_spawn"``, ... see
-:data:`STRATEGY_NAMES`.) ``self.optimizers()`` in ``training_step`` then returns the
-reference's wrappers, so the proposal's ``opt.backward(loss)`` and ``opt.step(closure=...,
-make_optimizer_step=...)`` work as the contract says, with the Trainer's precision, device,
-``accumulate_grad_batches`` and ``gradient_clip_val`` applied by a :class:`TrainingContext`. Lightning neither
-autocasts nor scales: the strategy brings :class:`ReferencePrecision` into Lightning's precision slot.
+(``ReferenceDDPStrategy`` for several processes, ``ReferenceXLAStrategy`` on one XLA device; or by name, once this
+module is imported: ``Trainer(strategy="reference")``, ``"reference_ddp"``, ``"reference_xla"``, ... see
+:data:`STRATEGY_NAMES`.) Under manual optimization ``self.optimizers()`` returns the reference's wrappers, so the
+proposal's ``opt.backward(loss)`` and ``opt.step(closure=..., make_optimizer_step=...)`` work as the contract
+says; under automatic optimization ``optimizer_step`` receives the wrapper, and its
+``optimizer.step(closure=optimizer_closure)`` is one micro-step. The Trainer's precision, device,
+``accumulate_grad_batches`` and ``gradient_clip_val`` are applied by a :class:`TrainingContext`; Lightning neither
+autocasts nor scales: the strategy brings :class:`ReferencePrecision` into Lightning's precision slot. Lightning's
+hooks, DDP's preparation before each backward and the global step come from the context's hooks
+(``TrainingContext.register_hooks``).
 
 Why a strategy: Lightning settles the precision when the ``Trainer`` is built, before any module or callback
 code runs, and there it turns ``precision="16-mixed"`` on the CPU into ``"bf16-mixed"``, unless the strategy
 brings its own precision plugin. The strategy also owns what the reference must take over from Lightning: the
-precision plugin, the training-step call (one ``TrainingContext.batch`` per iteration), the DDP wrapper and the
-``backward`` that DDP has to be prepared for, and ``connect``, the one hook that runs before Lightning rejects
-``accumulate_grad_batches`` and ``gradient_clip_val`` for manual optimization.
+precision plugin, the training iteration (one ``TrainingContext.batch`` per batch), the DDP wrapper and the
+``backward`` that DDP has to be prepared for, Lightning's accumulation bookkeeping, and ``connect``, the one hook
+that runs before Lightning rejects ``accumulate_grad_batches`` and ``gradient_clip_val`` for manual optimization.
+Every field of Lightning it touches outside the public API is in :mod:`.lightning_compat`.
 
 This module needs ``pytorch-lightning``; ``lightning_optimizer.reference`` itself does not import it.
 """
