@@ -94,6 +94,7 @@ SCHEDULES: dict[str, Sequence[bool | None]] = {
 
 
 @pytest.mark.requirement("CLOS-005", "CLOS-001", "STEP-006")
+@pytest.mark.cells(devices=("cpu", "cuda"))  # on XLA the Lightning tests hand closures through the same step
 @pytest.mark.parametrize("schedule", SCHEDULES.values(), ids=SCHEDULES)
 @pytest.mark.varies(
     optimizer=("SGD momentum", "step(closure) recorded"),
