@@ -43,7 +43,7 @@ typecheck: env
 	$(BIN)/mypy tests
 	$(BIN)/mypy examples
 	$(BIN)/mypy bench
-	$(BIN)/mypy $(PY_SCRIPTS)
+	@set -e; for script in $(PY_SCRIPTS); do echo "$(BIN)/mypy $$script"; $(BIN)/mypy $$script; done  # one run each: both are __main__
 
 lint: env
 	$(BIN)/ruff check . $(PY_SCRIPTS)
