@@ -135,7 +135,7 @@ class _Pair:
         return losses[0]
 
 
-def _closes(schedule: Sequence[bool | None], batch_idx: int, pending: int) -> bool:
+def _closes(schedule: Sequence[bool | None], batch_idx: int) -> bool:
     make = schedule[batch_idx]
     if make is not None:
         return make
@@ -181,7 +181,7 @@ def _plain_loop(pair: _Pair, batches: Sequence[Batch], schedule: Sequence[bool |
             loss = mse(oracle.a, batch, pair.device, pair.dtype)
         (loss if scaler is None else scaler.scale(loss)).backward()
         pending += 1
-        if _closes(schedule, batch_idx, pending):
+        if _closes(schedule, batch_idx):
             real_step("sgd", sgd, list(oracle.a.parameters()), pending)
             pending, stepped = 0, True
         if batch_idx % 2 == 0:
@@ -239,7 +239,7 @@ def test_hooks_follow_every_backward_and_step(
             losses.append(pair.step(pair.sgd, pair.model.a, batch, schedule[batch_idx]))
             outcomes.append(pair.sgd.last_outcome)
             pending += 1
-            closes = _closes(schedule, batch_idx, pending)
+            closes = _closes(schedule, batch_idx)
             expected += [("before_backward", "sgd"), ("after_backward", "sgd")]
             expected += [("before_optimizer_step", "sgd")] if closes else []
             expected += [("after_step", "sgd")]

@@ -349,18 +349,7 @@ def test_gan_on_xla_through_the_trainer(precision: Precision, tmp_path: Path) ->
     batches = gan_batches()
     model = gan_class()()
     probe = ContextProbe()
-    trainer = Trainer(
-        strategy=ReferenceXLAStrategy(),
-        devices=1,
-        precision=precision,
-        max_epochs=EPOCHS,
-        callbacks=[probe],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = xla_trainer(tmp_path, precision, max_epochs=EPOCHS, callbacks=[probe])
     trainer.fit(model, train_dataloaders=ResumableBatches(batches))
     oracle = gan_oracle(precision, batches)
     assert trainer.precision == precision
@@ -369,21 +358,6 @@ def test_gan_on_xla_through_the_trainer(precision: Precision, tmp_path: Path) ->
     assert trainer.global_step == oracle.applied_steps
     if oracle.scaler is not None:
         assert probe.scale == oracle.scaler.get_scale()
-
-
-def xla_trainer(root: Path, precision: str, **kwargs: Any) -> Trainer:
-    """A quiet Trainer on ``ReferenceXLAStrategy`` (one device), writing only under ``root``."""
-    return Trainer(
-        strategy=ReferenceXLAStrategy(),
-        devices=1,
-        precision=precision,  # type: ignore[arg-type]  # one of the reference's names
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root,
-        **kwargs,
-    )
 
 
 WINDOWS_OF_2 = [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
@@ -411,6 +385,21 @@ def test_backward_then_step_matches_a_plain_loop(precision: Precision, device: s
     tolerance = REORDERED_TOLERANCES[precision] if device == "xla" else TOLERANCES[precision]
     assert_params_close(model, oracle.model, tolerance, f"backward then step, {device}, {precision}")
     assert trainer.global_step == oracle.applied_steps
+
+
+def xla_trainer(root: Path, precision: str, **kwargs: Any) -> Trainer:
+    """A quiet Trainer on ``ReferenceXLAStrategy`` (one device), writing only under ``root``."""
+    return Trainer(
+        strategy=ReferenceXLAStrategy(),
+        devices=1,
+        precision=precision,  # type: ignore[arg-type]  # one of the reference's names
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+        **kwargs,
+    )
 
 
 @pytest.mark.xla_device
