@@ -194,7 +194,7 @@ def plain_loop(
             plain.stepped.append(len(applied) > before)
             if plain.stepped[-1]:
                 scheduler.step()
-    plain.lr = scheduler.get_last_lr()[0]
+    plain.lr = float(scheduler.get_last_lr()[0])
     return plain
 
 
