@@ -79,7 +79,14 @@ DIMENSIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "step_kwargs": ("without gradients", "with gradients"),
         "clipping": ("norm", "value", "unscale_gradients() by hand"),
         "loss_scale": ("initial", "backed off", "grown", "settings given to the factory"),
-        "copies": ("pickle", "deepcopy", "checkpoint", "fresh process", "copy then overflow or growth"),
+        "copies": (
+            "pickle",
+            "deepcopy",
+            "checkpoint",
+            "fresh process",
+            "copy then overflow or growth",
+            "sharded checkpoint",
+        ),
         "faults": (
             "raising closure",
             "raising toggle_model block",
@@ -90,7 +97,8 @@ DIMENSIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "invalid argument",
         ),
         "modules": ("1 prepared module", "2 prepared modules"),
-        "reduction": ("result", "count per window", "graph cuts per window"),
+        "reduction": ("result", "count per window", "graph cuts per window", "reduce-scatters per window"),
+        "ranks": ("overflow on one rank",),
     }
 )
 """Each dimension a check can vary, and its values (the vocabulary of ``@pytest.mark.varies``)."""

@@ -40,6 +40,7 @@ from lightning_optimizer.spec import (
     DEVICE_KINDS,
     PRECISIONS,
     REQUIREMENTS,
+    STRATEGIES,
     Cell,
     ImplementationInfo,
     TrainingContext,
@@ -86,6 +87,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help=f"comma-separated world sizes ({', '.join(map(str, WORLD_SIZES))})",
     )
+    group.addoption(
+        "--strategies",
+        default=None,
+        help=f"comma-separated strategies ({', '.join(STRATEGIES)}; default all)",
+    )
     group.addoption("--report-json", default=None, metavar="PATH", help="write the result matrix as JSON")
     group.addoption("--report-md", default=None, metavar="PATH", help="write the result matrix as Markdown")
     group.addoption(
@@ -120,7 +126,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 MARKERS = (
     "requirement(*ids): the contract requirement ids that a conformance check verifies",
-    "cells(devices=None, precisions=None, world_sizes=None): the cells where a conformance check applies",
+    "cells(devices=None, precisions=None, world_sizes=None, strategies=None): the cells where a conformance check "
+    "applies (strategies default to none and ddp)",
     "features(*names): optional capabilities a conformance check needs",
     "varies(**dimensions): the values a conformance check tries along each dimension (see dimensions.DIMENSIONS)",
 )
@@ -135,6 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
             devices=parse_list("--devices", config.getoption("devices"), DEVICE_KINDS),
             precisions=parse_list("--precisions", config.getoption("precisions"), PRECISIONS),
             world_sizes=parse_list("--world-sizes", config.getoption("world_sizes"), tuple(map(str, WORLD_SIZES))),
+            strategies=parse_list("--strategies", config.getoption("strategies"), STRATEGIES),
         )
         config.option.property_examples = parse_property_examples(config.getoption("property_examples"))
         loaded = config.stash[IMPL_KEY] = load_implementation(config.getoption("impl"))
@@ -164,7 +172,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     lines = [
         f"conformance: {info.name} {info.version} ({loaded.module}), contract {info.contract_version}",
         f"conformance: claims devices={sorted(info.devices)} precisions={sorted(info.precisions)} "
-        f"world_sizes={sorted(info.world_sizes)} features={sorted(info.features)}",
+        f"world_sizes={sorted(info.world_sizes)} strategies={sorted(info.strategies)} features={sorted(info.features)}",
         f"conformance: torch {env['torch']}, torch_xla {env['torch_xla']}, devices found {env['devices_found']}",
     ]
     declared = config.stash[DECLARED_KEY]
@@ -206,12 +214,16 @@ def _verdict(item: pytest.Item, info: ImplementationInfo[Any], cell: Cell | None
         return NotApplicable(f"the check does not apply to {cell.device} {cell.precision}")
     if cell.world_size not in scope.get("world_sizes", (1,)):
         return NotApplicable(f"the check does not apply to world size {cell.world_size}")
+    if cell.strategy not in scope.get("strategies", ("none", "ddp")):
+        return NotApplicable(f"the check does not apply to strategy {cell.strategy}")
     if cell.device not in info.devices:
         return NotApplicable(f"not claimed (device {cell.device})")
     if cell.precision not in info.precisions:
         return NotApplicable(f"not claimed (precision {cell.precision})")
     if cell.world_size not in info.world_sizes:
         return NotApplicable(f"not claimed (world size {cell.world_size})")
+    if cell.strategy not in info.strategies:
+        return NotApplicable(f"not claimed (strategy {cell.strategy})")
     reason = unavailable_reason(cell)
     return None if reason is None else Unavailable(reason)
 
@@ -315,6 +327,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             device=None if cell is None else cell.device,
             precision=None if cell is None else cell.precision,
             world_size=None if cell is None else cell.world_size,
+            strategy=None if cell is None else cell.strategy,
         )
     result.duration_s += rep.duration
     leak = call.excinfo is not None and isinstance(call.excinfo.value, isolation.StateLeak)

@@ -10,8 +10,8 @@ an ``n/a`` one inside a claimed cell included: it carries its own reason (the ch
 or needs a feature that is not claimed). The outcome counts of ``summary`` are those of the listed results, so
 the values of ``summary`` add up to every result of the run.
 
-A result row (schema version 2) has ``check``, ``requirements``, ``device``, ``precision``, ``world_size``,
-``outcome``, ``reason``, ``observed`` and ``duration_s``. ``reason`` is why the outcome is what it is: the
+A result row (schema version 3) has ``check``, ``requirements``, ``device``, ``precision``, ``world_size``,
+``strategy``, ``outcome``, ``reason``, ``observed`` and ``duration_s``. ``reason`` is why the outcome is what it is: the
 failure's message for ``failed`` and ``error``, the declared reason for ``deviation``. ``observed`` is the
 failure a declared deviation actually showed (empty for every other outcome), so that a reader can tell whether
 the check still fails the way the declaration says.
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 OUTCOMES = ("passed", "failed", "error", "deviation", "n/a", "unavailable")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version 2 added ``observed`` to each result, and left out the n/a results of unclaimed cells (counted in
 ``summary["n/a_left_out"]``, described by ``left_out``); version 1 listed every result."""
 LEFT_OUT = "n/a_left_out"
@@ -89,6 +89,8 @@ class Result:
     device: str | None
     precision: str | None
     world_size: int | None
+    strategy: str | None = None
+    """How the cell's ranks share the model (``none``, ``ddp``, ``fsdp``)."""
     outcome: str | None = None
     reason: str = ""
     observed: str = ""
@@ -97,7 +99,8 @@ class Result:
     column: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.column = _ANY_CELL if self.device is None else f"{self.device}/{self.precision}/ws{self.world_size}"
+        cell = {"device": self.device, "precision": self.precision, "world_size": self.world_size}
+        self.column = _column(cell | {"strategy": self.strategy})
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,7 @@ def build(
             "devices": sorted(info.devices),
             "precisions": sorted(info.precisions),
             "world_sizes": sorted(info.world_sizes),
+            "strategies": sorted(info.strategies),
             "features": sorted(info.features),
         },
         "env": environment(),
@@ -178,7 +182,10 @@ def build(
 def _claimed(info: ImplementationInfo[Any], result: Result) -> bool:
     """Whether the implementation claims the result's cell (a check without a cell: always)."""
     return result.device is None or (
-        result.device in info.devices and result.precision in info.precisions and result.world_size in info.world_sizes
+        result.device in info.devices
+        and result.precision in info.precisions
+        and result.world_size in info.world_sizes
+        and (result.strategy or "none") in info.strategies
     )
 
 
@@ -189,12 +196,16 @@ def _column_key(column: str) -> tuple[int, ...]:
     if column == _ANY_CELL:
         return (-1,)
     device, precision, world = column.split("/")
-    return (_ORDER[device], int(world.removeprefix("ws")), _ORDER[precision])
+    size, _, strategy = world.removeprefix("ws").partition("-")
+    return (_ORDER[device], int(size), bool(strategy), _ORDER[precision])
 
 
 def _column(row: dict[str, Any]) -> str:
-    """A result row's cell as the matrix names it: ``device/precision/wsN``, or ``any``."""
-    return _ANY_CELL if row["device"] is None else f"{row['device']}/{row['precision']}/ws{row['world_size']}"
+    """A result row's cell as the matrix names it: ``device/precision/wsN`` (``wsN-fsdp`` sharded), or ``any``."""
+    if row["device"] is None:
+        return _ANY_CELL
+    suffix = "-fsdp" if row.get("strategy") == "fsdp" else ""
+    return f"{row['device']}/{row['precision']}/ws{row['world_size']}{suffix}"
 
 
 def _matrix(document: dict[str, Any]) -> tuple[list[str], list[tuple[str, str, dict[str, str]]]]:
@@ -267,21 +278,23 @@ def _reason_lines(document: dict[str, Any]) -> list[str]:
 def describe_cells(cells: Sequence[str]) -> str:
     """Cells ``device/precision/wsN`` in short, e.g. ``cpu/ws1: 16-mixed, bf16-true; cpu/ws2; cuda``.
 
-    A device and world size alone stands for every precision there; a device alone, for every cell of it.
+    A device and world size (``wsN``, or ``wsN-fsdp`` sharded) alone stands for every precision there; a device
+    alone, for every cell of it.
     """
-    places: dict[str, dict[int, list[str]]] = {}
+    places: dict[str, dict[str, list[str]]] = {}
     for cell in sorted(cells, key=_column_key):
         if cell != _ANY_CELL:
-            device, precision, ws = cell.split("/")
-            places.setdefault(device, {}).setdefault(int(ws.removeprefix("ws")), []).append(precision)
+            device, precision, world = cell.split("/")
+            places.setdefault(device, {}).setdefault(world, []).append(precision)
+    every_world = {f"ws{size}" for size in WORLD_SIZES} | {f"ws{size}-fsdp" for size in WORLD_SIZES if size > 1}
     parts = []
     for device, worlds in places.items():
         whole = {world for world, precisions in worlds.items() if set(precisions) == set(PRECISIONS)}
-        if whole == set(WORLD_SIZES):
+        if whole == every_world:
             parts.append(device)
             continue
         for world, precisions in worlds.items():
-            parts.append(f"{device}/ws{world}" + ("" if world in whole else f": {', '.join(precisions)}"))
+            parts.append(f"{device}/{world}" + ("" if world in whole else f": {', '.join(precisions)}"))
     return "; ".join(parts)
 
 

@@ -1,4 +1,4 @@
-"""What each rank of a DDP cell runs (inside :mod:`lightning_optimizer.conformance.ranks`).
+"""What each rank of a cell with several ranks runs, DDP or FSDP (inside :mod:`lightning_optimizer.conformance.ranks`).
 
 A scenario receives the implementation's record and the cell, trains on the rank's shard of a seeded global
 batch, and returns plain data (CPU tensors, counts, outcomes) for the parent to compare with its oracle.
@@ -35,8 +35,10 @@ __all__ = [
     "build_model",
     "build_optimizer",
     "global_batches",
+    "build_sharded_optimizer",
     "rank_batches",
     "train_epoch_on_shards",
+    "train_sharded_epoch",
 ]
 
 EPOCH = 7
@@ -60,6 +62,7 @@ class ModuleSpec:
 MODULES: dict[str, ModuleSpec] = {
     "a": ModuleSpec(seed=0, sizes=(4, 8, 2), lr=10.0, momentum=0.9),
     "b": ModuleSpec(seed=1, sizes=(4, 6, 2), lr=20.0, momentum=0.0),
+    "c": ModuleSpec(seed=2, sizes=(4, 7, 2), lr=10.0, momentum=0.5),
 }
 """The modules a scenario can prepare, by name; the learning rates make up for ``LOSS_FACTOR``."""
 
@@ -187,3 +190,217 @@ def train_epoch_on_shards(
 
 def _plain_backward(loss: torch.Tensor) -> None:
     loss.backward()
+
+
+# -- sharded cells (FSDP2) ---------------------------------------------------------------------------------------
+
+
+def build_sharded_optimizer(kind: str, name: str, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """Module ``name``'s optimizer of ``kind`` on two parameter groups: the weights, and the biases at half the lr.
+
+    ``kind`` is ``"sgd"`` (the module's SGD of :data:`MODULES`) or ``"adamw"``.
+    """
+    spec = MODULES[name]
+    params = list(params)
+    weights, biases = params[0::2], params[1::2]
+    if kind == "sgd":
+        return torch.optim.SGD(
+            [{"params": weights}, {"params": biases, "lr": spec.lr / 2}], lr=spec.lr, momentum=spec.momentum
+        )
+    if kind == "adamw":
+        return torch.optim.AdamW([{"params": weights}, {"params": biases, "lr": 5e-3}], lr=1e-2, weight_decay=0.1)
+    raise ValueError(f"unknown optimizer kind {kind!r}")
+
+
+class _ReduceScatters:
+    """Counts ``torch.distributed.reduce_scatter_tensor`` calls (FSDP2 reduces gradients through it)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._original: Callable[..., Any] = dist.reduce_scatter_tensor
+
+    def __enter__(self) -> "_ReduceScatters":
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return self._original(*args, **kwargs)
+
+        dist.reduce_scatter_tensor = counting  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        dist.reduce_scatter_tensor = self._original  # type: ignore[assignment]
+
+
+def _gathered(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The module's parameters in full (a collective: every rank calls it), on the CPU."""
+    from torch.distributed.tensor import DTensor
+
+    return [
+        (param.full_tensor() if isinstance(param, DTensor) else param).detach().cpu().clone()
+        for param in model.parameters()
+    ]
+
+
+def _sharded_run(
+    info: ImplementationInfo[Any],
+    cell: Cell,
+    plans: Sequence[dict[str, Any]],
+    *,
+    form: str,
+    clip: float | None,
+    inf_at: Sequence[int] | None,
+) -> tuple[Any, list[torch.nn.Module], list[Any]]:
+    from torch.distributed.fsdp import FSDPModule
+
+    context = build_context(info.factory, cell, accumulate_grad_batches=ACCUMULATE, gradient_clip_val=clip)
+    prepared = [context.prepare_module(build_model(plan["module"])) for plan in plans]
+    for plan, model in zip(plans, prepared, strict=True):
+        if not isinstance(model, FSDPModule):
+            raise AssertionError(
+                f"prepare_module returned a {type(model).__name__} for module {plan['module']!r} in a cell of strategy "
+                "fsdp: it must return the module sharded with fully_shard (an FSDPModule) [FSDP-001]"
+            )
+    wrappers = [
+        context.wrap(build_sharded_optimizer(plan["optimizer"], plan["module"], model.parameters()))
+        for plan, model in zip(plans, prepared, strict=True)
+    ]
+    return context, prepared, wrappers
+
+
+def _sharded_batches(
+    context: Any,
+    cell: Cell,
+    plans: Sequence[dict[str, Any]],
+    prepared: Sequence[torch.nn.Module],
+    wrappers: Sequence[Any],
+    batches: Sequence[int],
+    *,
+    form: str,
+    inf_at: Sequence[int] | None,
+) -> dict[str, list[Any]]:
+    rank = dist.get_rank()
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    data = rank_batches(rank)
+    record: dict[str, list[Any]] = {"params": [], "outcomes": [], "reduce_scatters": []}
+    for batch_idx in batches:
+        batch = data[batch_idx]
+        counts = []
+        with context.batch(batch_idx, is_last=batch_idx == len(data) - 1):
+            for j, (plan, model, wrapper) in enumerate(zip(plans, prepared, wrappers, strict=True)):
+                planted = inf_at is not None and (batch_idx, rank) == tuple(inf_at) and j == 0
+
+                def loss_of(model: torch.nn.Module = model, batch: Batch = batch, planted: bool = planted) -> Any:
+                    with context.autocast():
+                        loss = mse(model, batch, device, dtype) * LOSS_FACTOR
+                    return loss * float("inf") if planted else loss
+
+                mos = plan["make_optimizer_step"][batch_idx]
+                with _ReduceScatters() as reduce_scatters:
+                    if form == "closure":
+
+                        def closure(wrapper: Any = wrapper, loss_of: Callable[[], Any] = loss_of) -> Any:
+                            loss = loss_of()
+                            wrapper.backward(loss)
+                            return loss
+
+                        wrapper.step(closure, make_optimizer_step=mos)
+                    else:
+                        with wrapper.toggle_model(sync_grad=batch_idx in plan["sync_at"]):
+                            wrapper.backward(loss_of())
+                        wrapper.step(make_optimizer_step=mos)
+                counts.append(reduce_scatters.count)
+            record["outcomes"].append([w.last_outcome for w in wrappers])
+        record["reduce_scatters"].append(counts)
+        record["params"].append([_gathered(model) for model in prepared])
+    return record
+
+
+def train_sharded_epoch(
+    info: ImplementationInfo[Any],
+    cell: Cell,
+    *,
+    plans: Sequence[dict[str, Any]],
+    form: str = "closure",
+    clip: float | None = None,
+    inf_at: Sequence[int] | None = None,
+    checkpoint_at: int | None = None,
+) -> dict[str, Any]:
+    """One epoch of ``EPOCH`` batches on this rank's shards with FSDP-sharded modules, one wrapper each.
+
+    Each plan names a module of :data:`MODULES`, its optimizer kind (:func:`build_sharded_optimizer`), its
+    ``make_optimizer_step`` per batch and, for ``form="toggle"``, the batches whose backward syncs (``sync_at``).
+    ``clip`` is the context's ``gradient_clip_val`` (by norm). ``inf_at=(batch, rank)`` makes the first module's
+    loss infinite on that rank only, in that batch. With ``checkpoint_at=k``, after the epoch a second run
+    trains batches ``0..k-1``, saves (the modules and optimizers through ``torch.distributed.checkpoint``, the
+    context's ``state_dict()`` per rank), builds everything anew, loads, and trains batches ``k..`` again.
+
+    Returns, per batch, every module's gathered parameters (``params[batch][module]``), every wrapper's
+    ``last_outcome`` after the batch, the reduce-scatters each module's call ran, and with ``checkpoint_at`` the
+    resumed run's parameters (``resumed[batch - k][module]``).
+    """
+    context, prepared, wrappers = _sharded_run(info, cell, plans, form=form, clip=clip, inf_at=inf_at)
+    record: dict[str, Any] = _sharded_batches(
+        context, cell, plans, prepared, wrappers, range(EPOCH), form=form, inf_at=inf_at
+    )
+    if checkpoint_at is not None:
+        record["resumed"] = _resumed(info, cell, plans, form=form, clip=clip, inf_at=inf_at, at=checkpoint_at)
+    return record
+
+
+def _resumed(
+    info: ImplementationInfo[Any],
+    cell: Cell,
+    plans: Sequence[dict[str, Any]],
+    *,
+    form: str,
+    clip: float | None,
+    inf_at: Sequence[int] | None,
+    at: int,
+) -> list[Any]:
+    import tempfile
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    rank = dist.get_rank()
+    context, prepared, wrappers = _sharded_run(info, cell, plans, form=form, clip=clip, inf_at=inf_at)
+    _sharded_batches(context, cell, plans, prepared, wrappers, range(at), form=form, inf_at=inf_at)
+    where: list[Any] = [tempfile.mkdtemp(prefix="fsdp-checkpoint-") if rank == 0 else None]
+    dist.broadcast_object_list(where, src=0)
+    root = where[0]
+
+    def sharded_state(models: Sequence[torch.nn.Module], optimizers: Sequence[Any]) -> dict[str, Any]:
+        return {
+            f"module{j}": {
+                "model": get_model_state_dict(model),
+                "optim": get_optimizer_state_dict(model, optimizer),
+            }
+            for j, (model, optimizer) in enumerate(zip(models, optimizers, strict=True))
+        }
+
+    inner = [wrapper.optimizer for wrapper in wrappers]
+    dcp.save(sharded_state(prepared, inner), checkpoint_id=f"{root}/sharded")
+    torch.save(context.state_dict(), f"{root}/context-rank{rank}.pt")
+    dist.barrier()
+    del context, prepared, wrappers, inner
+    context, prepared, wrappers = _sharded_run(info, cell, plans, form=form, clip=clip, inf_at=inf_at)
+    inner = [wrapper.optimizer for wrapper in wrappers]
+    state = sharded_state(prepared, inner)
+    dcp.load(state, checkpoint_id=f"{root}/sharded")
+    for j, (model, optimizer) in enumerate(zip(prepared, inner, strict=True)):
+        set_model_state_dict(model, state[f"module{j}"]["model"])
+        set_optimizer_state_dict(model, optimizer, state[f"module{j}"]["optim"])
+    context.load_state_dict(torch.load(f"{root}/context-rank{rank}.pt", weights_only=False))
+    resumed = _sharded_batches(context, cell, plans, prepared, wrappers, range(at, EPOCH), form=form, inf_at=inf_at)
+    dist.barrier()
+    if rank == 0:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+    params: list[Any] = resumed["params"]
+    return params

@@ -20,8 +20,10 @@ from lightning_optimizer.spec import (
     DEVICE_KINDS,
     FEATURES,
     PRECISIONS,
+    STRATEGIES,
     Cell,
     ImplementationInfo,
+    Strategy,
 )
 
 __all__ = [
@@ -225,6 +227,7 @@ def _validate(info: ImplementationInfo[Any], spec: str) -> None:
     unknown("devices", info.devices, DEVICE_KINDS)
     unknown("precisions", info.precisions, PRECISIONS)
     unknown("world sizes", info.world_sizes, WORLD_SIZES)
+    unknown("strategies", info.strategies, STRATEGIES)
     unknown("features", info.features, FEATURES)
 
 
@@ -282,16 +285,23 @@ class CellFilter:
     devices: tuple[str, ...]
     precisions: tuple[str, ...]
     world_sizes: tuple[str, ...]
+    strategies: tuple[str, ...] = STRATEGIES
+
+
+def _strategies_at(world_size: int) -> tuple[Strategy, ...]:
+    return ("none",) if world_size == 1 else ("ddp", "fsdp")
 
 
 def cells(selected: CellFilter) -> list[Cell]:
     """Every cell of the matrix that the filter selects, in a stable order."""
     return [
-        Cell(device, precision, world_size)
+        Cell(device, precision, world_size, strategy)
         for device in DEVICE_KINDS
         if device in selected.devices
         for world_size in WORLD_SIZES
         if str(world_size) in selected.world_sizes
+        for strategy in _strategies_at(world_size)
+        if strategy in selected.strategies
         for precision in PRECISIONS
         if precision in selected.precisions
     ]

@@ -12,6 +12,7 @@ from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     DEVICE_KINDS,
     FEATURES,
+    STRATEGIES,
     Cell,
     DeviceKind,
     GradScalerSettings,
@@ -40,6 +41,7 @@ def _context_for(
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
         scaler=scaler,
+        strategy="fsdp" if cell.strategy == "fsdp" else "ddp",
     )
 
 
@@ -54,5 +56,6 @@ def conformance_info() -> ImplementationInfo[TrainingContext]:
         devices=devices,
         precisions=SUPPORTED_PRECISIONS,
         world_sizes=frozenset({1, 2}),
+        strategies=frozenset(STRATEGIES),
         features=frozenset(FEATURES),
     )

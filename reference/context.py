@@ -8,10 +8,11 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch
 from torch.amp.grad_scaler import GradScaler
+from torch.distributed.tensor import DTensor
 from torch.utils.hooks import RemovableHandle
 
 from lightning_optimizer.reference import torch_compat
@@ -24,7 +25,13 @@ from lightning_optimizer.reference.accumulation import (
 from lightning_optimizer.reference.amp import LossScaling, loss_scaling
 from lightning_optimizer.reference.clipping import ClipAlgorithm, check_clipping, clip_gradients
 from lightning_optimizer.reference.devices import Device, resolve_device
-from lightning_optimizer.reference.distributed import no_sync, syncs_in_backward, wrap_for_ddp
+from lightning_optimizer.reference.distributed import (
+    distributed_world_size,
+    no_sync,
+    prepare_for_ranks,
+    syncs_in_backward,
+)
+from lightning_optimizer.reference.fsdp import fsdp_modules, gather_for_load, unsynced_gradients, unsynced_map
 from lightning_optimizer.reference.hooks import Hooks
 from lightning_optimizer.reference.precision import PrecisionPlugin, resolve_precision
 from lightning_optimizer.reference.toggling import only_these_require_grad
@@ -38,7 +45,7 @@ __all__ = ["TrainingContext"]
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
 
-_STATE_FORMAT = 3
+_STATE_FORMAT = 4
 _NOTHING_TO_TOGGLE = nullcontext()
 """The toggle of the only optimizer (no other parameters to switch off); ``nullcontext`` is reusable."""
 
@@ -69,6 +76,10 @@ class TrainingContext:
     puts the window back without copying it), through the stages that :class:`.stages.StepStages` declares.
     Leaving ``batch()`` ends the iteration: the loss scaler updates once there; outside any ``batch()`` it updates
     after each real step.
+
+    With several ranks, ``prepare_module`` wraps the module in DDP (``strategy="ddp"``) or shards it with FSDP2's
+    ``fully_shard`` (``strategy="fsdp"``, :func:`.fsdp.shard_module` gives the policy); micro-steps that do not
+    close a window run without gradient sync either way.
     """
 
     def __init__(
@@ -80,7 +91,16 @@ class TrainingContext:
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: ClipAlgorithm = "norm",
         scaler: GradScaler | None = None,
+        strategy: Literal["ddp", "fsdp"] = "ddp",
     ) -> None:
+        if strategy not in ("ddp", "fsdp"):
+            raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
+        if strategy == "fsdp" and distributed_world_size() == 1 and not torch.distributed.is_initialized():
+            raise ValueError(
+                "strategy='fsdp' shards the model over a process group: call torch.distributed.init_process_group "
+                "before building the context"
+            )
+        self._shards = strategy == "fsdp"
         self._plugin: PrecisionPlugin = resolve_precision(precision)
         self._accumulate_grad_batches = check_accumulate_grad_batches(accumulate_grad_batches)
         self._clip_val, self._clip_algorithm = check_clipping(gradient_clip_val, gradient_clip_algorithm)
@@ -88,6 +108,8 @@ class TrainingContext:
         self._scaling: LossScaling = loss_scaling(self._plugin, scaler, self._device.torch_device)
         self._slots: list[Window] = []
         self._modules: list[torch.nn.Module] = []
+        self._units: list[torch.nn.Module] = []
+        """The FSDP units among the prepared modules (sharded by ``prepare_module`` or by the user)."""
         self._position: LoopPosition | None = None
         self._call: StepCall | None = None
         """The ``step()`` running now (its closure or inner step), if any."""
@@ -143,12 +165,17 @@ class TrainingContext:
         return self._scaling.scaler
 
     def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Move ``module`` to the device and cast it to the precision (in place); wrap it for DDP when needed."""
+        """Move ``module`` to the device and cast it to the precision (in place); wrap it for DDP or shard it.
+
+        Under ``strategy="fsdp"`` the module is sharded with ``fully_shard`` (one unit per submodule that holds
+        parameters, then the root), unless it is an ``FSDPModule`` already.
+        """
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"prepare_module expects a torch.nn.Module, got {type(module).__name__}")
         module = self._plugin.convert_module(module.to(self.device))
-        module = wrap_for_ddp(module, self.device)
+        module = prepare_for_ranks(module, self.device, shard=self._shards)
         self._modules.append(module)
+        self._units = fsdp_modules(self._modules)
         return module
 
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
@@ -219,7 +246,7 @@ class TrainingContext:
         """
         if any(slot.stage is WindowStage.PREPARED for slot in self._slots):
             return
-        self._scaling.update(param for slot in self._slots for param in slot.params())
+        self._scaling.update(param for slot in self._slots for param in self._window_tensors(slot))
 
     # -- the step: one transaction through the stages ---------------------------------------------------
 
@@ -249,7 +276,13 @@ class TrainingContext:
         real = self._closes_window(slot, make_optimizer_step)
         self._check_transition(slot, real, closure)
         stash = closure is not None and not (real and slot.pending and syncs_in_backward(self._modules))
-        call = self._call = StepCall(slot, real=real, stash=stash, in_place=self._device.accumulates_in_place)
+        call = self._call = StepCall(
+            slot,
+            real=real,
+            stash=stash,
+            in_place=self._device.accumulates_in_place,
+            unsynced=self._unsynced(slot) if self._units else (),
+        )
         try:
             if slot.evaluates_closure and real:
                 assert closure is not None
@@ -266,6 +299,8 @@ class TrainingContext:
                 call.commit()
                 self._finish_accumulation(slot)
                 return result  # type: ignore[no-any-return]
+            if self._units:
+                self._check_synced(slot)
             if not call.prepared:
                 self._protect_for_preparation(slot, call)
                 self._prepare_gradients(slot)
@@ -319,6 +354,24 @@ class TrainingContext:
             accumulate_grad_batches=self._accumulate_grad_batches,
             position=self._position,
         )
+
+    def _unsynced(self, slot: Window) -> list[torch.Tensor]:
+        """The FSDP unsharded parameters of ``slot``'s parameters (their ``.grad``: what no sync reduced yet)."""
+        return unsynced_gradients(self._units, slot.params())
+
+    def _window_tensors(self, slot: Window) -> list[torch.Tensor]:
+        """Every tensor whose ``.grad`` holds part of ``slot``'s window: its parameters, and under FSDP theirs."""
+        params = slot.params()
+        return params + self._unsynced(slot) if self._units else params
+
+    def _check_synced(self, slot: Window) -> None:
+        """Refuse a real step of a window whose gradients no backward reduce-scattered [FSDP-005]."""
+        if any(tensor.grad is not None for tensor in self._unsynced(slot)):
+            raise RuntimeError(
+                f"the window of {type(slot.optimizer).__name__} holds gradients that no backward synced (its last "
+                "backward ran inside toggle_model(sync_grad=False)), so they never reached the shards: run the "
+                "backward of the micro-step that closes the window with sync_grad=True"
+            )
 
     def _protect_for_preparation(self, slot: Window, call: StepCall) -> None:
         """Copy the window before it is prepared in place, unless preparing it changes nothing."""
@@ -523,6 +576,8 @@ class TrainingContext:
             if self._call is not None and self._call.window is slot:
                 self._call.clear(set_to_none)
             slot.optimizer.zero_grad(set_to_none=set_to_none)
+            for unsharded in self._unsynced(slot) if self._units else ():
+                unsharded.grad = None  # a backward without sync that no step followed
 
     def _toggle(self, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
         if sync_grad and len(self._slots) == 1:
@@ -598,26 +653,46 @@ class TrainingContext:
         return {
             "format": _STATE_FORMAT,
             "precision": self.precision,
+            "world_size": distributed_world_size(),
             "scaler": self._scaling.state_dict(),
             "optimizers": [
-                {
-                    "pending": slot.pending,
-                    "steps": slot.steps,
-                    "shapes": [list(param.shape) for param in slot.params()],
-                    "grads": [
-                        None if slot.pending == 0 or param.grad is None else param.grad.detach().clone()
-                        for param in slot.params()
-                    ],
-                }
+                {"pending": slot.pending, "steps": slot.steps, "shapes": [list(p.shape) for p in slot.params()]}
+                | self._open_window_state(slot)
                 for slot in self._slots
             ],
         }
+
+    def _open_window_state(self, slot: Window) -> dict[str, list[torch.Tensor | None]]:
+        """An open window's gradients, this rank's: ``grads`` per parameter, and under FSDP ``sharded_grads`` too.
+
+        Under FSDP ``grads`` are the unsynced sums on the unsharded parameters (full size, this rank's batches only)
+        and ``sharded_grads`` the local shards of what synced backwards reduced; otherwise ``grads`` are the
+        parameters' gradients.
+        """
+        params = slot.params()
+        if slot.pending == 0:
+            empty: list[torch.Tensor | None] = [None] * len(params)
+            return {"grads": empty} | ({"sharded_grads": list(empty)} if self._units else {})
+        if not self._units:
+            return {"grads": [None if p.grad is None else p.grad.detach().clone() for p in params]}
+        unsynced = {id(sharded): full for unit in self._units for sharded, full in unsynced_map(unit).items()}
+        grads: list[torch.Tensor | None] = []
+        for param in params:
+            full = unsynced.get(id(param))
+            grads.append(None if full is None or full.grad is None else full.grad.detach().clone())
+        sharded: list[torch.Tensor | None] = [
+            None if p.grad is None else _local_shard(p.grad).detach().clone() for p in params
+        ]
+        return {"grads": grads, "sharded_grads": sharded}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict`` saved; validate all of it before changing anything."""
         self._check_between_calls("load_state_dict()")
         entries = self._validated_entries(state_dict)
         self._scaling.load_state_dict(state_dict["scaler"])
+        if self._units:
+            self._load_sharded_windows(entries)
+            return
         for slot, entry in zip(self._slots, entries, strict=True):
             slot.pending = entry["pending"]
             slot.steps = entry["steps"]
@@ -626,6 +701,24 @@ class TrainingContext:
             with torch.no_grad():
                 for param, grad in zip(slot.params(), entry["grads"], strict=True):
                     param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype).clone()
+
+    def _load_sharded_windows(self, entries: list[dict[str, Any]]) -> None:
+        """Under FSDP: the unsynced sums back on the unsharded parameters (gathered for that), the shards' own."""
+        units = gather_for_load(self._units) if any(entry["pending"] for entry in entries) else []
+        try:
+            unsynced = {id(sharded): full for unit in self._units for sharded, full in unsynced_map(unit).items()}
+            for slot, entry in zip(self._slots, entries, strict=True):
+                slot.pending, slot.steps = entry["pending"], entry["steps"]
+                slot.last_outcome, slot.skipped = None, False
+                with torch.no_grad():
+                    for param, grad, shard in zip(slot.params(), entry["grads"], entry["sharded_grads"], strict=True):
+                        full = unsynced.get(id(param))
+                        if full is not None:
+                            full.grad = None if grad is None else grad.to(device=full.device, dtype=full.dtype).clone()
+                        param.grad = None if shard is None else _as_shard_of(param, shard)
+        finally:
+            for unit in units:
+                unit.reshard()
 
     def _validated_entries(self, state_dict: object) -> list[dict[str, Any]]:
         if not isinstance(state_dict, dict) or state_dict.get("format") != _STATE_FORMAT:
@@ -637,6 +730,7 @@ class TrainingContext:
                 f"{self.precision!r}"
             )
         self._scaling.check_state(state_dict.get("scaler"))
+        self._check_world_size(state_dict)
         entries = state_dict.get("optimizers")
         if not isinstance(entries, list) or len(entries) != len(self._slots):
             count = len(entries) if isinstance(entries, list) else "no"
@@ -652,6 +746,20 @@ class TrainingContext:
                 _check_count(f"optimizer {i}: {key!r}", entry.get(key))
         return entries
 
+    def _check_world_size(self, state_dict: dict[str, Any]) -> None:
+        """Refuse open windows saved at another world size: each rank's part is its own batches' [FSDP-006]."""
+        saved, now = state_dict.get("world_size"), distributed_world_size()
+        if not isinstance(saved, int) or isinstance(saved, bool) or saved < 1:
+            raise ValueError(f"the state's world_size must be a positive int, got {saved!r}")
+        entries = state_dict.get("optimizers")
+        open_window = isinstance(entries, list) and any(isinstance(e, dict) and e.get("pending") for e in entries)
+        if saved != now and open_window:
+            raise ValueError(
+                f"the state was saved at world size {saved} with a window open; this run has {now} ranks. Each rank's "
+                "part of an open window is its own batches' gradient: resume at world size {saved}, or save after a "
+                "real step closed every window"
+            )
+
     def _check_layout(self, index: int, params: list[torch.Tensor], entry: dict[str, Any]) -> None:
         """Refuse an optimizer's saved entry for other parameters: their count and shapes, open window or not."""
         shapes, grads = entry.get("shapes"), entry.get("grads")
@@ -660,6 +768,8 @@ class TrainingContext:
             raise ValueError(f"optimizer {index}: the state holds {count} parameter shapes, it has {len(params)}")
         if len(grads) != len(params):
             raise ValueError(f"optimizer {index}: the state's gradients do not match its {len(params)} parameters")
+        if self._units:
+            self._check_shards(index, params, entry.get("sharded_grads"))
         for j, (param, shape, grad) in enumerate(zip(params, shapes, grads, strict=True)):
             if shape != list(param.shape):
                 raise ValueError(
@@ -668,6 +778,32 @@ class TrainingContext:
             if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
                 what = getattr(grad, "shape", type(grad).__name__)
                 raise ValueError(f"optimizer {index}, parameter {j}: saved gradient {what} for a {param.shape} param")
+
+    def _check_shards(self, index: int, params: list[torch.Tensor], shards: object) -> None:
+        if not isinstance(shards, list) or len(shards) != len(params):
+            raise ValueError(
+                f"optimizer {index}: the state holds no sharded gradients for its {len(params)} parameters; it was "
+                "saved by a context without FSDP"
+            )
+        for j, (param, shard) in enumerate(zip(params, shards, strict=True)):
+            local = _local_shard(param)
+            if shard is not None and (not isinstance(shard, torch.Tensor) or shard.shape != local.shape):
+                what = getattr(shard, "shape", type(shard).__name__)
+                raise ValueError(
+                    f"optimizer {index}, parameter {j}: saved gradient shard {what}, this rank's shard is {local.shape}"
+                )
+
+
+def _local_shard(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def _as_shard_of(param: torch.Tensor, shard: torch.Tensor) -> torch.Tensor:
+    """A gradient for the sharded ``param`` whose local part is ``shard``."""
+    local = shard.to(device=param.device, dtype=param.dtype).clone()
+    if not isinstance(param, DTensor):
+        return local
+    return DTensor.from_local(local, param.device_mesh, param.placements, shape=param.shape, stride=param.stride())
 
 
 class _Batch(AbstractContextManager[None]):

@@ -1,4 +1,4 @@
-"""DDP: wrap the module when a process group of several ranks is running; suppress sync inside a window."""
+"""Data parallelism: DDP (or FSDP2, :mod:`.fsdp`) when several ranks run; no gradient sync inside a window."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["distributed_world_size", "no_sync", "syncs_in_backward", "wrap_for_ddp"]
+from lightning_optimizer.reference.fsdp import shard_module, without_gradient_sync
+
+__all__ = ["distributed_world_size", "no_sync", "prepare_for_ranks", "syncs_in_backward", "wrap_for_ddp"]
 
 
 def distributed_world_size() -> int:
@@ -25,16 +28,24 @@ def wrap_for_ddp(module: torch.nn.Module, device: torch.device) -> torch.nn.Modu
     return DistributedDataParallel(module, device_ids=device_ids)
 
 
+def prepare_for_ranks(module: torch.nn.Module, device: torch.device, *, shard: bool) -> torch.nn.Module:
+    """``module`` sharded with FSDP2 (``shard``) or in DDP when several ranks run, as it is on one rank."""
+    if shard:
+        return shard_module(module, device, distributed_world_size())
+    return wrap_for_ddp(module, device)
+
+
 def syncs_in_backward(modules: Iterable[torch.nn.Module]) -> bool:
-    """Whether a backward through these modules reduces the accumulated gradients (DDP outside ``no_sync``)."""
-    return any(isinstance(module, DistributedDataParallel) for module in modules)
+    """Whether a backward through these modules reduces the accumulated gradients (DDP or FSDP, outside no-sync)."""
+    return any(isinstance(module, DistributedDataParallel | FSDPModule) for module in modules)
 
 
 @contextmanager
 def no_sync(modules: Iterable[torch.nn.Module]) -> Iterator[None]:
-    """Every DDP module's ``no_sync()`` at once: backward passes inside accumulate without an all-reduce."""
+    """Every DDP module's ``no_sync()`` and every FSDP module's sync switched off at once: no reduction inside."""
     with ExitStack() as stack:
         for module in modules:
             if isinstance(module, DistributedDataParallel):
                 stack.enter_context(module.no_sync())
+        stack.enter_context(without_gradient_sync(modules))
         yield

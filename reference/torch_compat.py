@@ -2,16 +2,21 @@
 
 ``torch.amp.GradScaler`` keeps per-optimizer stages and found-inf tensors that its public API does not expose, and
 an LR scheduler marks the optimizer it patched, and an optimizer that takes the scaler's found-inf into its own
-``step`` (the fused ones) says so in a private flag. ``tests/test_bad_inputs.py`` pins each of these against the torch
-that runs, so a release that changes them fails loudly there, not silently in a training run.
+``step`` (the fused ones) says so in a private flag. FSDP2 keeps the gradients that micro-steps without sync
+accumulate on its unsharded parameters, which only its private parameter records reach. ``tests/test_bad_inputs.py``
+and ``tests/test_fsdp.py`` pin each of these against the torch that runs, so a release that changes them fails
+loudly there, not silently in a training run.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch.amp.grad_scaler import GradScaler, OptState
 
 __all__ = [
+    "fsdp_unsharded_params",
     "forget_optimizer",
     "forget_pending",
     "found_inf",
@@ -87,3 +92,34 @@ def steps_through_inf(optimizer: torch.optim.Optimizer) -> bool:
     hooks around it) runs.
     """
     return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+def fsdp_unsharded_params(module: torch.nn.Module) -> dict[torch.Tensor, torch.Tensor]:
+    """For each sharded parameter that ``module`` (an ``FSDPModule``, not recursive) manages, its unsharded parameter.
+
+    Autograd accumulates a backward without gradient sync into the unsharded parameter's ``.grad``; FSDP2 creates
+    the unsharded parameter at the first all-gather, so a parameter not gathered yet has none here. A mixed
+    precision policy whose reduce dtype differs from the parameter dtype keeps that sum elsewhere
+    (``unsharded_accumulated_grad``): :func:`fsdp_accumulates_elsewhere` says so.
+    """
+    group = module._get_fsdp_state()._fsdp_param_group  # type: ignore[operator]
+    if group is None:
+        return {}
+    found: dict[torch.Tensor, torch.Tensor] = {}
+    for record in group.fsdp_params:
+        unsharded: Any = getattr(record, "_unsharded_param", None)
+        if unsharded is not None:
+            found[record.sharded_param] = unsharded
+    return found
+
+
+def fsdp_accumulates_elsewhere(module: torch.nn.Module) -> bool:
+    """Whether ``module``'s FSDP2 policy accumulates unsynced gradients outside the unsharded ``.grad``."""
+    group = module._get_fsdp_state()._fsdp_param_group  # type: ignore[operator]
+    if group is None:
+        return False
+    policy = group.mp_policy
+    if policy.reduce_dtype is None:
+        return False
+    records = group.fsdp_params
+    return any(policy.reduce_dtype != (policy.param_dtype or record.sharded_param.dtype) for record in records)

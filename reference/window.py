@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -103,9 +104,19 @@ class StepCall:
     ``stash=True`` moves the window's gradients aside before the closure (see the module docstring); otherwise
     they stay in place and :meth:`protect` copies them before anything changes them. ``in_place=False`` merges
     into a new tensor instead of the fresh gradient (XLA, where an in-place add on some gradients is not safe).
+    ``unsynced`` are further tensors whose ``.grad`` belongs to the window: under FSDP, the unsharded parameters
+    that micro-steps without sync accumulate into (:mod:`.fsdp`).
     """
 
-    def __init__(self, window: Window, *, real: bool, stash: bool, in_place: bool = True) -> None:
+    def __init__(
+        self,
+        window: Window,
+        *,
+        real: bool,
+        stash: bool,
+        in_place: bool = True,
+        unsynced: Sequence[torch.Tensor] = (),
+    ) -> None:
         self.window = window
         self._in_place = in_place
         self.real = real
@@ -116,7 +127,7 @@ class StepCall:
         """This call unscaled the window (the loss scaler has to forget it if the call fails)."""
         self.reevaluating = False
         """The inner optimizer is evaluating the closure again (a two-pass optimizer) [CLOS-005]."""
-        self._params = params = window.params()
+        self._params = params = window.params() + list(unsynced) if unsynced else window.params()
         self._before: list[torch.Tensor | None] = [param.grad for param in params]
         holds = False
         for grad in self._before:

@@ -24,10 +24,12 @@ from lightning_optimizer.spec.types import (
     DEVICE_KINDS,
     FEATURES,
     PRECISIONS,
+    STRATEGIES,
     DeviceKind,
     Feature,
     Precision,
     StepOutcome,
+    Strategy,
 )
 from lightning_optimizer.spec.wrapper import OptimizerWrapper
 
@@ -37,6 +39,7 @@ __all__ = [
     "FEATURES",
     "PRECISIONS",
     "REQUIREMENTS",
+    "STRATEGIES",
     "BackwardHook",
     "Cell",
     "ContextFactory",
@@ -50,6 +53,7 @@ __all__ = [
     "Precision",
     "StepHook",
     "StepOutcome",
+    "Strategy",
     "TrainingContext",
     "check_factory",
     "implementation_info",

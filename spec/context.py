@@ -120,6 +120,34 @@ class TrainingContext(Protocol):
         [DDP-002] DDP: after a real step the parameters are identical on every rank and equal to the
         single-process result on the global batch.
 
+    Sharded training (FSDP2)
+        [FSDP-001] A context for sharded training (the cell's strategy ``"fsdp"``) returns from
+        ``prepare_module`` the module sharded with ``torch.distributed.fsdp.fully_shard`` (an ``FSDPModule``
+        whose parameters are ``DTensor`` shards); a module that is an ``FSDPModule`` already is kept as it is.
+        Every other rule of this contract holds with sharded parameters and gradients.
+
+        [FSDP-002] FSDP: micro-steps that do not close a window run their backward without gradient sync
+        (``set_requires_gradient_sync(False)`` on every prepared FSDP module), and the micro-step that closes
+        it syncs, so a window costs one reduce-scatter round.
+
+        [FSDP-003] FSDP: after a real step the parameters, gathered, are identical on every rank and equal to
+        the single-process result on the global batch; the window mean, unscaling and clipping apply to the
+        sharded gradients, and clipping by norm uses the global 2-norm over every rank's shards.
+
+        [FSDP-004] FSDP, 16-mixed: a non-finite gradient on any rank skips the step on every rank, and every
+        rank reports ``SKIPPED_NON_FINITE``.
+
+        [FSDP-005] FSDP: a real step whose window holds gradients that no backward synced (its last backward
+        ran inside ``toggle_model(sync_grad=False)``) raises ``RuntimeError`` before anything changes: those
+        gradients never reached the shards, and the step would apply none of them.
+
+        [FSDP-006] FSDP checkpoints: the model's and optimizers' sharded states go through
+        ``torch.distributed.checkpoint`` (``get_model_state_dict`` and ``get_optimizer_state_dict``), the context's
+        ``state_dict()`` is each rank's own. At the same world size a state taken with windows open resumes bit
+        for bit (CKPT-002); a state taken with no window open resumes at another world size, and one with a
+        window open raises ``ValueError`` there, before anything changes (each rank's part of an open window is
+        its own shard of the global batch).
+
     Checkpoints
         [CKPT-002] ``state_dict()`` holds the context's own state (window positions, accumulated gradients
         of open windows, step counts, loss-scaler state); loading it into a fresh context with the same
@@ -192,7 +220,7 @@ class TrainingContext(Protocol):
         ...
 
     def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Move and cast ``module`` for this context (and wrap it for DDP); build optimizers on the result."""
+        """Move and cast ``module`` for this context (wrap it for DDP, or shard it); build optimizers on the result."""
         ...
 
     def wrap(self, optimizer: OptimizerT) -> OptimizerWrapper[OptimizerT]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypedDict, TypeVar
 
 from lightning_optimizer.spec.context import TrainingContext
-from lightning_optimizer.spec.types import CONTRACT_VERSION, DeviceKind, Feature, Precision
+from lightning_optimizer.spec.types import CONTRACT_VERSION, DeviceKind, Feature, Precision, Strategy
 
 __all__ = [
     "Cell",
@@ -32,16 +32,29 @@ ContextT = TypeVar("ContextT", bound=TrainingContext)
 
 @dataclass(frozen=True)
 class Cell:
-    """One column of the conformance matrix: where and how a check runs."""
+    """One column of the conformance matrix: where and how a check runs.
+
+    ``strategy`` says how the ``world_size`` ranks share the model. ``"none"`` (the default) is one process at
+    world size 1 and stands for ``"ddp"`` above it, so ``Cell("cpu", "32-true", 2).strategy == "ddp"``;
+    ``"fsdp"`` needs several ranks.
+    """
 
     device: DeviceKind
     precision: Precision
     world_size: int = 1
+    strategy: Strategy = "none"
+
+    def __post_init__(self) -> None:
+        if self.world_size > 1 and self.strategy == "none":
+            object.__setattr__(self, "strategy", "ddp")
+        elif self.world_size == 1 and self.strategy != "none":
+            raise ValueError(f"strategy {self.strategy!r} needs several ranks; a cell of world size 1 has 'none'")
 
     @property
     def id(self) -> str:
-        """Short stable id, e.g. ``cpu-32-true-ws1``."""
-        return f"{self.device}-{self.precision}-ws{self.world_size}"
+        """Short stable id, e.g. ``cpu-32-true-ws1``; a sharded cell ends in its strategy (``cpu-32-true-ws2-fsdp``)."""
+        suffix = "-fsdp" if self.strategy == "fsdp" else ""
+        return f"{self.device}-{self.precision}-ws{self.world_size}{suffix}"
 
 
 class GradScalerKwargs(TypedDict):
@@ -105,7 +118,7 @@ class ContextFactory(Protocol[ContextT_co]):
     ``GradScaler`` defaults where a check needs no other), and the context must build its ``GradScaler`` with
     exactly those settings: no check depends on an implementation's own default configuration. The settings the
     suite passes scale by powers of two, so rescaling an open window (AMP-006) is exact. In other cells it passes
-    none (``grad_scaler=None``).
+    none (``grad_scaler=None``). In a cell of strategy ``"fsdp"`` the context shards what it prepares (FSDP-001).
     """
 
     def __call__(
@@ -138,6 +151,7 @@ class ImplementationInfo(Generic[ContextT_co]):
     devices: frozenset[DeviceKind] = frozenset({"cpu"})
     precisions: frozenset[Precision] = frozenset({"32-true"})
     world_sizes: frozenset[int] = frozenset({1})
+    strategies: frozenset[Strategy] = frozenset({"none", "ddp"})
     features: frozenset[Feature] = frozenset()
     expected_failures: Mapping[str, str] = field(default_factory=dict)
 
@@ -185,6 +199,7 @@ def implementation_info(
     devices: Iterable[DeviceKind] = ("cpu",),
     precisions: Iterable[Precision] = ("32-true",),
     world_sizes: Iterable[int] = (1,),
+    strategies: Iterable[Strategy] = ("none", "ddp"),
     features: Iterable[Feature] = (),
     expected_failures: Mapping[str, str] | None = None,
     contract_version: str = CONTRACT_VERSION,
@@ -196,7 +211,13 @@ def implementation_info(
     single string instead of a collection of names.
     """
     check_factory(factory)
-    claims = {"devices": devices, "precisions": precisions, "world_sizes": world_sizes, "features": features}
+    claims = {
+        "devices": devices,
+        "precisions": precisions,
+        "world_sizes": world_sizes,
+        "strategies": strategies,
+        "features": features,
+    }
     for claim, names in claims.items():
         if isinstance(names, str | bytes):
             raise TypeError(f"{claim} must be a collection of names, got the string {names!r}: write {{{names!r}}}")
@@ -208,6 +229,7 @@ def implementation_info(
         devices=frozenset(devices),
         precisions=frozenset(precisions),
         world_sizes=frozenset(world_sizes),
+        strategies=frozenset(strategies),
         features=frozenset(features),
         expected_failures=dict(expected_failures or {}),
     )

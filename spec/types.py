@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Final, Literal, get_args
 
-CONTRACT_VERSION: Final = "2026.12.3"
+CONTRACT_VERSION: Final = "2026.12.4"
 """Version of the contract stated by this package; implementations declare the one they follow."""
 
 Precision = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "bf16-true"]
@@ -14,11 +14,16 @@ Precision = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "bf16-true"]
 DeviceKind = Literal["cpu", "cuda", "xla"]
 """Kinds of device an implementation can run on."""
 
+Strategy = Literal["none", "ddp", "fsdp"]
+"""How the ranks of a cell share the model: one process (``none``), replicated with DDP (``ddp``), or sharded with
+FSDP2's ``fully_shard`` (``fsdp``)."""
+
 Feature = Literal["closure_evaluating_optimizers", "checkpointing", "pickling", "lr_schedulers", "hooks"]
 """Optional capabilities an implementation may claim; checks that need one are ``n/a`` without it."""
 
 PRECISIONS: Final[tuple[Precision, ...]] = get_args(Precision)
 DEVICE_KINDS: Final[tuple[DeviceKind, ...]] = get_args(DeviceKind)
+STRATEGIES: Final[tuple[Strategy, ...]] = get_args(Strategy)
 FEATURES: Final[tuple[Feature, ...]] = get_args(Feature)
 
 

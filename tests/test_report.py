@@ -111,7 +111,7 @@ def test_json_leaves_out_unclaimed_cells_and_counts_them(runs: dict[str, Reporte
     """64-true is selected but not claimed: its n/a results are counted, not listed; n/a ones in 32-true stay."""
     got = runs["failing"]
     document = got.document
-    assert document["schema_version"] == 2
+    assert document["schema_version"] == 3
     assert {row["precision"] for row in document["results"]} == {"32-true"}
     checks = {row["check"] for row in document["results"]}
     copies = {"test_copies_continue_independently[deepcopy]", "test_copies_continue_independently[pickle]"}
@@ -292,6 +292,9 @@ def test_markdown_renders_long_reasons_in_collapsed_code_blocks() -> None:
 
 def test_cells_are_described_in_short() -> None:
     every = [f"cpu/{precision}/ws{world}" for precision in PRECISIONS for world in WORLD_SIZES]
-    assert report.describe_cells(every) == "cpu"
+    assert report.describe_cells(every) == "cpu/ws1; cpu/ws2"
+    sharded = [f"cpu/{precision}/ws2-fsdp" for precision in PRECISIONS]
+    assert report.describe_cells([*every, *sharded]) == "cpu"
+    assert report.describe_cells(sharded[:2]) == f"cpu/ws2-fsdp: {', '.join(PRECISIONS[:2])}"
     some = ["xla/bf16-true/ws1", *every[1:], "xla/64-true/ws1"]
     assert report.describe_cells(some) == f"cpu/ws1: {', '.join(PRECISIONS[1:])}; cpu/ws2; xla/ws1: 64-true, bf16-true"

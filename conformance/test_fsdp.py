@@ -1,0 +1,321 @@
+"""Checks of sharded cells (FSDP2, world size 2): one reduce-scatter round per window, the single-process result.
+
+Each check runs one epoch of seven batches with ``accumulate_grad_batches=3`` on every rank (the scenario
+``train_sharded_epoch``): modules sharded by the implementation's ``prepare_module``, one of them with a hidden
+layer of 7 units so that its shards are uneven, each with its own optimizer on two parameter groups. Schedules of
+``make_optimizer_step`` are drawn from a seed; the windows they make are worked out below from the rule. After
+every batch the gathered parameters are compared with a plain PyTorch loop on the global batch (every rank's
+shard), and each call's reduce-scatters are counted: none in a micro-step that does not close its window, one
+round in each that does.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from lightning_optimizer.conformance.harness import (
+    REORDERED_TOLERANCES,
+    assert_params_close,
+    cell_device,
+    cell_dtype,
+    mse,
+    oracle_autocast,
+    oracle_scaler,
+)
+from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.conformance.ranks import RankPool
+from lightning_optimizer.conformance.scenarios import (
+    ACCUMULATE,
+    EPOCH,
+    LOSS_FACTOR,
+    build_model,
+    build_sharded_optimizer,
+    global_batches,
+)
+from lightning_optimizer.spec import Cell, StepOutcome
+
+A, S, K = StepOutcome.ACCUMULATED, StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE
+CLIP = 2e-4
+"""A norm the windows' gradients exceed (their losses are scaled by ``LOSS_FACTOR``): clipping acts."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One sharded module's part of the epoch: its optimizer, ``make_optimizer_step`` per batch, its windows."""
+
+    module: str
+    optimizer: str
+    make_optimizer_step: tuple[bool | None, ...]
+
+    @property
+    def windows(self) -> list[list[int]]:
+        """The rule, batch by batch: ``True`` closes, ``False`` keeps open, ``None`` closes every third batch
+        (counted in the epoch) and at the last one."""
+        windows: list[list[int]] = []
+        current: list[int] = []
+        for batch_idx, mos in enumerate(self.make_optimizer_step):
+            current.append(batch_idx)
+            closes = mos if mos is not None else (batch_idx + 1) % ACCUMULATE == 0 or batch_idx == EPOCH - 1
+            if closes:
+                windows.append(current)
+                current = []
+        return windows
+
+    @property
+    def closing(self) -> dict[int, int]:
+        """The batch that closes each window, and the window's length."""
+        return {window[-1]: len(window) for window in self.windows}
+
+    def as_request(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "optimizer": self.optimizer,
+            "make_optimizer_step": list(self.make_optimizer_step),
+            "sync_at": sorted(self.closing),
+        }
+
+
+def _drawn(seed: int, modules: Sequence[tuple[str, str]]) -> tuple[_Plan, ...]:
+    """Plans with schedules drawn from ``seed``: ``None`` half the time, else ``True`` or ``False``."""
+    rng = random.Random(seed)
+    return tuple(
+        _Plan(module, optimizer, tuple(rng.choice((None, None, True, False)) for _ in range(EPOCH)))
+        for module, optimizer in modules
+    )
+
+
+def _oracle(
+    cell: Cell, plans: Sequence[_Plan], *, clip: float | None, inf_at: tuple[int, int] | None
+) -> tuple[list[list[torch.nn.Module]], list[list[StepOutcome]], int]:
+    """Plain PyTorch on the global batch: per batch the models after it, the outcomes, and how often clipping acted.
+
+    Under 16-mixed one plain ``GradScaler`` scales every loss; each window is unscaled and stepped when it closes,
+    the scaler updated once per batch in which a window closed, and the gradients of windows still open then are
+    rescaled to the new scale (as a loop that keeps them across a scale change must). ``inf_at=(batch, rank)``
+    makes the first module's loss on that rank's shard infinite, so the global loss is too.
+    """
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    models = [oracle_copy(build_model(plan.module), cell) for plan in plans]
+    optimizers = [
+        build_sharded_optimizer(plan.optimizer, plan.module, model.parameters())
+        for plan, model in zip(plans, models, strict=True)
+    ]
+    scaler = oracle_scaler(cell)
+    after: list[list[torch.nn.Module]] = []
+    outcomes: list[list[StepOutcome]] = []
+    clipped = 0
+    for batch_idx, batch in enumerate(global_batches(2)):
+        stepped = False
+        outcomes.append([])
+        for j, (plan, model, optimizer) in enumerate(zip(plans, models, optimizers, strict=True)):
+            with oracle_autocast(cell):
+                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
+            if inf_at is not None and inf_at[0] == batch_idx and j == 0:
+                loss = loss * float("inf")
+            (loss if scaler is None else scaler.scale(loss)).backward()
+            length = plan.closing.get(batch_idx)
+            if length is None:
+                outcomes[-1].append(A)
+                continue
+            params = [param for group in optimizer.param_groups for param in group["params"]]
+            with torch.no_grad():
+                for param in params:
+                    assert param.grad is not None
+                    param.grad /= length
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            finite = all(bool(torch.isfinite(param.grad).all()) for param in params if param.grad is not None)
+            if clip is not None and finite:
+                clipped += float(torch.nn.utils.clip_grad_norm_(params, clip)) > clip
+            if scaler is None:
+                optimizer.step()
+            else:
+                scaler.step(optimizer)
+                stepped = True
+            outcomes[-1].append(S if finite else K)
+            optimizer.zero_grad(set_to_none=True)
+        if scaler is not None and stepped:
+            old = scaler.get_scale()
+            scaler.update()
+            ratio = scaler.get_scale() / old
+            if ratio != 1.0:
+                for model in models:
+                    for param in model.parameters():
+                        if param.grad is not None:
+                            param.grad *= ratio
+        after.append([copy.deepcopy(model) for model in models])
+    return after, outcomes, clipped
+
+
+def _load(cell: Cell, module: str, values: list[torch.Tensor]) -> torch.nn.Module:
+    model = oracle_copy(build_model(module), cell)
+    with torch.no_grad():
+        for param, value in zip(model.parameters(), values, strict=True):
+            param.copy_(value)
+    return model
+
+
+def _windows(plans: Sequence[_Plan]) -> str:
+    return "; ".join(f"module {plan.module!r} {plan.windows}" for plan in plans)
+
+
+def _check_reduce_scatters(results: Sequence[dict[str, Any]], plans: Sequence[_Plan], form: str) -> None:
+    for rank, result in enumerate(results):
+        for j, plan in enumerate(plans):
+            counts = [batch[j] for batch in result["reduce_scatters"]]
+            syncing = {b: c for b, c in enumerate(counts) if c}
+            assert sorted(syncing) == sorted(plan.closing), (
+                f"{form}, module {plan.module!r}, rank {rank}: reduce-scatters per batch {counts}, expected them only "
+                f"in the batches that close a window {sorted(plan.closing)} (windows {plan.windows}): micro-steps "
+                "that do not close a window must run without gradient sync [FSDP-002]"
+            )
+            assert len(set(syncing.values())) <= 1, (
+                f"{form}, module {plan.module!r}, rank {rank}: reduce-scatters per batch {counts}; every window must "
+                "cost the same one round (one reduce-scatter per FSDP unit) [FSDP-002]"
+            )
+
+
+def _check_epoch(
+    ranks: RankPool,
+    cell: Cell,
+    plans: Sequence[_Plan],
+    *,
+    form: str = "closure",
+    clip: float | None = None,
+    inf_at: tuple[int, int] | None = None,
+    checkpoint_at: int | None = None,
+) -> None:
+    results = ranks.run(
+        "train_sharded_epoch",
+        cell,
+        plans=[plan.as_request() for plan in plans],
+        form=form,
+        clip=clip,
+        inf_at=inf_at,
+        checkpoint_at=checkpoint_at,
+    )
+    oracle, outcomes, clipped = _oracle(cell, plans, clip=clip, inf_at=inf_at)
+    assert clip is None or clipped, f"the check's own oracle never clipped at {clip}: the check would not test it"
+    _check_reduce_scatters(results, plans, form)
+    for rank, result in enumerate(results):
+        for batch_idx in range(EPOCH):
+            got, want = result["outcomes"][batch_idx], outcomes[batch_idx]
+            assert got == want, (
+                f"{form}, rank {rank}, batch {batch_idx}: the wrappers' last_outcome are {got}, expected {want} "
+                f"(windows {_windows(plans)}"
+                + (f"; the loss is infinite on rank {inf_at[1]} only in batch {inf_at[0]}" if inf_at else "")
+                + "): a non-finite gradient on any rank must skip the step on every rank [FSDP-004, STEP-004]"
+            )
+    first = results[0]
+    for batch_idx in range(EPOCH):
+        for j, plan in enumerate(plans):
+            for rank, result in enumerate(results[1:], start=1):
+                same = all(
+                    torch.equal(a, b)
+                    for a, b in zip(first["params"][batch_idx][j], result["params"][batch_idx][j], strict=True)
+                )
+                assert same, f"{form}, module {plan.module!r}: gathered parameters differ on rank {rank} [FSDP-003]"
+            assert_params_close(
+                _load(cell, plan.module, first["params"][batch_idx][j]),
+                oracle[batch_idx][j],
+                cell,
+                f"{form}, module {plan.module!r} ({plan.optimizer}), after batch {batch_idx} (windows {plan.windows}"
+                + (f", clipped to norm {clip}" if clip else "")
+                + "): FSDP vs one process on the global batch [FSDP-003]",
+                REORDERED_TOLERANCES[cell.precision],
+            )
+    if checkpoint_at is not None:
+        open_at = [plan.module for plan in plans if checkpoint_at - 1 not in plan.closing]
+        for rank, result in enumerate(results):
+            for offset, resumed in enumerate(result["resumed"]):
+                batch_idx = checkpoint_at + offset
+                for j, plan in enumerate(plans):
+                    pairs = zip(resumed[j], result["params"][batch_idx][j], strict=True)
+                    for i, (a, b) in enumerate(pairs):
+                        assert torch.equal(a, b), (
+                            f"module {plan.module!r}, rank {rank}: parameter {i} after batch {batch_idx} differs "
+                            f"between the run resumed from a checkpoint taken after batch {checkpoint_at - 1} (windows "
+                            f"open there: {open_at or 'none'}) and the uninterrupted run; a sharded checkpoint "
+                            "(torch.distributed.checkpoint, the context's state per rank) must resume bit for bit, "
+                            "open windows included [FSDP-006, CKPT-002]"
+                        )
+
+
+ONE = (("c", "sgd"),)
+TWO = (("c", "adamw"), ("b", "sgd"))
+TWO_SGD = (("c", "sgd"), ("a", "sgd"))
+"""Clipped windows use SGD: AdamW divides the clipped, tiny gradients by their own root mean square, which lifts
+the rounding of the reordered reduction above the tolerance of the comparison."""
+CASES = {
+    "1-module-sgd": (_drawn(1, ONE), "closure", None),
+    "1-module-sgd-clipped": (_drawn(2, ONE), "closure", CLIP),
+    "2-modules-adamw-sgd": (_drawn(3, TWO), "closure", None),
+    "2-modules-clipped": (_drawn(4, TWO_SGD), "closure", CLIP),
+    "2-modules-toggle": (_drawn(5, TWO), "toggle", None),
+}
+
+
+@pytest.mark.requirement("FSDP-001", "FSDP-002", "FSDP-003", "STEP-004")
+@pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,), strategies=("fsdp",))
+@pytest.mark.varies(
+    window=("1 micro-step", "k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch"),
+    make_optimizer_step=("True", "False", "None"),
+    call_form=("closure, wrapper.backward", "toggle_model block, then step()"),
+    modules=("1 prepared module", "2 prepared modules"),
+    wrappers=("1", "2"),
+    param_groups=("2 with other hyper-parameters",),
+    optimizer=("SGD momentum", "AdamW"),
+    clipping=("norm",),
+    reduction=("result", "reduce-scatters per window"),
+    position=("inside batch()",),
+)
+@pytest.mark.parametrize("case", list(CASES))
+def test_sharded_windows_match_one_process(ranks: RankPool, cell: Cell, case: str) -> None:
+    """Drawn schedules, one or two sharded modules: one reduce-scatter round per window, the global-batch result."""
+    plans, form, clip = CASES[case]
+    _check_epoch(ranks, cell, plans, form=form, clip=clip)
+
+
+@pytest.mark.requirement("FSDP-004", "AMP-003", "AMP-006")
+@pytest.mark.cells(devices=("cpu", "cuda"), precisions=("16-mixed",), world_sizes=(2,), strategies=("fsdp",))
+@pytest.mark.varies(
+    window=("k >= 2 micro-steps", "open while another optimizer steps", "open across a scale change"),
+    modules=("2 prepared modules",),
+    loss_scale=("initial", "backed off"),
+    ranks=("overflow on one rank",),
+    reduction=("result",),
+)
+@pytest.mark.parametrize("rank", [0, 1])
+def test_overflow_on_one_rank_skips_everywhere(ranks: RankPool, cell: Cell, rank: int) -> None:
+    """A loss infinite on one rank only: every rank skips that window, and the scale backs off once for all."""
+    plans = (
+        _Plan("c", "sgd", (None, None, None, True, None, None, None)),
+        _Plan("b", "sgd", (False, True, False, False, True, None, None)),
+    )
+    _check_epoch(ranks, cell, plans, inf_at=(1 + rank, rank))
+
+
+@pytest.mark.requirement("FSDP-006", "CKPT-002")
+@pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,), strategies=("fsdp",))
+@pytest.mark.features("checkpointing")
+@pytest.mark.varies(
+    window=("k >= 2 micro-steps", "open while another optimizer steps"),
+    copies=("sharded checkpoint",),
+    modules=("2 prepared modules",),
+    optimizer=("SGD momentum", "AdamW"),
+)
+@pytest.mark.parametrize("form", ["closure", "toggle"])
+def test_sharded_checkpoint_resumes_open_windows(ranks: RankPool, cell: Cell, form: str) -> None:
+    """A checkpoint after batch 3, where one window is open and the other has just closed, resumes bit for bit."""
+    plans = (
+        _Plan("c", "adamw", (False, True, None, False, None, None, None)),
+        _Plan("b", "sgd", (None, None, True, True, False, None, None)),
+    )
+    _check_epoch(ranks, cell, plans, form=form, checkpoint_at=4)
