@@ -36,7 +36,10 @@ __all__ = [
     "build_optimizer",
     "global_batches",
     "build_sharded_optimizer",
+    "plant_infinite_gradient",
+    "plant_row",
     "rank_batches",
+    "step_after_unsynced_backward",
     "train_epoch_on_shards",
     "train_sharded_epoch",
 ]
@@ -201,14 +204,15 @@ def build_sharded_optimizer(kind: str, name: str, params: Iterable[torch.nn.Para
     ``kind`` is ``"sgd"`` (the module's SGD of :data:`MODULES`) or ``"adamw"``.
     """
     spec = MODULES[name]
-    params = list(params)
-    weights, biases = params[0::2], params[1::2]
+    listed = list(params)
+    weights, biases = listed[0::2], listed[1::2]
+    groups: list[dict[str, Any]]
     if kind == "sgd":
-        return torch.optim.SGD(
-            [{"params": weights}, {"params": biases, "lr": spec.lr / 2}], lr=spec.lr, momentum=spec.momentum
-        )
+        groups = [{"params": weights}, {"params": biases, "lr": spec.lr / 2}]
+        return torch.optim.SGD(groups, lr=spec.lr, momentum=spec.momentum)
     if kind == "adamw":
-        return torch.optim.AdamW([{"params": weights}, {"params": biases, "lr": 5e-3}], lr=1e-2, weight_decay=0.1)
+        groups = [{"params": weights}, {"params": biases, "lr": 5e-3}]
+        return torch.optim.AdamW(groups, lr=1e-2, weight_decay=0.1)
     raise ValueError(f"unknown optimizer kind {kind!r}")
 
 
@@ -224,11 +228,39 @@ class _ReduceScatters:
             self.count += 1
             return self._original(*args, **kwargs)
 
-        dist.reduce_scatter_tensor = counting  # type: ignore[assignment]
+        dist.reduce_scatter_tensor = counting
         return self
 
     def __exit__(self, *exc: object) -> None:
-        dist.reduce_scatter_tensor = self._original  # type: ignore[assignment]
+        dist.reduce_scatter_tensor = self._original
+
+
+def plant_row(rank: int) -> int:
+    """A row of the first layer's weight (7 rows) that FSDP2's even split over 2 ranks gives to ``rank``."""
+    return 4 * rank
+
+
+def plant_infinite_gradient(model: torch.nn.Module, row: int) -> None:
+    """Make the next backward's gradient of the first layer's ``weight[row, 0]`` infinite, and nothing else.
+
+    A hook on the weight the first layer computes with (under FSDP the unsharded one, gathered for the forward):
+    only the shard holding that row gets a non-finite gradient, so a skip decision taken from each rank's own
+    shard would differ between ranks.
+    """
+    layer = next(module for module in model.modules() if isinstance(module, torch.nn.Linear))
+
+    def plant(grad: torch.Tensor) -> torch.Tensor:
+        handles[1].remove()
+        grad = grad.clone()
+        grad[row, 0] = float("inf")
+        return grad
+
+    def before_forward(module: torch.nn.Module, args: Any) -> None:
+        handles[0].remove()
+        weight: torch.Tensor = module.weight  # type: ignore[assignment]
+        handles.append(weight.register_hook(plant))
+
+    handles: list[Any] = [layer.register_forward_pre_hook(before_forward)]
 
 
 def _gathered(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -288,11 +320,12 @@ def _sharded_batches(
         with context.batch(batch_idx, is_last=batch_idx == len(data) - 1):
             for j, (plan, model, wrapper) in enumerate(zip(plans, prepared, wrappers, strict=True)):
                 planted = inf_at is not None and (batch_idx, rank) == tuple(inf_at) and j == 0
+                if planted:
+                    plant_infinite_gradient(model, row=plant_row(rank))
 
-                def loss_of(model: torch.nn.Module = model, batch: Batch = batch, planted: bool = planted) -> Any:
+                def loss_of(model: torch.nn.Module = model, batch: Batch = batch) -> Any:
                     with context.autocast():
-                        loss = mse(model, batch, device, dtype) * LOSS_FACTOR
-                    return loss * float("inf") if planted else loss
+                        return mse(model, batch, device, dtype) * LOSS_FACTOR
 
                 mos = plan["make_optimizer_step"][batch_idx]
                 with _ReduceScatters() as reduce_scatters:
@@ -329,8 +362,9 @@ def train_sharded_epoch(
 
     Each plan names a module of :data:`MODULES`, its optimizer kind (:func:`build_sharded_optimizer`), its
     ``make_optimizer_step`` per batch and, for ``form="toggle"``, the batches whose backward syncs (``sync_at``).
-    ``clip`` is the context's ``gradient_clip_val`` (by norm). ``inf_at=(batch, rank)`` makes the first module's
-    loss infinite on that rank only, in that batch. With ``checkpoint_at=k``, after the epoch a second run
+    ``clip`` is the context's ``gradient_clip_val`` (by norm). ``inf_at=(batch, rank)`` makes one gradient element
+    of the first module infinite on that rank, in that batch, in a row that rank's shard holds
+    (:func:`plant_infinite_gradient`). With ``checkpoint_at=k``, after the epoch a second run
     trains batches ``0..k-1``, saves (the modules and optimizers through ``torch.distributed.checkpoint``, the
     context's ``state_dict()`` per rank), builds everything anew, loads, and trains batches ``k..`` again.
 
@@ -359,13 +393,14 @@ def _resumed(
 ) -> list[Any]:
     import tempfile
 
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         get_model_state_dict,
         get_optimizer_state_dict,
         set_model_state_dict,
         set_optimizer_state_dict,
     )
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     rank = dist.get_rank()
     context, prepared, wrappers = _sharded_run(info, cell, plans, form=form, clip=clip, inf_at=inf_at)
@@ -384,14 +419,14 @@ def _resumed(
         }
 
     inner = [wrapper.optimizer for wrapper in wrappers]
-    dcp.save(sharded_state(prepared, inner), checkpoint_id=f"{root}/sharded")
+    dcp_save(sharded_state(prepared, inner), checkpoint_id=f"{root}/sharded")
     torch.save(context.state_dict(), f"{root}/context-rank{rank}.pt")
     dist.barrier()
     del context, prepared, wrappers, inner
     context, prepared, wrappers = _sharded_run(info, cell, plans, form=form, clip=clip, inf_at=inf_at)
     inner = [wrapper.optimizer for wrapper in wrappers]
     state = sharded_state(prepared, inner)
-    dcp.load(state, checkpoint_id=f"{root}/sharded")
+    dcp_load(state, checkpoint_id=f"{root}/sharded")
     for j, (model, optimizer) in enumerate(zip(prepared, inner, strict=True)):
         set_model_state_dict(model, state[f"module{j}"]["model"])
         set_optimizer_state_dict(model, optimizer, state[f"module{j}"]["optim"])
@@ -404,3 +439,41 @@ def _resumed(
         shutil.rmtree(root, ignore_errors=True)
     params: list[Any] = resumed["params"]
     return params
+
+
+def step_after_unsynced_backward(info: ImplementationInfo[Any], cell: Cell, *, module: str) -> dict[str, Any]:
+    """A window of ``ACCUMULATE`` micro-steps whose closing backward runs inside ``toggle_model(sync_grad=False)``.
+
+    Returns the closing ``step()``'s exception type name (``None`` if it returned), the gathered parameters before
+    and after it, and the wrapper's ``last_outcome`` before and after it.
+    """
+    context, prepared, wrappers = _sharded_run(
+        info, cell, [{"module": module, "optimizer": "sgd"}], form="toggle", clip=None, inf_at=None
+    )
+    model, wrapper = prepared[0], wrappers[0]
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    data = rank_batches(dist.get_rank())
+    refused: str | None = None
+    before: list[torch.Tensor] = []
+    outcome_before = None
+    for batch_idx in range(ACCUMULATE):
+        closing = batch_idx == ACCUMULATE - 1
+        with context.batch(batch_idx):
+            with wrapper.toggle_model(sync_grad=False):
+                with context.autocast():
+                    loss = mse(model, data[batch_idx], device, dtype) * LOSS_FACTOR
+                wrapper.backward(loss)
+            if closing:
+                before, outcome_before = _gathered(model), wrapper.last_outcome
+                try:
+                    wrapper.step()
+                except Exception as error:  # the check reports whatever it was
+                    refused = type(error).__name__
+            else:
+                wrapper.step()
+    return {
+        "refused": refused,
+        "before": before,
+        "after": _gathered(model),
+        "outcomes": [outcome_before, wrapper.last_outcome],
+    }

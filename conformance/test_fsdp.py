@@ -38,6 +38,8 @@ from lightning_optimizer.conformance.scenarios import (
     build_model,
     build_sharded_optimizer,
     global_batches,
+    plant_infinite_gradient,
+    plant_row,
 )
 from lightning_optimizer.spec import Cell, StepOutcome
 
@@ -56,8 +58,10 @@ class _Plan:
 
     @property
     def windows(self) -> list[list[int]]:
-        """The rule, batch by batch: ``True`` closes, ``False`` keeps open, ``None`` closes every third batch
-        (counted in the epoch) and at the last one."""
+        """The windows by the rule, worked out batch by batch.
+
+        ``True`` closes, ``False`` keeps open, ``None`` closes every third batch of the epoch and at the last one.
+        """
         windows: list[list[int]] = []
         current: list[int] = []
         for batch_idx, mos in enumerate(self.make_optimizer_step):
@@ -99,7 +103,7 @@ def _oracle(
     Under 16-mixed one plain ``GradScaler`` scales every loss; each window is unscaled and stepped when it closes,
     the scaler updated once per batch in which a window closed, and the gradients of windows still open then are
     rescaled to the new scale (as a loop that keeps them across a scale change must). ``inf_at=(batch, rank)``
-    makes the first module's loss on that rank's shard infinite, so the global loss is too.
+    makes the same gradient element infinite as the scenario does on that rank.
     """
     device, dtype = cell_device(cell), cell_dtype(cell)
     models = [oracle_copy(build_model(plan.module), cell) for plan in plans]
@@ -115,10 +119,10 @@ def _oracle(
         stepped = False
         outcomes.append([])
         for j, (plan, model, optimizer) in enumerate(zip(plans, models, optimizers, strict=True)):
+            if inf_at is not None and inf_at[0] == batch_idx and j == 0:
+                plant_infinite_gradient(model, row=plant_row(inf_at[1]))
             with oracle_autocast(cell):
                 loss = mse(model, batch, device, dtype) * LOSS_FACTOR
-            if inf_at is not None and inf_at[0] == batch_idx and j == 0:
-                loss = loss * float("inf")
             (loss if scaler is None else scaler.scale(loss)).backward()
             length = plan.closing.get(batch_idx)
             if length is None:
@@ -210,7 +214,7 @@ def _check_epoch(
             assert got == want, (
                 f"{form}, rank {rank}, batch {batch_idx}: the wrappers' last_outcome are {got}, expected {want} "
                 f"(windows {_windows(plans)}"
-                + (f"; the loss is infinite on rank {inf_at[1]} only in batch {inf_at[0]}" if inf_at else "")
+                + (f"; a gradient element infinite in rank {inf_at[1]}'s shard, batch {inf_at[0]}" if inf_at else "")
                 + "): a non-finite gradient on any rank must skip the step on every rank [FSDP-004, STEP-004]"
             )
     first = results[0]
@@ -294,7 +298,7 @@ def test_sharded_windows_match_one_process(ranks: RankPool, cell: Cell, case: st
 )
 @pytest.mark.parametrize("rank", [0, 1])
 def test_overflow_on_one_rank_skips_everywhere(ranks: RankPool, cell: Cell, rank: int) -> None:
-    """A loss infinite on one rank only: every rank skips that window, and the scale backs off once for all."""
+    """An infinite gradient in one rank's shard only: every rank skips that window; the scale backs off once."""
     plans = (
         _Plan("c", "sgd", (None, None, None, True, None, None, None)),
         _Plan("b", "sgd", (False, True, False, False, True, None, None)),
@@ -319,3 +323,27 @@ def test_sharded_checkpoint_resumes_open_windows(ranks: RankPool, cell: Cell, fo
         _Plan("b", "sgd", (None, None, True, True, False, None, None)),
     )
     _check_epoch(ranks, cell, plans, form=form, checkpoint_at=4)
+
+
+@pytest.mark.requirement("FSDP-005")
+@pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,), strategies=("fsdp",))
+@pytest.mark.varies(
+    window=("k >= 2 micro-steps",),
+    make_optimizer_step=("None",),
+    call_form=("toggle_model block, then step()",),
+    faults=("invalid argument",),
+)
+def test_step_refuses_a_window_no_backward_synced(ranks: RankPool, cell: Cell) -> None:
+    """Every backward of a window without gradient sync: its closing step refuses, and changes nothing."""
+    for rank, result in enumerate(ranks.run("step_after_unsynced_backward", cell, module="c")):
+        assert result["refused"] == "RuntimeError", (
+            f"rank {rank}: the closing step() of a window whose every backward ran without gradient sync "
+            f"{'returned' if result['refused'] is None else 'raised ' + result['refused']}; it must raise "
+            "RuntimeError (its gradients never reached the shards, so the step would apply none of them) [FSDP-005]"
+        )
+        unchanged = all(torch.equal(a, b) for a, b in zip(result["before"], result["after"], strict=True))
+        assert unchanged, f"rank {rank}: the refused step changed the parameters [FSDP-005]"
+        assert result["outcomes"][0] == result["outcomes"][1] == A, (
+            f"rank {rank}: last_outcome before and after the refused step {result['outcomes']}, expected both "
+            "ACCUMULATED (a refused call changes nothing) [FSDP-005]"
+        )

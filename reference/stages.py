@@ -40,6 +40,10 @@ class StepStages(Protocol):
         """Refuse a step the window's stage does not allow (accumulating a prepared window, LBFGS accumulating)."""
         ...
 
+    def _check_synced(self, slot: Window) -> None:
+        """Under FSDP, before a real step's preparation: refuse a window that no backward synced [FSDP-005]."""
+        ...
+
     def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
         """The user's closure, toggled and under autocast (and ``no_sync`` when it does not close the window)."""
         ...

@@ -63,19 +63,26 @@ class Cells:
     precisions: str = "32-true"
     world_sizes: str = "1"
     torch_xla: bool | None = None
+    strategies: str = "none,ddp"
 
     @property
     def filters(self) -> tuple[str, ...]:
-        return (f"--devices={self.devices}", f"--precisions={self.precisions}", f"--world-sizes={self.world_sizes}")
+        return (
+            f"--devices={self.devices}",
+            f"--precisions={self.precisions}",
+            f"--world-sizes={self.world_sizes}",
+            f"--strategies={self.strategies}",
+        )
 
     @property
     def id(self) -> str:
-        return f"{self.devices}-{self.precisions}-ws{self.world_sizes}".replace(",", "+")
+        sharded = "-fsdp" if self.strategies == "fsdp" else ""
+        return f"{self.devices}-{self.precisions}-ws{self.world_sizes}{sharded}".replace(",", "+")
 
     def single(self) -> list[Cells]:
         """Each cell of the filters on its own (without the torch_xla need, which is not a cell's)."""
         return [
-            Cells(device, precision, world_size)
+            Cells(device, precision, world_size, strategies=self.strategies)
             for device, precision, world_size in itertools.product(
                 self.devices.split(","), self.precisions.split(","), self.world_sizes.split(",")
             )
@@ -85,7 +92,9 @@ class Cells:
         """Whether a report row is of one of these cells (a check that takes no cell: of the default cell)."""
         if row["device"] is None:
             return DEFAULT in self.single()
-        return Cells(row["device"], row["precision"], str(row["world_size"])) in self.single()
+        if row.get("strategy", "none") not in self.strategies.split(","):
+            return False
+        return Cells(row["device"], row["precision"], str(row["world_size"]), strategies=self.strategies) in self.single()
 
     def unavailable(self) -> str | None:
         """Why this machine cannot run these cells, or ``None``."""
@@ -102,6 +111,8 @@ F16 = Cells(precisions="16-mixed")
 BF16_MIXED = Cells(precisions="bf16-mixed")
 BF16_TRUE = Cells(precisions="bf16-true")
 DDP = Cells(world_sizes="2")
+FSDP = Cells(world_sizes="2", strategies="fsdp")
+FSDP_F16 = Cells(precisions="16-mixed", world_sizes="2", strategies="fsdp")
 XLA = Cells(devices="xla")
 WITHOUT_TORCH_XLA = Cells(torch_xla=False)
 
@@ -275,6 +286,19 @@ MUTANTS: dict[str, Entry] = {
     "skip_leaves_scheduler_unaware": ("SCHED-002", ["test_skipped_step_does_not_make_a_scheduler_warn[inner]"], F16),
     "skip_unmarks_optimizer_step": ("SCHED-002", ["test_skipped_step_does_not_make_a_scheduler_warn"], F16),
     "closure_syncs_every_micro_step": ("DDP-001", ["test_closure_form_syncs_once_per_window"], DDP),
+    "fsdp_syncs_every_micro_step": ("FSDP-002", ["test_sharded_windows_match_one_process"], FSDP),
+    "module_not_sharded": ("FSDP-001", ["test_sharded_windows_match_one_process"], FSDP),
+    "fsdp_clips_by_local_norm": (
+        "FSDP-003",
+        [
+            "test_sharded_windows_match_one_process[1-module-sgd-clipped]",
+            "test_sharded_windows_match_one_process[2-modules-clipped]",
+        ],
+        FSDP,
+    ),
+    "fsdp_steps_unsynced_window": ("FSDP-005", ["test_step_refuses_a_window_no_backward_synced"], FSDP),
+    "fsdp_skip_decided_per_rank": ("FSDP-004", ["test_overflow_on_one_rank_skips_everywhere"], FSDP_F16),
+    "fsdp_checkpoint_drops_unsynced_gradients": ("FSDP-006", ["test_sharded_checkpoint_resumes_open_windows"], FSDP),
     "module_not_wrapped_for_ddp": ("DDP-002", ["test_closure_form_syncs_once_per_window"], DDP),
     "toggle_model_ignores_sync_grad": ("TOGGLE-003", ["test_backward_then_step_syncs_through_toggle_model"], DDP),
     "xla_reduces_every_micro_step": ("XLA-001", ["test_one_reduction_per_window_after_its_last_backward"], XLA),

@@ -55,10 +55,16 @@ class ClipValueContext(MutantContext):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: ClipAlgorithm = "norm",
         scaler: GradScaler | None = None,
+        strategy: Any = "ddp",
     ) -> None:
         value = None if gradient_clip_val is None else self.clip_value(gradient_clip_val)
         super().__init__(
-            precision, device, accumulate_grad_batches, gradient_clip_algorithm=gradient_clip_algorithm, scaler=scaler
+            precision,
+            device,
+            accumulate_grad_batches,
+            gradient_clip_algorithm=gradient_clip_algorithm,
+            scaler=scaler,
+            strategy=strategy,
         )
         self._clip_val = value
 
@@ -121,6 +127,7 @@ def mutant_info(context_class: type[ContextT], name: str) -> ImplementationInfo[
             gradient_clip_val=gradient_clip_val,
             gradient_clip_algorithm=gradient_clip_algorithm,
             scaler=scaler,
+            strategy="fsdp" if cell.strategy == "fsdp" else "ddp",
         )
 
     info: ImplementationInfo[Any] = dataclasses.replace(
