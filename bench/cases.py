@@ -134,10 +134,13 @@ TARGET_CASE = "large-adam-acc4-32-true"
 """The case the wrapper's overhead is judged on: whole process, one thread, Adam, 25M parameters, 4 micro-steps."""
 DDP_CASE = "ddp"
 """The DDP accumulation case (two gloo ranks), run by :mod:`bench.ddp`."""
-ALL_CASES = (*TIMED_CASES, DDP_CASE)
+FSDP_CASE = "fsdp"
+"""The FSDP2 accumulation case (two gloo ranks), run by :mod:`bench.fsdp`."""
+RANK_CASES = (DDP_CASE, FSDP_CASE)
+ALL_CASES = (*TIMED_CASES, *RANK_CASES)
 DEFAULT_CASES = ("small-32-true", "small-16-mixed", "mid-32-true", "mid-16-mixed", TARGET_CASE)
-"""What ``python -m bench`` times without ``--cases`` (about 10 minutes on 2 cores); ``--cases default,ddp``
-adds the DDP case, ``--cases all`` runs every case."""
+"""What ``python -m bench`` times without ``--cases`` (about 10 minutes on 2 cores); ``--cases default,ddp,fsdp``
+adds the DDP and FSDP cases, ``--cases all`` runs every case."""
 
 
 def mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -68,7 +68,7 @@ def _counting_allreduce(state: _Counter, bucket: GradBucket) -> torch.futures.Fu
     return future
 
 
-def _model(seed: int) -> torch.nn.Module:
+def build_model(seed: int) -> torch.nn.Module:
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
@@ -77,7 +77,7 @@ def _model(seed: int) -> torch.nn.Module:
         torch.random.set_rng_state(generator_state)
 
 
-def _optimizers(models: list[torch.nn.Module]) -> list[torch.optim.Optimizer]:
+def build_optimizers(models: list[torch.nn.Module]) -> list[torch.optim.Optimizer]:
     return [
         torch.optim.SGD(models[0].parameters(), lr=LEARNING_RATE),
         torch.optim.Adam(models[1].parameters(), lr=LEARNING_RATE),
@@ -93,8 +93,8 @@ def train_windows(
     inputs, targets = torch.randn(BATCH, WIDTH, generator=generator), torch.randn(BATCH, WIDTH, generator=generator)
     if impl == "reference":
         context = info.factory(cell, accumulate_grad_batches=ACCUMULATE)
-        models = [context.prepare_module(_model(seed)) for seed in (0, 1)]
-        wrappers = [context.wrap(optimizer) for optimizer in _optimizers(models)]
+        models = [context.prepare_module(build_model(seed)) for seed in (0, 1)]
+        wrappers = [context.wrap(optimizer) for optimizer in build_optimizers(models)]
 
         def micro_step(batch_idx: int) -> None:
             with context.batch(batch_idx):
@@ -108,13 +108,13 @@ def train_windows(
                     wrapper.step(closure)
 
     elif impl in ("raw", "raw-sync-every-step"):
-        models = [DistributedDataParallel(_model(seed)) for seed in (0, 1)]
-        optimizers = _optimizers(models)
+        models = [DistributedDataParallel(build_model(seed)) for seed in (0, 1)]
+        plain = build_optimizers(models)
         skip_sync = impl == "raw"
 
         def micro_step(batch_idx: int) -> None:
             closes = (batch_idx + 1) % ACCUMULATE == 0
-            for model, optimizer in zip(models, optimizers, strict=True):
+            for model, optimizer in zip(models, plain, strict=True):
                 sync: AbstractContextManager[Any] = nullcontext() if closes or not skip_sync else model.no_sync()
                 with sync:
                     loss = mse(model(inputs), targets) / ACCUMULATE
@@ -165,7 +165,7 @@ class DdpRuns:
 
 
 @contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
+def stdout_to_stderr() -> Iterator[None]:
     """File descriptor 1 pointed at the standard error while the ranks start (and print)."""
     sys.stdout.flush()
     saved = os.dup(1)
@@ -191,7 +191,7 @@ def measure_ddp(
         for impl in IMPLEMENTATIONS:
             pool = RankPool("lightning_optimizer.reference", "cpu", WORLD_SIZE, scenarios=__name__)
             try:
-                with _stdout_to_stderr():  # the ranks inherit it: gloo's connection messages stay off the table
+                with stdout_to_stderr():  # the ranks inherit it: gloo's connection messages stay off the table
                     ranks = pool.run("train_windows", cell, impl=impl, windows=windows, warmup=warmup, threads=threads)
             finally:
                 pool.stop()

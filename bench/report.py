@@ -57,8 +57,8 @@ class Row:
     run_medians_us: list[float] = field(default_factory=list)
     """Each run's median step time, in the order the runs ran."""
     run_peaks_mib: list[float] = field(default_factory=list)
-    allreduces_per_window: float | None = None
-    rounds_per_window_per_model: float | None = None
+    collectives: str = ""
+    """The collectives a window costs, on the cases of several ranks (DDP's all-reduces, FSDP's reduce-scatters)."""
 
 
 def summarise(
@@ -68,7 +68,7 @@ def summarise(
     runs: dict[str, list[RunResult]],
     notes: dict[str, str],
     micro_steps: int,
-    counts: dict[str, tuple[float, float]] | None = None,
+    collectives: dict[str, str] | None = None,
 ) -> list[Row]:
     """Rows for one case from its runs; ``raw`` is the baseline of the ratios."""
     medians = {impl: [statistics.median(run.step_ns) / 1000 for run in results] for impl, results in runs.items()}
@@ -81,7 +81,6 @@ def summarise(
         above = [
             (run.peak_rss_kib - run.rss_torch_kib) / KIB_PER_MIB for run in results if run.rss_torch_kib is not None
         ]
-        allreduces, sync_rounds = counts[impl] if counts else (None, None)
         fractions = [run.cpu_fraction for run in results if run.cpu_fraction is not None]
         rows.append(
             Row(
@@ -105,8 +104,7 @@ def summarise(
                 cpu_fraction_min=min(fractions) if fractions else None,
                 run_medians_us=[round(value, 3) for value in medians[impl]],
                 run_peaks_mib=[round(value, 1) for value in peaks[impl]] if has_peak else [],
-                allreduces_per_window=allreduces,
-                rounds_per_window_per_model=sync_rounds,
+                collectives=(collectives or {}).get(impl, ""),
             )
         )
     return rows
@@ -124,7 +122,7 @@ def table(rows: list[Row], suite: list[SuiteTime], unavailable: dict[str, str]) 
     """The terminal table: one line per row, the notes below, the suite's wall times last."""
     header = (
         f"{'case':<26} {'impl':<22} {'per step':>10} {'x raw':>6} {'(min-max)':>12}"
-        f" {'peak MiB':>9} {'x raw':>6} {'(min-max)':>12} {'>torch':>7}  all-reduces/window"
+        f" {'peak MiB':>9} {'x raw':>6} {'(min-max)':>12} {'>torch':>7}  collectives"
     )
     lines = [header, "-" * len(header)]
     notes: dict[str, int] = {}
@@ -136,17 +134,12 @@ def table(rows: list[Row], suite: list[SuiteTime], unavailable: dict[str, str]) 
         ratio = _number(row.ratio_vs_raw, ".3f")
         spread = "" if row.ratio_min is None else f"({row.ratio_min:.2f}-{row.ratio_max:.2f})"
         peak_spread = "" if row.peak_ratio_min is None else f"({row.peak_ratio_min:.2f}-{row.peak_ratio_max:.2f})"
-        reduces = (
-            ""
-            if row.allreduces_per_window is None
-            else (f"{row.allreduces_per_window:g} ({row.rounds_per_window_per_model:g} round/model)")
-        )
         mark = notes.setdefault(f"{row.impl}: {row.note}", len(notes) + 1) if row.note else None
         impl = row.impl + (f" [{mark}]" if mark else "")
         lines.append(
             f"{row.case:<26} {impl:<22} {_duration(row.median_us):>10} {ratio:>6} {spread:>12}"
             f" {_number(row.peak_mib, '.0f'):>9} {_number(row.peak_ratio_vs_raw, '.3f'):>6} {peak_spread:>12}"
-            f" {_number(row.above_torch_mib, '.0f'):>7}  {reduces}"
+            f" {_number(row.above_torch_mib, '.0f'):>7}  {row.collectives}"
         )
     lines.append("")
     lines.append(

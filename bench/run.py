@@ -19,7 +19,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.cases import ALL_CASES, DDP_CASE, DEFAULT_CASES, IMPLEMENTATIONS, TIMED_CASES
+from bench.cases import ALL_CASES, DDP_CASE, DEFAULT_CASES, FSDP_CASE, IMPLEMENTATIONS, RANK_CASES, TIMED_CASES
 from bench.report import Row, environment, summarise, table, write_chart, write_json
 from bench.suite import REPO, SuiteTime, time_suite
 from bench.timing import Settings, measure_case
@@ -60,12 +60,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         for name, value in QUICK.items():
             if getattr(args, name) in (None, parser.get_default(name)):
                 setattr(args, name, value)
-    everything = ALL_CASES if args.device == "cpu" else tuple(case for case in ALL_CASES if case != DDP_CASE)
+    everything = ALL_CASES if args.device == "cpu" else tuple(case for case in ALL_CASES if case not in RANK_CASES)
     groups = {"all": everything, "default": DEFAULT_CASES}
     chosen = _choices(args.cases or "default", (*groups, *ALL_CASES), "--cases")
     args.cases = list(dict.fromkeys(case for item in chosen for case in groups.get(item, (item,))))
-    if args.device == "cuda" and DDP_CASE in args.cases:
-        parser.error("the ddp case runs on gloo ranks on the CPU: leave it out with --device cuda")
+    if args.device == "cuda" and set(RANK_CASES) & set(args.cases):
+        parser.error("the ddp and fsdp cases run on gloo ranks on the CPU: leave them out with --device cuda")
     impls = _choices(args.impls, IMPLEMENTATIONS, "--impls") if args.impls else list(IMPLEMENTATIONS)
     args.impls = tuple(dict.fromkeys(["raw", *impls]))
     args.suite = [device for device in args.suite.split(",") if device]
@@ -114,10 +114,21 @@ def main(argv: list[str] | None = None) -> int:
                 args.runs, args.steps or ddp_case.WINDOWS, warmup=1, threads=args.threads, progress=progress
             )
             counts = {
-                impl: (ddp.allreduces_per_window[impl], ddp.rounds_per_window_per_model[impl]) for impl in ddp.runs
+                impl: f"{ddp.allreduces_per_window[impl]:g} all-reduces ({ddp.rounds_per_window_per_model[impl]:g} "
+                "round/model) per window"
+                for impl in ddp.runs
             }
             rows += summarise(
                 ddp_case.CASE, "cpu", ddp_case.DESCRIPTION, ddp.runs, ddp_case.NOTES, ddp_case.ACCUMULATE, counts
+            )
+        elif case == FSDP_CASE:
+            from bench import fsdp as fsdp_case
+
+            fsdp, counts = fsdp_case.measure_fsdp(
+                args.runs, args.steps or fsdp_case.WINDOWS, warmup=1, threads=args.threads, progress=progress
+            )
+            rows += summarise(
+                fsdp_case.CASE, "cpu", fsdp_case.DESCRIPTION, fsdp.runs, fsdp_case.NOTES, fsdp_case.ACCUMULATE, counts
             )
         else:
             measured = measure_case(case, args.impls, settings, progress)

@@ -46,6 +46,7 @@ from lightning_optimizer.spec import (
     TrainingContext,
 )
 
+SPMD_SCENARIOS = "lightning_optimizer.conformance.spmd"
 IMPL_KEY = pytest.StashKey[LoadedImplementation]()
 FILTER_KEY = pytest.StashKey[CellFilter]()
 RESULTS_KEY = pytest.StashKey[dict[str, report.Result]]()
@@ -501,10 +502,17 @@ def _rank_pools(pytestconfig: pytest.Config) -> Iterator[dict[tuple[str, int], R
 
 @pytest.fixture
 def ranks(_rank_pools: dict[tuple[str, int], RankPool], pytestconfig: pytest.Config, cell: Cell) -> RankPool:
-    """The session's process group for this cell's device and world size (started on first use)."""
+    """The session's process group for this cell's device and world size (started on first use).
+
+    On XLA the pool is one process driving ``world_size`` devices under SPMD.
+    """
     key = (cell.device, cell.world_size)
     if key not in _rank_pools:
-        _rank_pools[key] = RankPool(pytestconfig.getoption("impl"), cell.device, cell.world_size)
+        impl = pytestconfig.getoption("impl")
+        if cell.device == "xla":  # several XLA devices: one process drives them all under SPMD
+            _rank_pools[key] = RankPool(impl, "xla", 1, spmd_devices=cell.world_size, scenarios=SPMD_SCENARIOS)
+        else:
+            _rank_pools[key] = RankPool(impl, cell.device, cell.world_size)
     return _rank_pools[key]
 
 

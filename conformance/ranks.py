@@ -47,11 +47,24 @@ def _free_port() -> int:
 
 
 def _serve(
-    rank: int, world_size: int, port: int, backend: str, impl: str, module: str, requests: Any, answers: Any
+    rank: int,
+    world_size: int,
+    port: int,
+    backend: str,
+    impl: str,
+    module: str,
+    requests: Any,
+    answers: Any,
+    spmd_devices: int | None,
 ) -> None:  # pragma: no cover - runs in the child processes
     """A rank's loop: join the group, then run scenarios until told to stop (``None``)."""
     try:
         import importlib
+
+        if spmd_devices is not None:
+            from lightning_optimizer.conformance.spmd import start_spmd
+
+            start_spmd(spmd_devices)
 
         import torch.distributed as dist
 
@@ -78,7 +91,11 @@ def _serve(
 
 
 class RankPool:
-    """``world_size`` processes, each one rank of a process group on 127.0.0.1, serving scenario requests."""
+    """``world_size`` processes, each one rank of a process group on 127.0.0.1, serving scenario requests.
+
+    With ``spmd_devices=n`` each process drives ``n`` XLA devices under SPMD instead (:func:`.spmd.start_spmd`,
+    before anything else runs there): one process, several devices, as the XLA cells of world size ``n`` need.
+    """
 
     def __init__(
         self,
@@ -88,8 +105,10 @@ class RankPool:
         *,
         scenarios: str = "lightning_optimizer.conformance.scenarios",
         answer_timeout: float = ANSWER_TIMEOUT_S,
+        spmd_devices: int | None = None,
     ) -> None:
         self.impl, self.device, self.world_size = impl, device, world_size
+        self.spmd_devices = spmd_devices
         self.scenarios, self.answer_timeout = scenarios, answer_timeout
         self._processes: list[SpawnProcess] = []
         self._requests: list[Any] = []
@@ -141,6 +160,7 @@ class RankPool:
                 self.scenarios,
                 self._requests[rank],
                 self._answers,
+                self.spmd_devices,
             )
             process = context.Process(target=_serve, args=args, daemon=True, name=f"conformance-rank-{rank}")
             process.start()

@@ -9,67 +9,32 @@ round (one call per bucket) in the micro-step that closes each window of its opt
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import torch
 
+from lightning_optimizer.conformance.data_parallel import (
+    EVERY_SECOND_BATCH,
+    SCHEDULE_CUT_SHORT_KEPT_OPEN,
+    Plan,
+    expected_outcomes,
+    load,
+    oracle,
+)
 from lightning_optimizer.conformance.harness import (
     REORDERED_TOLERANCES,
     assert_params_close,
-    cell_device,
-    cell_dtype,
-    mse,
-    oracle_autocast,
-    oracle_scaler,
 )
-from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.conformance.scenarios import (
     EPOCH,
-    LOSS_FACTOR,
-    build_model,
-    build_optimizer,
-    global_batches,
 )
 from lightning_optimizer.spec import Cell, StepOutcome
 
 A, S = StepOutcome.ACCUMULATED, StepOutcome.STEPPED
 
-
-@dataclass(frozen=True)
-class _Plan:
-    """One prepared module's part of the epoch: its ``make_optimizer_step`` per batch and its windows."""
-
-    module: str
-    make_optimizer_step: tuple[bool | None, ...]
-    windows: tuple[tuple[int, ...], ...]
-    """Worked out by hand from the rule (accumulate_grad_batches=3, the last batch flushes)."""
-
-    @property
-    def closing(self) -> dict[int, int]:
-        """The batch that closes each window, and the window's length."""
-        return {window[-1]: len(window) for window in self.windows}
-
-
-SCHEDULE_CUT_SHORT_KEPT_OPEN = _Plan(
-    "a",
-    (None, None, None, None, True, False, None),
-    # {0, 1, 2}: the schedule closes it at batch 2; {3, 4}: True cuts it short; False at batch 5 keeps it open
-    # where the schedule would close it, and the last batch (is_last) flushes the partial {5, 6}.
-    ((0, 1, 2), (3, 4), (5, 6)),
-)
-EVERY_SECOND_BATCH = _Plan(
-    "b",
-    (False, True, False, True, False, True, None),
-    # True/False every second batch ({0, 1}, {2, 3}, {4, 5}: False at batch 2 keeps the window open where the
-    # schedule would close); the last batch, left to the schedule, flushes a window of one micro-step {6}.
-    ((0, 1), (2, 3), (4, 5), (6,)),
-)
-assert all(len(plan.make_optimizer_step) == EPOCH for plan in (SCHEDULE_CUT_SHORT_KEPT_OPEN, EVERY_SECOND_BATCH))
 
 FORMS = {"closure": "closure form", "toggle": "toggle_model block, then step()"}
 SYNC_RULES = {
@@ -80,12 +45,12 @@ SYNC_RULES = {
 }
 
 
-def _plain_backward(plans: Sequence[_Plan], cell: Cell) -> list[bool]:
+def _plain_backward(plans: Sequence[Plan], cell: Cell) -> list[bool]:
     """The second module's closure calls ``loss.backward()`` itself, outside 16-mixed (where the wrapper scales)."""
     return [j > 0 and cell.precision != "16-mixed" for j in range(len(plans))]
 
 
-def _run(ranks: RankPool, cell: Cell, form: str, plans: Sequence[_Plan]) -> list[dict[str, Any]]:
+def _run(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) -> list[dict[str, Any]]:
     return ranks.run(
         "train_epoch_on_shards",
         cell,
@@ -97,57 +62,7 @@ def _run(ranks: RankPool, cell: Cell, form: str, plans: Sequence[_Plan]) -> list
     )
 
 
-def _oracle(cell: Cell, plans: Sequence[_Plan]) -> list[list[torch.nn.Module]]:
-    """Plain PyTorch on the global batch: each module a bare SGD, stepped on its windows' mean; copies per batch.
-
-    Under 16-mixed one plain ``GradScaler`` scales every loss, each optimizer is unscaled and stepped at the end
-    of its window, and the scaler is updated once per batch in which an optimizer stepped.
-    """
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    models = [oracle_copy(build_model(plan.module), cell) for plan in plans]
-    optimizers = [build_optimizer(plan.module, model.parameters()) for plan, model in zip(plans, models, strict=True)]
-    scaler = oracle_scaler(cell)
-    after: list[list[torch.nn.Module]] = []
-    for batch_idx, batch in enumerate(global_batches(cell.world_size)):
-        stepped = False
-        for plan, model, optimizer in zip(plans, models, optimizers, strict=True):
-            with oracle_autocast(cell):
-                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
-            (loss if scaler is None else scaler.scale(loss)).backward()
-            length = plan.closing.get(batch_idx)
-            if length is None:
-                continue
-            with torch.no_grad():
-                for param in model.parameters():
-                    assert param.grad is not None
-                    param.grad /= length
-            if scaler is None:
-                optimizer.step()
-            else:
-                scaler.unscale_(optimizer)
-                finite = all(
-                    param.grad is None or bool(torch.isfinite(param.grad).all()) for param in model.parameters()
-                )
-                assert finite, f"the check's own oracle overflowed at batch {batch_idx}: its losses are too large"
-                scaler.step(optimizer)
-                stepped = True
-            optimizer.zero_grad(set_to_none=True)
-        if scaler is not None and stepped:
-            scaler.update()
-        after.append([copy.deepcopy(model) for model in models])
-    return after
-
-
-def _expected_outcomes(plans: Sequence[_Plan], batch_idx: int, called: int) -> list[StepOutcome | None]:
-    """Every wrapper's ``last_outcome`` after module ``called``'s call in batch ``batch_idx``."""
-    expected: list[StepOutcome | None] = []
-    for j, plan in enumerate(plans):
-        last = batch_idx if j <= called else batch_idx - 1
-        expected.append(None if last < 0 else S if last in plan.closing else A)
-    return expected
-
-
-def _check_reduces(calls: Sequence[Sequence[Any]], plan: _Plan, what: str, rule: str) -> None:
+def _check_reduces(calls: Sequence[Sequence[Any]], plan: Plan, what: str, rule: str) -> None:
     """One all-reduce round (one call per bucket, the last flagged last) at each window's last batch, none else."""
     by_batch: dict[int, list[tuple[int, bool]]] = {}
     for batch_idx, index, is_last in calls:
@@ -171,15 +86,7 @@ def _check_reduces(calls: Sequence[Sequence[Any]], plan: _Plan, what: str, rule:
         )
 
 
-def _load(cell: Cell, module: str, values: list[torch.Tensor]) -> torch.nn.Module:
-    model = oracle_copy(build_model(module), cell)
-    with torch.no_grad():
-        for param, value in zip(model.parameters(), values, strict=True):
-            param.copy_(value)
-    return model
-
-
-def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[_Plan]) -> None:
+def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) -> None:
     results = _run(ranks, cell, form, plans)
     label = FORMS[form]
     modules = [f"module {plan.module!r}" for plan in plans]
@@ -198,7 +105,7 @@ def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[_Plan])
                     )
     for batch_idx in range(EPOCH):
         for j in range(len(plans)):
-            expected = _expected_outcomes(plans, batch_idx, j)
+            expected = expected_outcomes(plans, batch_idx, j)
             got = first["outcomes"][batch_idx][j]
             assert got == expected, (
                 f"{label}: after {modules[j]}'s step() in batch {batch_idx}, the wrappers' last_outcome are "
@@ -206,12 +113,12 @@ def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[_Plan])
                 + "; ".join(f"{name} {list(plan.windows)}" for name, plan in zip(modules, plans, strict=True))
                 + ")"
             )
-    oracle = _oracle(cell, plans)
+    after = oracle(cell, plans)
     for batch_idx in range(EPOCH):
         for j, (plan, name) in enumerate(zip(plans, modules, strict=True)):
             assert_params_close(
-                _load(cell, plan.module, first["params"][batch_idx][j]),
-                oracle[batch_idx][j],
+                load(cell, plan.module, first["params"][batch_idx][j]),
+                after[batch_idx][j],
                 cell,
                 f"{label}, {name}, after batch {batch_idx} (windows {list(plan.windows)}): DDP vs one process on "
                 "the global batch [DDP-002]",

@@ -114,6 +114,12 @@ class TrainingContext(Protocol):
         window's last backward, then the inner optimizer steps, then the graph is cut once; a micro-step that only
         accumulates neither reduces nor cuts the graph, so a window costs one reduction and one cut.
 
+        [XLA-002] XLA on several devices under SPMD (one process drives them, the batch sharded over them): the
+        cross-device reduction of the gradients is XLA's, inside the compiled graph, and the implementation adds
+        none of its own; a micro-step that only accumulates does not cut the graph and each real step cuts it
+        once, so a window executes as one graph; the parameters equal the single-device result on the global
+        batch.
+
         [DDP-001] DDP: micro-steps that do not close a window run their closure under ``no_sync()``, so a
         window costs one gradient all-reduce.
 

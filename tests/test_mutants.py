@@ -114,6 +114,7 @@ DDP = Cells(world_sizes="2")
 FSDP = Cells(world_sizes="2", strategies="fsdp")
 FSDP_F16 = Cells(precisions="16-mixed", world_sizes="2", strategies="fsdp")
 XLA = Cells(devices="xla")
+XLA_SPMD = Cells(devices="xla", world_sizes="2")
 WITHOUT_TORCH_XLA = Cells(torch_xla=False)
 
 Entry = tuple[str, list[str]] | tuple[str, list[str], Cells]
@@ -286,6 +287,8 @@ MUTANTS: dict[str, Entry] = {
     "skip_leaves_scheduler_unaware": ("SCHED-002", ["test_skipped_step_does_not_make_a_scheduler_warn[inner]"], F16),
     "skip_unmarks_optimizer_step": ("SCHED-002", ["test_skipped_step_does_not_make_a_scheduler_warn"], F16),
     "closure_syncs_every_micro_step": ("DDP-001", ["test_closure_form_syncs_once_per_window"], DDP),
+    "spmd_cuts_every_micro_step": ("XLA-002", ["test_spmd_window_is_one_graph"], XLA_SPMD),
+    "spmd_divides_by_device_count": ("XLA-002", ["test_spmd_window_is_one_graph"], XLA_SPMD),
     "fsdp_syncs_every_micro_step": ("FSDP-002", ["test_sharded_windows_match_one_process"], FSDP),
     "module_not_sharded": ("FSDP-001", ["test_sharded_windows_match_one_process"], FSDP),
     "fsdp_clips_by_local_norm": (

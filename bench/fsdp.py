@@ -1,0 +1,177 @@
+"""The FSDP case: accumulation over 4 micro-steps with two optimizers, on 2 gloo ranks, the models sharded by FSDP2.
+
+Three loops train the same two models (``fully_shard`` on each ``Linear``, then on the model: the reference's
+policy) on each rank's batch: the reference (closure form, ``accumulate_grad_batches=4``, ``strategy="fsdp"``),
+plain PyTorch that calls ``set_requires_gradient_sync`` by hand (the raw baseline), and plain PyTorch that syncs
+on every micro-step. ``torch.distributed.reduce_scatter_tensor`` and ``all_gather_into_tensor`` are counted on
+each rank (FSDP2 reduces and gathers through them).
+
+The ranks are those of the conformance suite's rank pool, a fresh pool for every run, as in the DDP case.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
+from bench.cases import mse
+from bench.ddp import (
+    ACCUMULATE,
+    BATCH,
+    WIDTH,
+    WINDOWS,
+    WORLD_SIZE,
+    DdpRuns,
+    build_model,
+    build_optimizers,
+    stdout_to_stderr,
+)
+from bench.worker import RunResult
+from lightning_optimizer.spec import Cell, ImplementationInfo
+
+__all__ = ["ACCUMULATE", "CASE", "DESCRIPTION", "IMPLEMENTATIONS", "NOTES", "WINDOWS", "measure_fsdp", "train_windows"]
+
+CASE = "fsdp-accumulate-4"
+DESCRIPTION = (
+    f"2 gloo ranks, 2 FSDP2-sharded models of 2 Linear({WIDTH}, {WIDTH}) with SGD and Adam, batch {BATCH} per rank, "
+    f"windows of {ACCUMULATE} micro-steps"
+)
+IMPLEMENTATIONS = ("raw", "reference", "raw-sync-every-step")
+NOTES = {
+    "raw": "plain fully_shard, set_requires_gradient_sync(False) on the micro-steps that do not close a window",
+    "reference": "closure form, accumulate_grad_batches=4, strategy='fsdp', make_optimizer_step=None",
+    "raw-sync-every-step": "plain fully_shard, every backward reduce-scatters",
+}
+_COUNTED = ("reduce_scatter_tensor", "all_gather_into_tensor")
+
+
+def _sharded(seed: int) -> torch.nn.Module:
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    module = build_model(seed)
+    for layer in list(module.modules())[1:]:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(module, mesh=mesh)
+    return module
+
+
+def _count_collectives() -> dict[str, int]:
+    """Count FSDP2's collectives on this rank from now on (the rank's process ends with the run)."""
+    counts = dict.fromkeys(_COUNTED, 0)
+    for name in _COUNTED:
+        original: Callable[..., Any] = getattr(dist, name)
+
+        def counting(*args: Any, _name: str = name, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            counts[_name] += 1
+            return _original(*args, **kwargs)
+
+        setattr(dist, name, counting)
+    return counts
+
+
+def train_windows(
+    info: ImplementationInfo[Any], cell: Cell, *, impl: str, windows: int, warmup: int, threads: int
+) -> dict[str, Any]:
+    """Run ``warmup`` untimed and ``windows`` timed windows of ``impl`` on this rank; return times and counts."""
+    torch.set_num_threads(threads)
+    generator = torch.Generator().manual_seed(10 + dist.get_rank())
+    inputs, targets = torch.randn(BATCH, WIDTH, generator=generator), torch.randn(BATCH, WIDTH, generator=generator)
+    if impl == "reference":
+        context = info.factory(Cell("cpu", "32-true", WORLD_SIZE, "fsdp"), accumulate_grad_batches=ACCUMULATE)
+        models = [context.prepare_module(build_model(seed)) for seed in (0, 1)]
+        wrappers = [context.wrap(optimizer) for optimizer in build_optimizers(models)]
+
+        def micro_step(batch_idx: int) -> None:
+            with context.batch(batch_idx):
+                for module, wrapper in zip(models, wrappers, strict=True):
+
+                    def closure(module: torch.nn.Module = module, wrapper: Any = wrapper) -> torch.Tensor:
+                        loss = mse(module(inputs), targets)
+                        wrapper.backward(loss)
+                        return loss
+
+                    wrapper.step(closure)
+
+    elif impl in ("raw", "raw-sync-every-step"):
+        models = [_sharded(seed) for seed in (0, 1)]
+        plain = build_optimizers(models)
+        skip_sync = impl == "raw"
+
+        def micro_step(batch_idx: int) -> None:
+            closes = (batch_idx + 1) % ACCUMULATE == 0
+            for module, optimizer in zip(models, plain, strict=True):
+                if skip_sync:
+                    module.set_requires_gradient_sync(closes)
+                loss = mse(module(inputs), targets) / ACCUMULATE
+                loss.backward()
+                if closes:
+                    optimizer.step()
+                    optimizer.zero_grad()
+
+    else:
+        raise ValueError(f"unknown FSDP implementation {impl!r}; expected one of {', '.join(IMPLEMENTATIONS)}")
+    for module in models:
+        if not isinstance(module, FSDPModule):
+            raise AssertionError(f"{impl}: the model is a {type(module).__name__}, not an FSDPModule")
+    batch_idx = 0
+    for _ in range(warmup * ACCUMULATE):
+        micro_step(batch_idx)
+        batch_idx += 1
+    counts = _count_collectives()
+    window_ns = []
+    for _ in range(windows):
+        dist.barrier()
+        start = time.perf_counter_ns()
+        for _ in range(ACCUMULATE):
+            micro_step(batch_idx)
+            batch_idx += 1
+        window_ns.append(time.perf_counter_ns() - start)
+    return {
+        "window_ns": window_ns,
+        "reduce_scatters": counts["reduce_scatter_tensor"],
+        "all_gathers": counts["all_gather_into_tensor"],
+        "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
+
+
+def measure_fsdp(
+    runs: int, windows: int, warmup: int, threads: int, progress: Callable[[str], None] | None = None
+) -> tuple[DdpRuns, dict[str, str]]:
+    """Time the three loops, alternating, each run on a fresh pool of 2 gloo ranks; check the ranks' counts.
+
+    Returns the runs and, per implementation, its collectives per window (the same on every rank).
+    """
+    from lightning_optimizer.conformance.ranks import RankPool
+
+    cell = Cell("cpu", "32-true", WORLD_SIZE, "fsdp")
+    result = DdpRuns(windows, {impl: [] for impl in IMPLEMENTATIONS})
+    counts: dict[str, list[tuple[int, int]]] = {impl: [] for impl in IMPLEMENTATIONS}
+    for index in range(runs):
+        for impl in IMPLEMENTATIONS:
+            pool = RankPool("lightning_optimizer.reference", "cpu", WORLD_SIZE, scenarios=__name__)
+            try:
+                with stdout_to_stderr():
+                    ranks = pool.run("train_windows", cell, impl=impl, windows=windows, warmup=warmup, threads=threads)
+            finally:
+                pool.stop()
+            run = RunResult(CASE, impl, step_ns=ranks[0]["window_ns"], peak_rss_kib=ranks[0]["peak_rss_kib"])
+            result.runs[impl].append(run)
+            counts[impl].extend((r["reduce_scatters"], r["all_gathers"]) for r in ranks)
+            if progress is not None:
+                progress(f"{CASE} run {index + 1}/{runs} {impl}")
+    collectives = {}
+    for impl, per_rank in counts.items():
+        if len(set(per_rank)) != 1:
+            raise RuntimeError(f"{impl}: the ranks counted different collectives: {sorted(set(per_rank))}")
+        reduce_scatters, all_gathers = per_rank[0]
+        collectives[impl] = (
+            f"{reduce_scatters / windows:g} reduce-scatters, {all_gathers / windows:g} all-gathers per window"
+        )
+    return result, collectives

@@ -1,0 +1,122 @@
+"""Checks of XLA cells with several devices: SPMD in one process, the batch sharded, the reduction in the graph.
+
+Each check runs the DDP checks' epoch (seven batches, ``accumulate_grad_batches=3``, the plans of
+:mod:`.data_parallel`) in one process that drives the cell's devices under SPMD (:mod:`.spmd`): each global batch
+is sharded over the devices, as a user's data loader shards it, and XLA's partitioner reduces the gradients across
+devices inside the compiled graph. After every batch the parameters are compared with the plain PyTorch loop on the
+global batch; the graph cuts (torch_xla's ``MarkStep`` counter) must be one per real step and none in a micro-step
+that only accumulates, so that a window executes as one graph; and every graph XLA compiled must be partitioned over
+the devices, the steps' graphs holding the cross-device reduction (XLA-002).
+
+XLA's CPU backend does not merge the reductions of a window's micro-steps (its pipeline does not reassociate
+all-reduces), so the number of all-reduce operations in a window's graph is not checked; one graph per window is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from lightning_optimizer.conformance.data_parallel import (
+    EVERY_SECOND_BATCH,
+    SCHEDULE_CUT_SHORT_KEPT_OPEN,
+    Plan,
+    expected_outcomes,
+    load,
+    oracle,
+)
+from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, assert_params_close
+from lightning_optimizer.conformance.ranks import RankPool
+from lightning_optimizer.conformance.scenarios import EPOCH
+from lightning_optimizer.spec import Cell
+
+FORMS = {"closure": "closure form", "toggle": "toggle_model block, then step()"}
+
+
+def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) -> None:
+    (result,) = ranks.run(
+        "train_spmd_epoch",
+        cell,
+        form=form,
+        modules=[plan.module for plan in plans],
+        make_optimizer_step=[list(plan.make_optimizer_step) for plan in plans],
+        sync_at=[sorted(plan.closing) for plan in plans],
+        plain_backward=[j > 0 and cell.precision != "16-mixed" for j in range(len(plans))],
+    )
+    label = FORMS[form]
+    windows = "; ".join(f"module {plan.module!r} {list(plan.windows)}" for plan in plans)
+    want_cuts = [sum(batch_idx in plan.closing for plan in plans) for batch_idx in range(EPOCH)]
+    assert result["cuts"] == want_cuts, (
+        f"{label}: graph cuts per batch {result['cuts']}, expected {want_cuts} (one per real step, windows "
+        f"{windows}): a micro-step that only accumulates must not cut the graph, so that a window executes as one "
+        "graph [XLA-002]"
+    )
+    graphs: list[Any] = result["graphs"]
+    assert graphs, f"{label}: XLA compiled no graph in the epoch; the run cannot have executed on the devices"
+    unpartitioned = [graph for graph in graphs if graph[0] != cell.world_size]
+    assert not unpartitioned, (
+        f"{label}: compiled graphs (partitions, all-reduces) {graphs}: each must be partitioned over the "
+        f"{cell.world_size} devices (the batch is sharded over them) [XLA-002]"
+    )
+    assert any(reduces for _, reduces in graphs), (
+        f"{label}: no compiled graph holds an all-reduce ({graphs}): the gradients of the sharded batch must be "
+        "reduced across the devices inside the graph [XLA-002]"
+    )
+    for batch_idx in range(EPOCH):
+        for j, plan in enumerate(plans):
+            got, want = result["outcomes"][batch_idx][j], expected_outcomes(plans, batch_idx, j)
+            assert got == want, (
+                f"{label}: after module {plan.module!r}'s step() in batch {batch_idx} the wrappers' last_outcome "
+                f"are {got}, expected {want} (windows {windows}) [STEP-004]"
+            )
+    after = oracle(cell, plans)
+    for batch_idx in range(EPOCH):
+        for j, plan in enumerate(plans):
+            assert_params_close(
+                load(cell, plan.module, result["params"][batch_idx][j]),
+                after[batch_idx][j],
+                cell,
+                f"{label}, module {plan.module!r}, after batch {batch_idx} (windows {list(plan.windows)}): SPMD over "
+                f"{cell.world_size} devices vs one process on the global batch [XLA-002]",
+                REORDERED_TOLERANCES[cell.precision],
+            )
+
+
+WINDOWS = ("k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch")
+
+
+@pytest.mark.requirement("XLA-002", "STEP-004")
+@pytest.mark.cells(devices=("xla",), world_sizes=(2,))
+@pytest.mark.varies(
+    window=(*WINDOWS, "1 micro-step", "open while another optimizer steps"),
+    make_optimizer_step=("True", "False", "None"),
+    call_form=("closure, wrapper.backward", "closure, loss.backward"),
+    modules=("2 prepared modules",),
+    wrappers=("2",),
+    outcome_read=("after every call of every wrapper",),
+    reduction=("result", "graph cuts per window"),
+    position=("inside batch()",),
+    optimizer=("SGD", "SGD momentum"),
+)
+def test_spmd_window_is_one_graph(ranks: RankPool, cell: Cell) -> None:
+    """Two modules with their own cadences, the batch sharded: one graph cut per real step, the global result."""
+    _check_epoch(ranks, cell, "closure", (SCHEDULE_CUT_SHORT_KEPT_OPEN, EVERY_SECOND_BATCH))
+
+
+@pytest.mark.requirement("XLA-002", "TOGGLE-003")
+@pytest.mark.cells(devices=("xla",), precisions=("32-true",), world_sizes=(2,))
+@pytest.mark.varies(
+    window=(*WINDOWS, "1 micro-step", "open while another optimizer steps"),
+    make_optimizer_step=("True", "False", "None"),
+    call_form=("toggle_model block, then step()",),
+    modules=("2 prepared modules",),
+    wrappers=("2",),
+    reduction=("result", "graph cuts per window"),
+    position=("inside batch()",),
+    optimizer=("SGD", "SGD momentum"),
+)
+def test_spmd_toggle_model_form(ranks: RankPool, cell: Cell) -> None:
+    """The ``toggle_model`` form of the same epoch (compiled graphs cost seconds here: one precision)."""
+    _check_epoch(ranks, cell, "toggle", (SCHEDULE_CUT_SHORT_KEPT_OPEN, EVERY_SECOND_BATCH))
