@@ -10,8 +10,10 @@ how a check sees that the graph is partitioned and holds the reduction.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,6 +44,7 @@ class SpmdUnavailable(RuntimeError):
 def start_spmd(devices: int) -> None:
     """Make this process drive ``devices`` XLA devices under SPMD (on the CPU backend: ``CPU_NUM_DEVICES``)."""
     dump = tempfile.mkdtemp(prefix="spmd-hlo-")
+    atexit.register(shutil.rmtree, dump, ignore_errors=True)
     os.environ[_DUMP] = dump
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     if os.environ["PJRT_DEVICE"] == "CPU":
