@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,17 @@ def test_fsdp_internals_and_world_size_refusal_on_one_rank() -> None:
     """The unsharded parameters hold a window's unsynced sums; a state with an open window resumes only at its size."""
     run = subprocess.run([sys.executable, "-c", ONE_RANK], capture_output=True, text=True, timeout=180)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
+
+
+def test_sharded_checkpoint_resumes_at_another_world_size(tmp_path: Path) -> None:
+    """Saved on 2 ranks after a real step, resumed on 1: a plain loop's result; an open window refused [FSDP-006]."""
+    script = str(Path(__file__).with_name("fsdp_world_sizes.py"))
+    for what in ("save", "load"):
+        run = subprocess.run([sys.executable, script, what, str(tmp_path)], capture_output=True, text=True, timeout=240)
+        assert run.returncode == 0, f"{what}: {run.stdout}{run.stderr[-3000:]}"
+    distance, refused = run.stdout.strip().splitlines()[-1].removeprefix("distance ").split("; ")
+    assert float(distance) < 1e-5, run.stdout
+    assert refused == "open window from world size 2: refused", run.stdout
 
 
 def test_fsdp_needs_a_process_group() -> None:
