@@ -72,7 +72,7 @@ mutation: env
 # peers, every run a whole process; the DDP accumulation case; the suite's wall time per device; writes
 # $(REPORTS)/bench.json and docs/bench.png.
 bench: env
-	$(BIN)/python -m bench --cases default,ddp --suite $(BENCH_SUITE) --json $(REPORTS)/bench.json --chart docs/bench.png
+	$(BIN)/python -m bench --cases default,ddp,fsdp --suite $(BENCH_SUITE) --json $(REPORTS)/bench.json --chart docs/bench.png
 
 # Each example prints one summary line and exits 0.
 examples: env

@@ -584,7 +584,7 @@ class TrainingContext:
             return _NOTHING_TO_TOGGLE  # one optimizer, and DDP may sync: the common case, nothing to do
         others = [param for i, slot in enumerate(self._slots) if i != index for param in slot.params()]
         toggle = only_these_require_grad(self._slots[index].params(), others) if others else _NOTHING_TO_TOGGLE
-        return toggle if sync_grad else _without_sync(toggle, self._modules)
+        return toggle if sync_grad else _without_sync(toggle, self._modules, self._units)
 
     def _toggle_model(self, index: int, sync_grad: object) -> AbstractContextManager[None]:
         if not isinstance(sync_grad, bool):
@@ -861,9 +861,11 @@ class _StepRollback(AbstractContextManager[None]):
 
 
 @contextmanager
-def _without_sync(toggle: AbstractContextManager[None], modules: list[torch.nn.Module]) -> Iterator[None]:
-    """``toggle`` with every DDP module's ``no_sync()``: a micro-step that does not close its window."""
-    with toggle, no_sync(modules):
+def _without_sync(
+    toggle: AbstractContextManager[None], modules: list[torch.nn.Module], units: list[torch.nn.Module]
+) -> Iterator[None]:
+    """``toggle`` without gradient sync (DDP's ``no_sync()``, every FSDP unit's): a micro-step that stays open."""
+    with toggle, no_sync(modules, units):
         yield
 
 

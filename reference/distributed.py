@@ -41,11 +41,11 @@ def syncs_in_backward(modules: Iterable[torch.nn.Module]) -> bool:
 
 
 @contextmanager
-def no_sync(modules: Iterable[torch.nn.Module]) -> Iterator[None]:
-    """Every DDP module's ``no_sync()`` and every FSDP module's sync switched off at once: no reduction inside."""
+def no_sync(modules: Iterable[torch.nn.Module], units: Iterable[torch.nn.Module] = ()) -> Iterator[None]:
+    """Every DDP module's ``no_sync()`` and the sync of each FSDP unit in ``units`` off at once: no reduction inside."""
     with ExitStack() as stack:
         for module in modules:
             if isinstance(module, DistributedDataParallel):
                 stack.enter_context(module.no_sync())
-        stack.enter_context(without_gradient_sync(modules))
+        stack.enter_context(without_gradient_sync(units))
         yield

@@ -35,9 +35,11 @@ def shard_module(module: torch.nn.Module, device: torch.device, world_size: int)
     The policy: every submodule that holds parameters of its own (a ``Linear``, a ``LayerNorm``) becomes one FSDP
     unit, innermost first, then the root takes what is left; each unit all-gathers before its forward and
     reshards after its backward (FSDP2's defaults). A module sharded by the user keeps the user's policy, except
-    one whose mixed-precision policy reduces in another dtype than its parameters', which is refused.
+    one whose mixed-precision policy reduces in another dtype than its parameters', which is refused. A module
+    that holds FSDP units already (the user sharded its blocks, as Lightning's ``configure_model`` does) counts
+    as sharded by the user.
     """
-    if not isinstance(module, FSDPModule):
+    if not fsdp_modules([module]):
         mesh: DeviceMesh = init_device_mesh(device.type, (world_size,))
         for sub in reversed(list(module.modules())[1:]):
             if next(sub.parameters(recurse=False), None) is not None:
@@ -64,13 +66,13 @@ def fsdp_modules(modules: Iterable[torch.nn.Module]) -> list[torch.nn.Module]:
 
 
 @contextmanager
-def without_gradient_sync(modules: Iterable[torch.nn.Module]) -> Iterator[None]:
-    """Backward passes inside run without reduce-scatter on every FSDP module; sync is on again after."""
-    roots = [module for module in modules if isinstance(module, FSDPModule)]
+def without_gradient_sync(units: Iterable[torch.nn.Module]) -> Iterator[None]:
+    """Backward passes inside run without reduce-scatter on each FSDP unit given; sync is on again after."""
     with ExitStack() as stack:
-        for root in roots:
-            root.set_requires_gradient_sync(False)
-            stack.callback(root.set_requires_gradient_sync, True)
+        for unit in units:
+            assert isinstance(unit, FSDPModule)
+            unit.set_requires_gradient_sync(False, recurse=False)
+            stack.callback(unit.set_requires_gradient_sync, True, recurse=False)
         yield
 
 

@@ -61,6 +61,16 @@ ONE_RANK = textwrap.dedent(
     ctx.load_state_dict(state)
     opt.step(closure)
     assert all(p.grad is None for p in params) and opt.last_outcome.value == "stepped"
+
+    # Sharded by the user: the blocks only (as Lightning's configure_model does), or the whole model.
+    from torch.distributed.fsdp import fully_shard
+    blocks = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    fully_shard(blocks[0]); fully_shard(blocks[2])
+    other = TrainingContext(accumulate_grad_batches=2, strategy="fsdp")
+    assert other.prepare_module(blocks) is blocks and not isinstance(blocks, FSDPModule)
+    assert other._units == [blocks[0], blocks[2]], other._units
+    whole = fully_shard(torch.nn.Sequential(torch.nn.Linear(4, 2)))
+    assert other.prepare_module(whole) is whole
     dist.destroy_process_group()
     print("ok")
     """
