@@ -94,7 +94,8 @@ class Cells:
             return DEFAULT in self.single()
         if row.get("strategy", "none") not in self.strategies.split(","):
             return False
-        return Cells(row["device"], row["precision"], str(row["world_size"]), strategies=self.strategies) in self.single()
+        cell = Cells(row["device"], row["precision"], str(row["world_size"]), strategies=self.strategies)
+        return cell in self.single()
 
     def unavailable(self) -> str | None:
         """Why this machine cannot run these cells, or ``None``."""

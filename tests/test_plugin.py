@@ -99,15 +99,19 @@ def _reported(run: Run, json_path: Path, md_path: Path) -> Reported:
 
 
 def result(document: dict[str, Any], check: str, cell: str | None) -> dict[str, Any]:
-    """The one result row of ``check`` in ``cell`` (``device/precision/wsN``; ``None`` for cell-less checks)."""
+    """The one result row of ``check`` in ``cell`` (``device/precision/wsN[-fsdp]``; ``None``: cell-less checks)."""
     rows: list[dict[str, Any]] = [
-        row
-        for row in document["results"]
-        if row["check"] == check
-        and (None if row["device"] is None else f"{row['device']}/{row['precision']}/ws{row['world_size']}") == cell
+        row for row in document["results"] if row["check"] == check and _cell_column(row) == cell
     ]
     assert len(rows) == 1, f"{len(rows)} results for {check} in {cell}: {document['results']}"
     return rows[0]
+
+
+def _cell_column(row: dict[str, Any]) -> str | None:
+    if row["device"] is None:
+        return None
+    sharded = "-fsdp" if row["strategy"] == "fsdp" else ""
+    return f"{row['device']}/{row['precision']}/ws{row['world_size']}{sharded}"
 
 
 def _assert_usage_error(run: Run, needles: Iterable[str]) -> str:
@@ -716,12 +720,15 @@ def test_reference_json_document(reference: Reported) -> None:
         assert summary[outcome] == sum(row["outcome"] == outcome for row in results)
     # a cell check has one result in every cell of the matrix; the static check has one, without a cell
     matrix = {
-        (device, precision, world_size) for device in DEVICE_KINDS for precision in PRECISIONS for world_size in (1, 2)
+        (device, precision, world_size, strategy)
+        for device in DEVICE_KINDS
+        for precision in PRECISIONS
+        for world_size, strategy in ((1, "none"), (2, "ddp"), (2, "fsdp"))
     }
     for check in ("test_wrapper_surface", "test_context_surface"):
         rows = [row for row in results if row["check"] == check]
         assert len(rows) == len(matrix)
-        assert {(row["device"], row["precision"], row["world_size"]) for row in rows} == matrix
+        assert {(row["device"], row["precision"], row["world_size"], row["strategy"]) for row in rows} == matrix
     assert [row["device"] for row in results if row["check"] == "test_static_surface"] == [None]
 
 
@@ -740,9 +747,10 @@ def test_reference_outcomes_per_cell(reference: Reported) -> None:
                 assert (row["outcome"], row["reason"]) == ("n/a", f"not claimed (precision {unclaimed})")
             else:
                 assert row["outcome"] == "passed", row
-        row = result(document, check, "cpu/32-true/ws2")
-        assert row["outcome"] == "n/a"
-        assert "world size 2" in row["reason"]
+        for cell in ("cpu/32-true/ws2", "cpu/32-true/ws2-fsdp"):
+            row = result(document, check, cell)
+            assert row["outcome"] == "n/a"
+            assert "world size 2" in row["reason"]
         row = result(document, check, "cuda/32-true/ws1")
         if "cuda" not in info.devices:
             assert row["outcome"] == "n/a"

@@ -6,6 +6,8 @@ inside the graph: each step applies half the window's mean on two devices.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from lightning_optimizer.reference.window import Window
@@ -18,8 +20,9 @@ class Context(MutantContext):
         super()._reduce_gradients(slot)
         if self.device.type != "xla":
             return
-        import torch_xla.runtime as xr
+        import importlib
 
+        xr: Any = importlib.import_module("torch_xla.runtime")  # torch_xla leaves is_spmd unannotated
         if xr.is_spmd():
             with torch.no_grad():
                 for param in slot.params():
