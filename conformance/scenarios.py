@@ -328,6 +328,8 @@ def _sharded_batches(
                         return mse(model, batch, device, dtype) * LOSS_FACTOR
 
                 mos = plan["make_optimizer_step"][batch_idx]
+                if batch_idx in plan.get("raise_at", ()):
+                    _step_that_raises(wrapper, loss_of, mos)
                 with _ReduceScatters() as reduce_scatters:
                     if form == "closure":
 
@@ -348,6 +350,24 @@ def _sharded_batches(
     return record
 
 
+class PlannedFailure(RuntimeError):
+    """What a scenario's closure raises on purpose, after its backward."""
+
+
+def _step_that_raises(wrapper: Any, loss_of: Callable[[], Any], make_optimizer_step: bool | None) -> None:
+    """A ``step()`` whose closure raises after its backward; the call must raise that, and change nothing."""
+
+    def closure() -> Any:
+        wrapper.backward(loss_of())
+        raise PlannedFailure("the closure fails after its backward, on purpose")
+
+    try:
+        wrapper.step(closure, make_optimizer_step=make_optimizer_step)
+    except PlannedFailure:
+        return
+    raise AssertionError("step() did not raise what its closure raised [CLOS-003]")
+
+
 def train_sharded_epoch(
     info: ImplementationInfo[Any],
     cell: Cell,
@@ -362,6 +382,8 @@ def train_sharded_epoch(
 
     Each plan names a module of :data:`MODULES`, its optimizer kind (:func:`build_sharded_optimizer`), its
     ``make_optimizer_step`` per batch and, for ``form="toggle"``, the batches whose backward syncs (``sync_at``).
+    A plan's ``raise_at`` names batches where a ``step()`` whose closure raises after its backward comes first
+    (closure form); the retried call must then give what it would have without the failure [CLOS-003].
     ``clip`` is the context's ``gradient_clip_val`` (by norm). ``inf_at=(batch, rank)`` makes one gradient element
     of the first module infinite on that rank, in that batch, in a row that rank's shard holds
     (:func:`plant_infinite_gradient`). With ``checkpoint_at=k``, after the epoch a second run

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -55,6 +55,8 @@ class _Plan:
     module: str
     optimizer: str
     make_optimizer_step: tuple[bool | None, ...]
+    raise_at: tuple[int, ...] = ()
+    """Batches where a call whose closure raises after its backward comes before the real one."""
 
     @property
     def windows(self) -> list[list[int]]:
@@ -83,6 +85,7 @@ class _Plan:
             "optimizer": self.optimizer,
             "make_optimizer_step": list(self.make_optimizer_step),
             "sync_at": sorted(self.closing),
+            "raise_at": list(self.raise_at),
         }
 
 
@@ -252,6 +255,20 @@ def _check_epoch(
                         )
 
 
+def _with_failures(plans: tuple[_Plan, ...]) -> tuple[_Plan, ...]:
+    """Each plan with calls whose closure raises, before some of its micro-steps.
+
+    Before each real step that closes a window of several micro-steps (its backward syncs the whole window), and
+    before the first micro-step that accumulates onto another (its backward adds to FSDP's unsynced sums).
+    """
+    failing = []
+    for plan in plans:
+        closing_long = [window[-1] for window in plan.windows if len(window) > 1]
+        accumulating = [window[1] for window in plan.windows if len(window) > 2]
+        failing.append(replace(plan, raise_at=tuple(sorted({*closing_long, *accumulating[:1]}))))
+    return tuple(failing)
+
+
 ONE = (("c", "sgd"),)
 TWO = (("c", "adamw"), ("b", "sgd"))
 TWO_SGD = (("c", "sgd"), ("a", "sgd"))
@@ -263,10 +280,11 @@ CASES = {
     "2-modules-adamw-sgd": (_drawn(3, TWO), "closure", None),
     "2-modules-clipped": (_drawn(4, TWO_SGD), "closure", CLIP),
     "2-modules-toggle": (_drawn(5, TWO), "toggle", None),
+    "2-modules-raising-closures": (_with_failures(_drawn(6, TWO_SGD)), "closure", CLIP),
 }
 
 
-@pytest.mark.requirement("FSDP-001", "FSDP-002", "FSDP-003", "STEP-004")
+@pytest.mark.requirement("FSDP-001", "FSDP-002", "FSDP-003", "STEP-004", "CLOS-003")
 @pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,), strategies=("fsdp",))
 @pytest.mark.varies(
     window=("1 micro-step", "k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch"),
@@ -279,6 +297,7 @@ CASES = {
     clipping=("norm",),
     reduction=("result", "reduce-scatters per window"),
     position=("inside batch()",),
+    faults=("raising closure",),
 )
 @pytest.mark.parametrize("case", list(CASES))
 def test_sharded_windows_match_one_process(ranks: RankPool, cell: Cell, case: str) -> None:

@@ -40,6 +40,10 @@ class StepStages(Protocol):
         """Refuse a step the window's stage does not allow (accumulating a prepared window, LBFGS accumulating)."""
         ...
 
+    def _unsynced(self, slot: Window) -> list[torch.Tensor]:
+        """Under FSDP, the unsharded parameters whose ``.grad`` holds the window's unsynced part (its stash too)."""
+        ...
+
     def _check_synced(self, slot: Window) -> None:
         """Under FSDP, before a real step's preparation: refuse a window that no backward synced [FSDP-005]."""
         ...

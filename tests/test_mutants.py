@@ -300,6 +300,11 @@ MUTANTS: dict[str, Entry] = {
         ],
         FSDP,
     ),
+    "fsdp_rollback_misses_unsynced_gradients": (
+        "CLOS-003",
+        ["test_sharded_windows_match_one_process[2-modules-raising-closures]"],
+        FSDP,
+    ),
     "fsdp_steps_unsynced_window": ("FSDP-005", ["test_step_refuses_a_window_no_backward_synced"], FSDP),
     "fsdp_skip_decided_per_rank": ("FSDP-004", ["test_overflow_on_one_rank_skips_everywhere"], FSDP_F16),
     "fsdp_checkpoint_drops_unsynced_gradients": ("FSDP-006", ["test_sharded_checkpoint_resumes_open_windows"], FSDP),
