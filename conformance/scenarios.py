@@ -285,9 +285,9 @@ def _sharded_run(
     from torch.distributed.fsdp import FSDPModule
 
     context = build_context(info.factory, cell, accumulate_grad_batches=ACCUMULATE, gradient_clip_val=clip)
-    prepared = [context.prepare_module(build_model(plan["module"])) for plan in plans]
+    prepared = [context.prepare_module(_user_sharded(build_model(plan["module"]), plan, cell)) for plan in plans]
     for plan, model in zip(plans, prepared, strict=True):
-        if not isinstance(model, FSDPModule):
+        if not isinstance(model, FSDPModule) and not plan.get("user_sharded_blocks"):
             raise AssertionError(
                 f"prepare_module returned a {type(model).__name__} for module {plan['module']!r} in a cell of strategy "
                 "fsdp: it must return the module sharded with fully_shard (an FSDPModule) [FSDP-001]"
@@ -297,6 +297,26 @@ def _sharded_run(
         for plan, model in zip(plans, prepared, strict=True)
     ]
     return context, prepared, wrappers
+
+
+def _user_sharded(model: torch.nn.Module, plan: dict[str, Any], cell: Cell) -> torch.nn.Module:
+    """The model as the plan's user hands it over: with ``user_sharded_blocks``, each ``Linear`` sharded (not the root).
+
+    The cell's implementation must then keep that sharding and control each unit (FSDP-001), as under Lightning's
+    ``configure_model``, where the LightningModule itself is no FSDP unit.
+    """
+    if not plan.get("user_sharded_blocks"):
+        return model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    device = cell_device(cell)
+    model = model.to(device=device, dtype=cell_dtype(cell))
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    for layer in list(model.modules())[1:]:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    return model
 
 
 def _sharded_batches(

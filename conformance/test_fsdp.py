@@ -57,6 +57,8 @@ class _Plan:
     make_optimizer_step: tuple[bool | None, ...]
     raise_at: tuple[int, ...] = ()
     """Batches where a call whose closure raises after its backward comes before the real one."""
+    user_sharded_blocks: bool = False
+    """The scenario shards the module's ``Linear`` layers itself (not the root) before ``prepare_module``."""
 
     @property
     def windows(self) -> list[list[int]]:
@@ -86,6 +88,7 @@ class _Plan:
             "make_optimizer_step": list(self.make_optimizer_step),
             "sync_at": sorted(self.closing),
             "raise_at": list(self.raise_at),
+            "user_sharded_blocks": self.user_sharded_blocks,
         }
 
 
@@ -281,6 +284,11 @@ CASES = {
     "2-modules-clipped": (_drawn(4, TWO_SGD), "closure", CLIP),
     "2-modules-toggle": (_drawn(5, TWO), "toggle", None),
     "2-modules-raising-closures": (_with_failures(_drawn(6, TWO_SGD)), "closure", CLIP),
+    "user-sharded-blocks": (
+        tuple(replace(plan, user_sharded_blocks=True) for plan in _with_failures(_drawn(7, TWO))),
+        "closure",
+        None,
+    ),
 }
 
 

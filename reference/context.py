@@ -275,7 +275,7 @@ class TrainingContext:
         self._check_step_arguments(index, closure, make_optimizer_step, kwargs)
         real = self._closes_window(slot, make_optimizer_step)
         self._check_transition(slot, real, closure)
-        stash = closure is not None and not (real and slot.pending and syncs_in_backward(self._modules))
+        stash = closure is not None and not (real and slot.pending and self._syncs_in_backward())
         call = self._call = StepCall(
             slot,
             real=real,
@@ -354,6 +354,10 @@ class TrainingContext:
             accumulate_grad_batches=self._accumulate_grad_batches,
             position=self._position,
         )
+
+    def _syncs_in_backward(self) -> bool:
+        """Whether the closing backward reduces the window itself (DDP, or FSDP units anywhere in the modules)."""
+        return bool(self._units) or syncs_in_backward(self._modules)
 
     def _unsynced(self, slot: Window) -> list[torch.Tensor]:
         """The FSDP unsharded parameters of ``slot``'s parameters (their ``.grad``: what no sync reduced yet)."""

@@ -44,6 +44,7 @@ from torch.utils.hooks import RemovableHandle
 
 from lightning_optimizer.reference.clipping import ClipAlgorithm
 from lightning_optimizer.reference.context import TrainingContext
+from lightning_optimizer.reference.fsdp import fsdp_modules
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec.implementation import GradScalerSettings
 from lightning_optimizer.spec.types import PRECISIONS, StepOutcome
@@ -55,6 +56,7 @@ try:
     from pytorch_lightning.plugins.precision import DoublePrecision, HalfPrecision, Precision
     from pytorch_lightning.strategies import (
         DDPStrategy,
+        ModelParallelStrategy,
         SingleDeviceStrategy,
         Strategy,
         StrategyRegistry,
@@ -73,6 +75,7 @@ except ModuleNotFoundError as error:
 __all__ = [
     "STRATEGY_NAMES",
     "ReferenceDDPStrategy",
+    "ReferenceFSDPStrategy",
     "ReferencePrecision",
     "ReferenceSingleDeviceStrategy",
     "ReferenceXLAAccelerator",
@@ -272,7 +275,7 @@ class _Settings:
     gradient_clip_algorithm: ClipAlgorithm
     grad_scaler: GradScalerSettings | None = None
 
-    def context(self, device: str) -> TrainingContext:
+    def context(self, device: str, *, sharded: bool = False) -> TrainingContext:
         scaler = None if self.grad_scaler is None else GradScaler(device, **self.grad_scaler.as_kwargs())
         return TrainingContext(
             self.precision,
@@ -281,6 +284,7 @@ class _Settings:
             gradient_clip_val=self.gradient_clip_val,
             gradient_clip_algorithm=self.gradient_clip_algorithm,
             scaler=scaler,
+            strategy="fsdp" if sharded else "ddp",
         )
 
 
@@ -355,13 +359,15 @@ class _Integration:
     ``interval="step"``, logging, clearing gradients for validation) follows the steps the wrapper took.
     """
 
-    def __init__(self, grad_scaler: GradScalerSettings | None = None) -> None:
+    def __init__(self, grad_scaler: GradScalerSettings | None = None, *, sharded: bool = False) -> None:
         if grad_scaler is not None and not isinstance(grad_scaler, GradScalerSettings):
             raise TypeError(
                 f"grad_scaler must be a lightning_optimizer.spec.GradScalerSettings or None, got "
                 f"{type(grad_scaler).__name__}"
             )
         self.grad_scaler = grad_scaler
+        self.sharded = sharded
+        """The model is sharded with FSDP2 (``ReferenceFSDPStrategy``)."""
         self.plugin = ReferencePrecision()
         self.settings: _Settings | None = None
         self._trainer_arguments: tuple[int, int | float | None, Any] | None = None
@@ -405,12 +411,17 @@ class _Integration:
             raise ValueError(f"the reference strategies run on CPU, CUDA and XLA, not {device.type!r}")
         if device.type == "xla" and not isinstance(strategy, ReferenceXLAStrategy):
             raise ValueError("on an XLA device use strategy=ReferenceXLAStrategy()")
-        context = self.settings.context(device.type)
+        context = self.settings.context(device.type, sharded=self.sharded)
         self.plugin.attach(context, trainer.global_rank, trainer.world_size)
         if trainer.state.fn != TrainerFn.FITTING:
             return
         model = strategy.model
         assert model is not None
+        if self.sharded and not fsdp_modules([model]):
+            raise ValueError(
+                f"ReferenceFSDPStrategy found no FSDP unit in {type(model).__name__}: shard it in configure_model, "
+                'e.g. fully_shard(layer, mesh=self.device_mesh["data_parallel"]) for each block'
+            )
         if context.prepare_module(model) is not model:
             raise RuntimeError(
                 f"a process group of {dist.get_world_size()} ranks is running: use ReferenceDDPStrategy, which "
@@ -704,6 +715,44 @@ class ReferenceDDPStrategy(_ReferenceStrategy, DDPStrategy):
             )
 
 
+class ReferenceFSDPStrategy(_ReferenceStrategy, ModelParallelStrategy):
+    """Lightning's ``ModelParallelStrategy`` for FSDP2 (one process per device), the reference driving the sync.
+
+    Shard the model in the LightningModule's ``configure_model`` with ``fully_shard`` over
+    ``self.device_mesh["data_parallel"]``, as Lightning documents for this strategy; the reference keeps that
+    sharding. Micro-steps that do not close a window run without gradient sync, so a window costs one
+    reduce-scatter round; the window mean, unscaling and clipping (by the global norm) apply to the shards.
+    Every rank is one data-parallel rank (``tensor_parallel_size=1``). Checkpoints are Lightning's: sharded through
+    ``torch.distributed.checkpoint`` (``save_distributed_checkpoint=True``), the reference's state of every rank
+    in the checkpoint's metadata. ``grad_scaler`` configures the loss scaler of ``Trainer(precision="16-mixed")``.
+    """
+
+    def __init__(
+        self,
+        *,
+        grad_scaler: GradScalerSettings | None = None,
+        save_distributed_checkpoint: bool = True,
+        process_group_backend: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if "precision_plugin" in kwargs or "tensor_parallel_size" in kwargs or "data_parallel_size" in kwargs:
+            raise TypeError(
+                "ReferenceFSDPStrategy brings its own precision plugin and runs every rank as one data-parallel rank: "
+                "set Trainer(precision=...) and Trainer(devices=...)"
+            )
+        self._integration = _Integration(grad_scaler, sharded=True)
+        super().__init__(
+            save_distributed_checkpoint=save_distributed_checkpoint,
+            process_group_backend=process_group_backend,
+            **kwargs,
+        )
+
+    def setup_environment(self) -> None:
+        """Lightning's set-up, with a device mesh of one data-parallel axis over every rank."""
+        lightning_compat.set_model_parallel_sizes(self, self.num_nodes * self.num_processes, 1)
+        super().setup_environment()
+
+
 class ReferenceXLAAccelerator(XLAAccelerator):
     """Lightning's XLA accelerator, finding devices on every PJRT backend, torch_xla's CPU backend included.
 
@@ -847,6 +896,7 @@ _STRATEGIES: dict[str, tuple[type[Strategy], dict[str, Any], str]] = {
     ),
     "reference_ddp_spawn": (ReferenceDDPStrategy, {"start_method": "spawn"}, "reference_ddp, ranks spawned"),
     "reference_xla": (ReferenceXLAStrategy, {}, "one XLA device: a TPU core, or torch_xla's CPU backend"),
+    "reference_fsdp": (ReferenceFSDPStrategy, {}, "FSDP2 (fully_shard in configure_model) driven by the reference"),
     "reference_ddp_spawn_find_unused_parameters_true": (
         ReferenceDDPStrategy,
         {"start_method": "spawn", "find_unused_parameters": True},

@@ -26,6 +26,7 @@ __all__ = [
     "forget_loop_injections",
     "loop_position",
     "requested_precision",
+    "set_model_parallel_sizes",
     "set_module_optimizers",
     "set_strategy_optimizers",
     "set_strategy_precision_plugin",
@@ -104,3 +105,9 @@ def forget_loop_injections(optimizer: torch.optim.Optimizer) -> None:
     """Remove what Lightning's loop set on ``optimizer`` (:data:`LOOP_INJECTED`)."""
     for name in LOOP_INJECTED:
         vars(optimizer).pop(name, None)
+
+
+def set_model_parallel_sizes(strategy: Strategy, data_parallel: int, tensor_parallel: int) -> None:
+    """The mesh sizes ``ModelParallelStrategy`` builds its device mesh from (its constructor's, resolved)."""
+    strategy._data_parallel_size = data_parallel  # type: ignore[attr-defined]
+    strategy._tensor_parallel_size = tensor_parallel  # type: ignore[attr-defined]

@@ -129,7 +129,8 @@ class TrainingContext(Protocol):
     Sharded training (FSDP2)
         [FSDP-001] A context for sharded training (the cell's strategy ``"fsdp"``) returns from
         ``prepare_module`` the module sharded with ``torch.distributed.fsdp.fully_shard`` (an ``FSDPModule``
-        whose parameters are ``DTensor`` shards); a module that is an ``FSDPModule`` already is kept as it is.
+        whose parameters are ``DTensor`` shards); a module the user sharded already (an ``FSDPModule``, or one
+        whose blocks are) is kept as it is, and each of its FSDP units is controlled as FSDP-002 says.
         Every other rule of this contract holds with sharded parameters and gradients.
 
         [FSDP-002] FSDP: micro-steps that do not close a window run their backward without gradient sync

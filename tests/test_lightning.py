@@ -36,6 +36,7 @@ from lightning_optimizer.reference import WrappedOptimizer, lightning_compat
 from lightning_optimizer.reference.lightning import (
     STRATEGY_NAMES,
     ReferenceDDPStrategy,
+    ReferenceFSDPStrategy,
     ReferencePrecision,
     ReferenceSingleDeviceStrategy,
     ReferenceXLAStrategy,
@@ -651,6 +652,25 @@ class SaveInsideWindowThenStop(Callback):
             raise Interrupted
 
 
+def test_fsdp_two_ranks_one_reduce_scatter_round_per_window(tmp_path: Path) -> None:
+    """``ReferenceFSDPStrategy``, blocks sharded in ``configure_model``: a plain loop's result on the global batches.
+
+    Each window costs one reduce-scatter round (one per sharded ``Linear``) in its closing batch and none elsewhere;
+    a checkpoint saved inside the second window records, for each rank, the two micro-steps it holds.
+    """
+    run_scenario("fsdp", tmp_path)
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1)]
+    oracle = windows_oracle("32-true", global_batches(regression_data(2, 20), 2), WINDOWS, epochs=1)
+    assert_equal_on_ranks_and_close(ranks, oracle.model, "ReferenceFSDPStrategy, accumulate_grad_batches=3")
+    closing = {window[-1] for window in WINDOWS}
+    for rank, result in enumerate(ranks):
+        expected = [2 if batch in closing else 0 for batch in range(10)]
+        assert result["reduce_scatters"] == expected, f"rank {rank}: reduce-scatters per batch"
+        assert result["global_step"] == len(WINDOWS)
+        assert result["outcomes"] == [outcome.value for outcome in expected_outcomes(WINDOWS, oracle.stepped)]
+        assert result["saved_pending"] == [2, 2], "saved after batch 4: two micro-steps into the window [3, 4, 5]"
+
+
 def test_resume_inside_a_window_in_a_new_process(tmp_path: Path) -> None:
     """16-mixed GAN saved with the generator's window half full; a fresh process resumes to the same end."""
     uninterrupted, full = run_gan(tmp_path / "full", ResumableBatches(gan_batches()))
@@ -746,6 +766,7 @@ def test_bad_settings_are_refused_before_training(
         ("reference_ddp_find_unused_parameters_true", ReferenceDDPStrategy, "popen", True),
         ("reference_ddp_spawn", ReferenceDDPStrategy, "spawn", None),
         ("reference_ddp_spawn_find_unused_parameters_true", ReferenceDDPStrategy, "spawn", True),
+        ("reference_fsdp", ReferenceFSDPStrategy, None, None),
     ],
 )
 def test_strategy_names_are_registered(
@@ -939,6 +960,16 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
     assert seen["module_optimizers"], "LightningModule.optimizers() no longer returns the strategy's list"
     optimizer = trainer.optimizers[0]
     assert not any(hasattr(optimizer, name) for name in lightning_compat.LOOP_INJECTED), "teardown left them"
+
+
+def test_model_parallel_mesh_sizes_are_where_the_fsdp_strategy_sets_them() -> None:
+    """``ModelParallelStrategy`` keeps its mesh sizes in two fields that ``set_model_parallel_sizes`` writes."""
+    strategy = ReferenceFSDPStrategy()
+    assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == ("auto", "auto")
+    lightning_compat.set_model_parallel_sizes(strategy, 2, 1)
+    assert (strategy._data_parallel_size, strategy._tensor_parallel_size) == (2, 1)
+    with pytest.raises(TypeError, match="one data-parallel rank"):
+        ReferenceFSDPStrategy(tensor_parallel_size=2)
 
 
 def test_ddp_strategy_owns_its_precision_plugin() -> None:
