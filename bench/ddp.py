@@ -91,22 +91,9 @@ def train_windows(
     torch.set_num_threads(threads)
     generator = torch.Generator().manual_seed(10 + dist.get_rank())
     inputs, targets = torch.randn(BATCH, WIDTH, generator=generator), torch.randn(BATCH, WIDTH, generator=generator)
+    models: list[Any]  # DistributedDataParallel or FSDP modules: their sync controls are called below
     if impl == "reference":
-        context = info.factory(cell, accumulate_grad_batches=ACCUMULATE)
-        models = [context.prepare_module(build_model(seed)) for seed in (0, 1)]
-        wrappers = [context.wrap(optimizer) for optimizer in build_optimizers(models)]
-
-        def micro_step(batch_idx: int) -> None:
-            with context.batch(batch_idx):
-                for model, wrapper in zip(models, wrappers, strict=True):
-
-                    def closure(model: torch.nn.Module = model, wrapper: Any = wrapper) -> torch.Tensor:
-                        loss = mse(model(inputs), targets)
-                        wrapper.backward(loss)
-                        return loss
-
-                    wrapper.step(closure)
-
+        models, micro_step = reference_loop(info, cell, inputs, targets)
     elif impl in ("raw", "raw-sync-every-step"):
         models = [DistributedDataParallel(build_model(seed)) for seed in (0, 1)]
         plain = build_optimizers(models)
@@ -131,12 +118,52 @@ def train_windows(
     counters = [_Counter() for _ in models]
     for model, counter in zip(models, counters, strict=True):
         model.register_comm_hook(counter, _counting_allreduce)
+    window_ns = time_windows(micro_step, warmup, windows, after_warmup=lambda: _reset(counters))
+    return {
+        "window_ns": window_ns,
+        "allreduces": sum(counter.allreduces for counter in counters),
+        "rounds": sum(counter.rounds for counter in counters),
+        "models": len(models),
+        "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
+
+
+def _reset(counters: list[_Counter]) -> None:
+    for counter in counters:
+        counter.allreduces = counter.rounds = 0
+
+
+def reference_loop(
+    info: ImplementationInfo[Any], cell: Cell, inputs: torch.Tensor, targets: torch.Tensor
+) -> tuple[list[torch.nn.Module], Callable[[int], None]]:
+    """The reference's two models and wrappers for ``cell``, and its micro-step (closure form, one batch block)."""
+    context = info.factory(cell, accumulate_grad_batches=ACCUMULATE)
+    models = [context.prepare_module(build_model(seed)) for seed in (0, 1)]
+    wrappers = [context.wrap(optimizer) for optimizer in build_optimizers(models)]
+
+    def micro_step(batch_idx: int) -> None:
+        with context.batch(batch_idx):
+            for model, wrapper in zip(models, wrappers, strict=True):
+
+                def closure(model: torch.nn.Module = model, wrapper: Any = wrapper) -> torch.Tensor:
+                    loss = mse(model(inputs), targets)
+                    wrapper.backward(loss)
+                    return loss
+
+                wrapper.step(closure)
+
+    return models, micro_step
+
+
+def time_windows(
+    micro_step: Callable[[int], None], warmup: int, windows: int, *, after_warmup: Callable[[], None]
+) -> list[int]:
+    """``warmup`` untimed windows, ``after_warmup()``, then the wall time of each of ``windows`` windows (ns)."""
     batch_idx = 0
     for _ in range(warmup * ACCUMULATE):
         micro_step(batch_idx)
         batch_idx += 1
-    for counter in counters:
-        counter.allreduces = counter.rounds = 0
+    after_warmup()
     window_ns = []
     for _ in range(windows):
         dist.barrier()
@@ -145,13 +172,7 @@ def train_windows(
             micro_step(batch_idx)
             batch_idx += 1
         window_ns.append(time.perf_counter_ns() - start)
-    return {
-        "window_ns": window_ns,
-        "allreduces": sum(counter.allreduces for counter in counters),
-        "rounds": sum(counter.rounds for counter in counters),
-        "models": len(models),
-        "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-    }
+    return window_ns
 
 
 @dataclass

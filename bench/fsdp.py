@@ -12,7 +12,6 @@ The ranks are those of the conformance suite's rank pool, a fresh pool for every
 from __future__ import annotations
 
 import resource
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +30,9 @@ from bench.ddp import (
     DdpRuns,
     build_model,
     build_optimizers,
+    reference_loop,
     stdout_to_stderr,
+    time_windows,
 )
 from bench.worker import RunResult
 from lightning_optimizer.spec import Cell, ImplementationInfo
@@ -62,9 +63,9 @@ def _sharded(seed: int) -> torch.nn.Module:
     return module
 
 
-def _count_collectives() -> dict[str, int]:
-    """Count FSDP2's collectives on this rank from now on (the rank's process ends with the run)."""
-    counts = dict.fromkeys(_COUNTED, 0)
+def _count_collectives(counts: dict[str, int]) -> None:
+    """Count FSDP2's collectives on this rank into ``counts`` from now on (the rank's process ends with the run)."""
+    counts.update(dict.fromkeys(_COUNTED, 0))
     for name in _COUNTED:
         original: Callable[..., Any] = getattr(dist, name)
 
@@ -73,7 +74,6 @@ def _count_collectives() -> dict[str, int]:
             return _original(*args, **kwargs)
 
         setattr(dist, name, counting)
-    return counts
 
 
 def train_windows(
@@ -83,22 +83,9 @@ def train_windows(
     torch.set_num_threads(threads)
     generator = torch.Generator().manual_seed(10 + dist.get_rank())
     inputs, targets = torch.randn(BATCH, WIDTH, generator=generator), torch.randn(BATCH, WIDTH, generator=generator)
+    models: list[Any]  # DistributedDataParallel or FSDP modules: their sync controls are called below
     if impl == "reference":
-        context = info.factory(Cell("cpu", "32-true", WORLD_SIZE, "fsdp"), accumulate_grad_batches=ACCUMULATE)
-        models = [context.prepare_module(build_model(seed)) for seed in (0, 1)]
-        wrappers = [context.wrap(optimizer) for optimizer in build_optimizers(models)]
-
-        def micro_step(batch_idx: int) -> None:
-            with context.batch(batch_idx):
-                for module, wrapper in zip(models, wrappers, strict=True):
-
-                    def closure(module: torch.nn.Module = module, wrapper: Any = wrapper) -> torch.Tensor:
-                        loss = mse(module(inputs), targets)
-                        wrapper.backward(loss)
-                        return loss
-
-                    wrapper.step(closure)
-
+        models, micro_step = reference_loop(info, cell, inputs, targets)
     elif impl in ("raw", "raw-sync-every-step"):
         models = [_sharded(seed) for seed in (0, 1)]
         plain = build_optimizers(models)
@@ -120,19 +107,8 @@ def train_windows(
     for module in models:
         if not isinstance(module, FSDPModule):
             raise AssertionError(f"{impl}: the model is a {type(module).__name__}, not an FSDPModule")
-    batch_idx = 0
-    for _ in range(warmup * ACCUMULATE):
-        micro_step(batch_idx)
-        batch_idx += 1
-    counts = _count_collectives()
-    window_ns = []
-    for _ in range(windows):
-        dist.barrier()
-        start = time.perf_counter_ns()
-        for _ in range(ACCUMULATE):
-            micro_step(batch_idx)
-            batch_idx += 1
-        window_ns.append(time.perf_counter_ns() - start)
+    counts: dict[str, int] = {}
+    window_ns = time_windows(micro_step, warmup, windows, after_warmup=lambda: _count_collectives(counts))
     return {
         "window_ns": window_ns,
         "reduce_scatters": counts["reduce_scatter_tensor"],

@@ -36,6 +36,8 @@ __all__ = [
     "build_optimizer",
     "global_batches",
     "build_sharded_optimizer",
+    "loss_backward",
+    "micro_step",
     "plant_infinite_gradient",
     "plant_row",
     "rank_batches",
@@ -163,35 +165,48 @@ def train_epoch_on_shards(
         outcomes.append([])
         with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
             for j, (model, wrapper) in enumerate(zip(prepared, wrappers, strict=True)):
-                backward: Callable[[torch.Tensor], None] = _plain_backward if plain_backward[j] else wrapper.backward
+                backward: Callable[[torch.Tensor], None] = loss_backward if plain_backward[j] else wrapper.backward
 
                 def loss_of(model: torch.nn.Module = model, batch: Batch = batch) -> torch.Tensor:
                     with context.autocast():
                         return mse(model, batch, device, dtype) * LOSS_FACTOR
 
-                if form == "closure":
-
-                    def closure(
-                        loss_of: Callable[[], torch.Tensor] = loss_of,
-                        backward: Callable[[torch.Tensor], None] = backward,
-                    ) -> torch.Tensor:
-                        loss = loss_of()
-                        backward(loss)
-                        return loss
-
-                    wrapper.step(closure, make_optimizer_step=make_optimizer_step[j][batch_idx])
-                elif form == "toggle":
-                    with wrapper.toggle_model(sync_grad=batch_idx in sync_at[j]):
-                        backward(loss_of())
-                    wrapper.step(make_optimizer_step=make_optimizer_step[j][batch_idx])
-                else:
-                    raise ValueError(f"unknown call form {form!r}")
+                micro_step(wrapper, form, loss_of, backward, make_optimizer_step[j][batch_idx], batch_idx in sync_at[j])
                 outcomes[-1].append([w.last_outcome for w in wrappers])
         params.append([[p.detach().cpu().clone() for p in model.module.parameters()] for model in ddp_modules])
     return {"params": params, "outcomes": outcomes, "reduces": [state.calls for state in reduces]}
 
 
-def _plain_backward(loss: torch.Tensor) -> None:
+def micro_step(
+    wrapper: Any,
+    form: str,
+    loss_of: Callable[[], torch.Tensor],
+    backward: Callable[[torch.Tensor], None],
+    make_optimizer_step: bool | None,
+    sync_grad: bool,
+) -> None:
+    """One module's micro-step in ``form``.
+
+    ``"closure"``: ``step(closure)``; ``"toggle"``: the backward in ``toggle_model(sync_grad=...)``, then ``step()``.
+    """
+    if form == "closure":
+
+        def closure() -> torch.Tensor:
+            loss = loss_of()
+            backward(loss)
+            return loss
+
+        wrapper.step(closure, make_optimizer_step=make_optimizer_step)
+    elif form == "toggle":
+        with wrapper.toggle_model(sync_grad=sync_grad):
+            backward(loss_of())
+        wrapper.step(make_optimizer_step=make_optimizer_step)
+    else:
+        raise ValueError(f"unknown call form {form!r}")
+
+
+def loss_backward(loss: torch.Tensor) -> None:
+    """A closure's backward without the wrapper: ``loss.backward()``."""
     loss.backward()
 
 

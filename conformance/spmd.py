@@ -28,6 +28,8 @@ from lightning_optimizer.conformance.scenarios import (
     build_model,
     build_optimizer,
     global_batches,
+    loss_backward,
+    micro_step,
 )
 from lightning_optimizer.spec import Cell, ImplementationInfo
 
@@ -120,34 +122,14 @@ def train_spmd_epoch(
         before = met.counter_value("MarkStep") or 0
         with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
             for j, (model, wrapper) in enumerate(zip(prepared, wrappers, strict=True)):
-                backward: Callable[[torch.Tensor], None] = _plain_backward if plain_backward[j] else wrapper.backward
+                backward: Callable[[torch.Tensor], None] = loss_backward if plain_backward[j] else wrapper.backward
 
                 def loss_of(model: torch.nn.Module = model, sharded: Batch = (x, y)) -> torch.Tensor:
                     with context.autocast():
                         return torch.nn.functional.mse_loss(model(sharded[0]).to(dtype), sharded[1]) * LOSS_FACTOR
 
-                if form == "closure":
-
-                    def closure(
-                        loss_of: Callable[[], torch.Tensor] = loss_of,
-                        backward: Callable[[torch.Tensor], None] = backward,
-                    ) -> torch.Tensor:
-                        loss = loss_of()
-                        backward(loss)
-                        return loss
-
-                    wrapper.step(closure, make_optimizer_step=make_optimizer_step[j][batch_idx])
-                elif form == "toggle":
-                    with wrapper.toggle_model(sync_grad=batch_idx in sync_at[j]):
-                        backward(loss_of())
-                    wrapper.step(make_optimizer_step=make_optimizer_step[j][batch_idx])
-                else:
-                    raise ValueError(f"unknown call form {form!r}")
+                micro_step(wrapper, form, loss_of, backward, make_optimizer_step[j][batch_idx], batch_idx in sync_at[j])
                 outcomes[-1].append([w.last_outcome for w in wrappers])
         cuts.append((met.counter_value("MarkStep") or 0) - before)
         params.append([[p.detach().cpu().clone() for p in model.parameters()] for model in prepared])
     return {"params": params, "outcomes": outcomes, "cuts": cuts, "graphs": _compiled_graphs(seen)}
-
-
-def _plain_backward(loss: torch.Tensor) -> None:
-    loss.backward()

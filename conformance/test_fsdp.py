@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_optimizer.conformance.data_parallel import load
 from lightning_optimizer.conformance.harness import (
     REORDERED_TOLERANCES,
     assert_params_close,
@@ -164,14 +165,6 @@ def _oracle(
     return after, outcomes, clipped
 
 
-def _load(cell: Cell, module: str, values: list[torch.Tensor]) -> torch.nn.Module:
-    model = oracle_copy(build_model(module), cell)
-    with torch.no_grad():
-        for param, value in zip(model.parameters(), values, strict=True):
-            param.copy_(value)
-    return model
-
-
 def _windows(plans: Sequence[_Plan]) -> str:
     return "; ".join(f"module {plan.module!r} {plan.windows}" for plan in plans)
 
@@ -233,7 +226,7 @@ def _check_epoch(
                 )
                 assert same, f"{form}, module {plan.module!r}: gathered parameters differ on rank {rank} [FSDP-003]"
             assert_params_close(
-                _load(cell, plan.module, first["params"][batch_idx][j]),
+                load(cell, plan.module, first["params"][batch_idx][j]),
                 oracle[batch_idx][j],
                 cell,
                 f"{form}, module {plan.module!r} ({plan.optimizer}), after batch {batch_idx} (windows {plan.windows}"
