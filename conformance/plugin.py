@@ -7,6 +7,7 @@ Loaded by ``conformance/conftest.py`` for ``pytest conformance --impl=...`` and 
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -47,6 +48,7 @@ from lightning_optimizer.spec import (
 )
 
 SPMD_SCENARIOS = "lightning_optimizer.conformance.spmd"
+KEEP_POOLS = "LIGHTNING_OPTIMIZER_KEEP_RANK_POOLS"
 IMPL_KEY = pytest.StashKey[LoadedImplementation]()
 FILTER_KEY = pytest.StashKey[CellFilter]()
 RESULTS_KEY = pytest.StashKey[dict[str, report.Result]]()
@@ -492,11 +494,28 @@ def make_context(implementation: ImplementationInfo[ContextT], cell: Cell) -> Ca
     return make
 
 
+_KEPT_POOLS: dict[tuple[str, int], RankPool] = {}
+"""With ``LIGHTNING_OPTIMIZER_KEEP_RANK_POOLS=1``, the pools outlive the session, for the next session in this
+interpreter (the suite's own meta-tests run one session per broken implementation); they stop at its exit."""
+
+
 @pytest.fixture(scope="session")
 def _rank_pools(pytestconfig: pytest.Config) -> Iterator[dict[tuple[str, int], RankPool]]:
+    if os.environ.get(KEEP_POOLS) == "1":
+        if not _KEPT_POOLS:
+            atexit.register(_stop_kept_pools)
+        for pool in _KEPT_POOLS.values():
+            pool.impl = pytestconfig.getoption("impl")
+        yield _KEPT_POOLS
+        return
     pools: dict[tuple[str, int], RankPool] = {}
     yield pools
     for pool in pools.values():
+        pool.stop()
+
+
+def _stop_kept_pools() -> None:
+    for pool in _KEPT_POOLS.values():
         pool.stop()
 
 

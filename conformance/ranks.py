@@ -37,6 +37,7 @@ class _Request:
     scenario: str
     cell: Cell
     kwargs: dict[str, Any]
+    impl: str
 
 
 def _free_port() -> int:
@@ -74,7 +75,7 @@ def _serve(
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank))
         os.environ["WORLD_SIZE"] = str(world_size)
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
-        info = load_implementation(impl).info
+        infos = {impl: load_implementation(impl).info}
         answers.put((rank, "ready", None))
     except BaseException:
         answers.put((rank, "error", traceback.format_exc()))
@@ -82,7 +83,9 @@ def _serve(
     try:
         while (request := requests.get()) is not None:
             try:
-                result = getattr(scenarios, request.scenario)(info, request.cell, **request.kwargs)
+                if request.impl not in infos:
+                    infos[request.impl] = load_implementation(request.impl).info
+                result = getattr(scenarios, request.scenario)(infos[request.impl], request.cell, **request.kwargs)
                 answers.put((rank, "ok", result))
             except BaseException:
                 answers.put((rank, "error", traceback.format_exc()))
@@ -95,6 +98,8 @@ class RankPool:
 
     With ``spmd_devices=n`` each process drives ``n`` XLA devices under SPMD instead (:func:`.spmd.start_spmd`,
     before anything else runs there): one process, several devices, as the XLA cells of world size ``n`` need.
+    Each request runs on the implementation ``impl`` names at the time (the ranks load each one once), so one pool
+    can serve the sessions of several implementations in turn.
     """
 
     def __init__(
@@ -119,7 +124,7 @@ class RankPool:
         if not self._processes:
             self._start()
         for requests in self._requests:
-            requests.put(_Request(scenario, cell, kwargs))
+            requests.put(_Request(scenario, cell, kwargs, self.impl))
         try:
             answers = self._collect(self.answer_timeout, f"scenario {scenario!r} on {cell.id}")
         except RankFailure:

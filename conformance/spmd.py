@@ -61,13 +61,14 @@ def start_spmd(devices: int) -> None:
         raise SpmdUnavailable(f"torch_xla drives {found} devices under SPMD here, the cell needs {devices}")
 
 
-def _compiled_graphs(seen: set[str]) -> list[tuple[int, int]]:
-    """For each graph XLA compiled since ``seen`` was taken: its partitions and its all-reduce operations."""
+def _compiled_graphs() -> list[tuple[int, int]]:
+    """For each graph XLA compiled in this process: its partitions and its all-reduce operations.
+
+    A graph compiled once is not compiled (nor dumped) again: an epoch whose graphs an earlier one compiled adds
+    none, so the check reads every graph of the process (only SPMD scenarios run in it).
+    """
     graphs = []
     for path in sorted(Path(os.environ[_DUMP]).glob("*after_optimizations.txt")):
-        if path.name in seen:
-            continue
-        seen.add(path.name)
         text = path.read_text(encoding="utf-8")
         partitions = re.search(r"num_partitions=(\d+)", text)
         graphs.append(
@@ -90,7 +91,7 @@ def train_spmd_epoch(
 
     The forms and arguments are those of :func:`.scenarios.train_epoch_on_shards`. Returns, per batch, every
     module's parameters after it and every wrapper's ``last_outcome`` after each module's call, the graph cuts
-    (``MarkStep``) the batch ran, and for the whole epoch each compiled graph's partitions and all-reduces.
+    (``MarkStep``) the batch ran, and each graph compiled in the process so far: its partitions and all-reduces.
     """
     import importlib
 
@@ -100,8 +101,6 @@ def train_spmd_epoch(
     met: Any = importlib.import_module("torch_xla.debug.metrics")  # torch_xla leaves these unannotated
     xs: Any = importlib.import_module("torch_xla.distributed.spmd")
 
-    seen: set[str] = set()
-    _compiled_graphs(seen)  # graphs of earlier scenarios in this process
     devices = xr.global_runtime_device_count()
     mesh = xs.Mesh(np.arange(devices), (devices,), ("data",))
     context = build_context(info.factory, cell, accumulate_grad_batches=ACCUMULATE)
@@ -132,4 +131,4 @@ def train_spmd_epoch(
                 outcomes[-1].append([w.last_outcome for w in wrappers])
         cuts.append((met.counter_value("MarkStep") or 0) - before)
         params.append([[p.detach().cpu().clone() for p in model.parameters()] for model in prepared])
-    return {"params": params, "outcomes": outcomes, "cuts": cuts, "graphs": _compiled_graphs(seen)}
+    return {"params": params, "outcomes": outcomes, "cuts": cuts, "graphs": _compiled_graphs()}

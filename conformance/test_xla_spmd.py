@@ -54,7 +54,7 @@ def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) 
         "graph [XLA-002]"
     )
     graphs: list[Any] = result["graphs"]
-    assert graphs, f"{label}: XLA compiled no graph in the epoch; the run cannot have executed on the devices"
+    assert graphs, f"{label}: XLA compiled no graph in the process; the run cannot have executed on the devices"
     unpartitioned = [graph for graph in graphs if graph[0] != cell.world_size]
     assert not unpartitioned, (
         f"{label}: compiled graphs (partitions, all-reduces) {graphs}: each must be partitioned over the "
