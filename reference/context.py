@@ -31,7 +31,7 @@ from lightning_optimizer.reference.distributed import (
     prepare_for_ranks,
     syncs_in_backward,
 )
-from lightning_optimizer.reference.fsdp import fsdp_modules, gather_for_load, unsynced_gradients, unsynced_map
+from lightning_optimizer.reference.fsdp import fsdp_modules, gather_for_load, unsharded_by_param, unsynced_gradients
 from lightning_optimizer.reference.hooks import Hooks
 from lightning_optimizer.reference.precision import PrecisionPlugin, resolve_precision
 from lightning_optimizer.reference.toggling import only_these_require_grad
@@ -95,7 +95,7 @@ class TrainingContext:
     ) -> None:
         if strategy not in ("ddp", "fsdp"):
             raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
-        if strategy == "fsdp" and distributed_world_size() == 1 and not torch.distributed.is_initialized():
+        if strategy == "fsdp" and not (torch.distributed.is_available() and torch.distributed.is_initialized()):
             raise ValueError(
                 "strategy='fsdp' shards the model over a process group: call torch.distributed.init_process_group "
                 "before building the context"
@@ -679,7 +679,7 @@ class TrainingContext:
             return {"grads": empty} | ({"sharded_grads": list(empty)} if self._units else {})
         if not self._units:
             return {"grads": [None if p.grad is None else p.grad.detach().clone() for p in params]}
-        unsynced = {id(sharded): full for unit in self._units for sharded, full in unsynced_map(unit).items()}
+        unsynced = unsharded_by_param(self._units)
         grads: list[torch.Tensor | None] = []
         for param in params:
             full = unsynced.get(id(param))
@@ -710,7 +710,7 @@ class TrainingContext:
         """Under FSDP: the unsynced sums back on the unsharded parameters (gathered for that), the shards' own."""
         units = gather_for_load(self._units) if any(entry["pending"] for entry in entries) else []
         try:
-            unsynced = {id(sharded): full for unit in self._units for sharded, full in unsynced_map(unit).items()}
+            unsynced = unsharded_by_param(self._units)
             for slot, entry in zip(self._slots, entries, strict=True):
                 slot.pending, slot.steps = entry["pending"], entry["steps"]
                 slot.last_outcome, slot.skipped = None, False
@@ -760,8 +760,8 @@ class TrainingContext:
         if saved != now and open_window:
             raise ValueError(
                 f"the state was saved at world size {saved} with a window open; this run has {now} ranks. Each rank's "
-                "part of an open window is its own batches' gradient: resume at world size {saved}, or save after a "
-                "real step closed every window"
+                f"part of an open window is its own batches' gradient: resume at world size {saved}, or save after "
+                "a real step closed every window"
             )
 
     def _check_layout(self, index: int, params: list[torch.Tensor], entry: dict[str, Any]) -> None:

@@ -23,8 +23,8 @@ __all__ = [
     "fsdp_modules",
     "gather_for_load",
     "shard_module",
+    "unsharded_by_param",
     "unsynced_gradients",
-    "unsynced_map",
     "without_gradient_sync",
 ]
 
@@ -76,20 +76,19 @@ def without_gradient_sync(units: Iterable[torch.nn.Module]) -> Iterator[None]:
         yield
 
 
-def unsynced_map(unit: torch.nn.Module) -> dict[torch.Tensor, torch.Tensor]:
-    """Each sharded parameter of the FSDP ``unit`` (not its sub-units) mapped to its unsharded parameter."""
-    return torch_compat.fsdp_unsharded_params(unit)
+def unsharded_by_param(units: Iterable[torch.nn.Module]) -> dict[int, torch.Tensor]:
+    """For each sharded parameter of these FSDP units (by ``id``), its unsharded parameter, where FSDP made one."""
+    return {
+        id(sharded): unsharded
+        for unit in units
+        for sharded, unsharded in torch_compat.fsdp_unsharded_params(unit).items()
+    }
 
 
 def unsynced_gradients(units: Iterable[torch.nn.Module], params: Iterable[torch.Tensor]) -> list[torch.Tensor]:
     """The unsharded parameters of these sharded ``params``, whose ``.grad`` is what no sync has reduced yet."""
-    wanted = {id(param) for param in params}
-    return [
-        unsharded
-        for unit in units
-        for sharded, unsharded in torch_compat.fsdp_unsharded_params(unit).items()
-        if id(sharded) in wanted
-    ]
+    unsharded = unsharded_by_param(units)
+    return [unsharded[id(param)] for param in params if id(param) in unsharded]
 
 
 def gather_for_load(units: Iterable[torch.nn.Module]) -> list[FSDPModule]:
