@@ -7,7 +7,6 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_optimizer.reference.fsdp import shard_module, without_gradient_sync
@@ -36,8 +35,11 @@ def prepare_for_ranks(module: torch.nn.Module, device: torch.device, *, shard: b
 
 
 def syncs_in_backward(modules: Iterable[torch.nn.Module]) -> bool:
-    """Whether a backward through these modules reduces the accumulated gradients (DDP or FSDP, outside no-sync)."""
-    return any(isinstance(module, DistributedDataParallel | FSDPModule) for module in modules)
+    """Whether a backward through these modules reduces the accumulated gradients (DDP outside ``no_sync``).
+
+    FSDP units (anywhere inside the modules, :func:`.fsdp.fsdp_modules`) do too; the context asks for those itself.
+    """
+    return any(isinstance(module, DistributedDataParallel) for module in modules)
 
 
 @contextmanager
