@@ -78,7 +78,10 @@ bench: env
 examples: env
 	@set -e; for example in $(EXAMPLES); do echo "== $$example"; $(BIN)/python $$example; done
 
-test: unit conformance typecheck lint examples
+# The unit tests and the suite side by side (their subprocesses leave a core idle most of the time), then the rest.
+test: env
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit conformance
+	$(MAKE) --no-print-directory typecheck lint examples
 
 # The sdist and, built from it, the wheel, in dist/ (with the pinned setuptools: no build isolation, no download).
 # tests/test_packaging.py builds both the same way and installs the wheel into a fresh venv.

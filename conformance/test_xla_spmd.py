@@ -33,6 +33,10 @@ from lightning_optimizer.conformance.scenarios import EPOCH
 from lightning_optimizer.spec import Cell
 
 FORMS = {"closure": "closure form", "toggle": "toggle_model block, then step()"}
+SPMD_PRECISIONS = ("32-true",)
+"""Each precision's window graphs compile anew under SPMD, 6 to 50 s an epoch on 2 CPU devices (16-mixed the most:
+the scaler's reads add graphs), so the suite runs SPMD in 32-true; the precisions are checked on one XLA device,
+and the other SPMD cells pass too (measured: 64-true, 16-mixed, bf16-mixed, bf16-true)."""
 
 
 def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) -> None:
@@ -88,7 +92,7 @@ WINDOWS = ("k >= 2 micro-steps", "cut short by True", "partial, flushed by the l
 
 
 @pytest.mark.requirement("XLA-002", "STEP-004")
-@pytest.mark.cells(devices=("xla",), world_sizes=(2,))
+@pytest.mark.cells(devices=("xla",), precisions=SPMD_PRECISIONS, world_sizes=(2,))
 @pytest.mark.varies(
     window=(*WINDOWS, "1 micro-step", "open while another optimizer steps"),
     make_optimizer_step=("True", "False", "None"),
@@ -106,7 +110,7 @@ def test_spmd_window_is_one_graph(ranks: RankPool, cell: Cell) -> None:
 
 
 @pytest.mark.requirement("XLA-002", "TOGGLE-003")
-@pytest.mark.cells(devices=("xla",), precisions=("32-true",), world_sizes=(2,))
+@pytest.mark.cells(devices=("xla",), precisions=SPMD_PRECISIONS, world_sizes=(2,))
 @pytest.mark.varies(
     window=(*WINDOWS, "1 micro-step", "open while another optimizer steps"),
     make_optimizer_step=("True", "False", "None"),
@@ -118,5 +122,5 @@ def test_spmd_window_is_one_graph(ranks: RankPool, cell: Cell) -> None:
     optimizer=("SGD", "SGD momentum"),
 )
 def test_spmd_toggle_model_form(ranks: RankPool, cell: Cell) -> None:
-    """The ``toggle_model`` form of the same epoch (compiled graphs cost seconds here: one precision)."""
+    """The ``toggle_model`` form of the same epoch, in one precision."""
     _check_epoch(ranks, cell, "toggle", (SCHEDULE_CUT_SHORT_KEPT_OPEN, EVERY_SECOND_BATCH))
