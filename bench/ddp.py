@@ -156,7 +156,7 @@ def reference_loop(
 
 
 def time_windows(
-    micro_step: Callable[[int], None], warmup: int, windows: int, *, after_warmup: Callable[[], None]
+    micro_step: Callable[[int], None], warmup: int, windows: int, *, after_warmup: Callable[[], object]
 ) -> list[int]:
     """``warmup`` untimed windows, ``after_warmup()``, then the wall time of each of ``windows`` windows (ns)."""
     batch_idx = 0

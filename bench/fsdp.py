@@ -3,8 +3,8 @@
 Three loops train the same two models (``fully_shard`` on each ``Linear``, then on the model: the reference's
 policy) on each rank's batch: the reference (closure form, ``accumulate_grad_batches=4``, ``strategy="fsdp"``),
 plain PyTorch that calls ``set_requires_gradient_sync`` by hand (the raw baseline), and plain PyTorch that syncs
-on every micro-step. ``torch.distributed.reduce_scatter_tensor`` and ``all_gather_into_tensor`` are counted on
-each rank (FSDP2 reduces and gathers through them).
+on every micro-step. FSDP2's reduce-scatters and all-gathers are counted on each rank (the suite's
+``CollectiveCounter``).
 
 The ranks are those of the conformance suite's rank pool, a fresh pool for every run, as in the DDP case.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ from bench.ddp import (
     time_windows,
 )
 from bench.worker import RunResult
+from lightning_optimizer.conformance.scenarios import CollectiveCounter
 from lightning_optimizer.spec import Cell, ImplementationInfo
 
 __all__ = ["ACCUMULATE", "CASE", "DESCRIPTION", "IMPLEMENTATIONS", "NOTES", "WINDOWS", "measure_fsdp", "train_windows"]
@@ -50,7 +52,6 @@ NOTES = {
     "reference": "closure form, accumulate_grad_batches=4, strategy='fsdp', make_optimizer_step=None",
     "raw-sync-every-step": "plain fully_shard, every backward reduce-scatters",
 }
-_COUNTED = ("reduce_scatter_tensor", "all_gather_into_tensor")
 
 
 def _sharded(seed: int) -> torch.nn.Module:
@@ -61,19 +62,6 @@ def _sharded(seed: int) -> torch.nn.Module:
             fully_shard(layer, mesh=mesh)
     fully_shard(module, mesh=mesh)
     return module
-
-
-def _count_collectives(counts: dict[str, int]) -> None:
-    """Count FSDP2's collectives on this rank into ``counts`` from now on (the rank's process ends with the run)."""
-    counts.update(dict.fromkeys(_COUNTED, 0))
-    for name in _COUNTED:
-        original: Callable[..., Any] = getattr(dist, name)
-
-        def counting(*args: Any, _name: str = name, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
-            counts[_name] += 1
-            return _original(*args, **kwargs)
-
-        setattr(dist, name, counting)
 
 
 def train_windows(
@@ -107,12 +95,14 @@ def train_windows(
     for module in models:
         if not isinstance(module, FSDPModule):
             raise AssertionError(f"{impl}: the model is a {type(module).__name__}, not an FSDPModule")
-    counts: dict[str, int] = {}
-    window_ns = time_windows(micro_step, warmup, windows, after_warmup=lambda: _count_collectives(counts))
+    counter = CollectiveCounter()
+    with ExitStack() as stack:
+        window_ns = time_windows(micro_step, warmup, windows, after_warmup=lambda: stack.enter_context(counter))
+    counts = counter.counts
     return {
         "window_ns": window_ns,
-        "reduce_scatters": counts["reduce_scatter_tensor"],
-        "all_gathers": counts["all_gather_into_tensor"],
+        "reduce_scatters": counts["reduce_scatter"],
+        "all_gathers": counts["all_gather"],
         "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
 

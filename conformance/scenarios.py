@@ -28,6 +28,7 @@ from lightning_optimizer.spec import Cell, ImplementationInfo
 
 __all__ = [
     "ACCUMULATE",
+    "COLLECTIVES",
     "EPOCH",
     "LOSS_FACTOR",
     "MODULES",
@@ -35,6 +36,7 @@ __all__ = [
     "build_model",
     "build_optimizer",
     "global_batches",
+    "CollectiveCounter",
     "build_sharded_optimizer",
     "loss_backward",
     "micro_step",
@@ -231,23 +233,50 @@ def build_sharded_optimizer(kind: str, name: str, params: Iterable[torch.nn.Para
     raise ValueError(f"unknown optimizer kind {kind!r}")
 
 
-class _ReduceScatters:
-    """Counts ``torch.distributed.reduce_scatter_tensor`` calls (FSDP2 reduces gradients through it)."""
+COLLECTIVES: dict[str, tuple[str, ...]] = {
+    "reduce_scatter": ("reduce_scatter_tensor", "reduce_scatter_single"),
+    "all_gather": ("all_gather_into_tensor", "all_gather_single"),
+}
+"""The ``torch.distributed`` functions FSDP2 reduces and gathers through, by kind: torch 2.9 calls the first name,
+newer releases the second (``reduce_scatter_tensor`` is deprecated there)."""
+
+
+class CollectiveCounter:
+    """Counts FSDP2's collectives by kind while entered: every ``torch.distributed`` function of :data:`COLLECTIVES`.
+
+    A call made inside another counted call (one function calling the other) is not counted again.
+    """
 
     def __init__(self) -> None:
-        self.count = 0
-        self._original: Callable[..., Any] = dist.reduce_scatter_tensor
+        self.counts = dict.fromkeys(COLLECTIVES, 0)
+        self._originals: dict[str, Callable[..., Any]] = {}
+        self._depth = 0
 
-    def __enter__(self) -> "_ReduceScatters":
-        def counting(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return self._original(*args, **kwargs)
-
-        dist.reduce_scatter_tensor = counting
+    def __enter__(self) -> "CollectiveCounter":
+        for kind, names in COLLECTIVES.items():
+            for name in names:
+                original = getattr(dist, name, None)
+                if original is not None:
+                    self._originals[name] = original
+                    setattr(dist, name, self._counting(kind, original))
         return self
 
+    def _counting(self, kind: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            if self._depth == 0:
+                self.counts[kind] += 1
+            self._depth += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._depth -= 1
+
+        return counting
+
     def __exit__(self, *exc: object) -> None:
-        dist.reduce_scatter_tensor = self._original
+        for name, original in self._originals.items():
+            setattr(dist, name, original)
+        self._originals.clear()
 
 
 def plant_row(rank: int) -> int:
@@ -365,7 +394,7 @@ def _sharded_batches(
                 mos = plan["make_optimizer_step"][batch_idx]
                 if batch_idx in plan.get("raise_at", ()):
                     _step_that_raises(wrapper, loss_of, mos)
-                with _ReduceScatters() as reduce_scatters:
+                with CollectiveCounter() as collectives:
                     if form == "closure":
 
                         def closure(wrapper: Any = wrapper, loss_of: Callable[[], Any] = loss_of) -> Any:
@@ -378,7 +407,7 @@ def _sharded_batches(
                         with wrapper.toggle_model(sync_grad=batch_idx in plan["sync_at"]):
                             wrapper.backward(loss_of())
                         wrapper.step(make_optimizer_step=mos)
-                counts.append(reduce_scatters.count)
+                counts.append(collectives.counts["reduce_scatter"])
             record["outcomes"].append([w.last_outcome for w in wrappers])
         record["reduce_scatters"].append(counts)
         record["params"].append([_gathered(model) for model in prepared])

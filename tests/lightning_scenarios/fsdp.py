@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from pytorch_lightning import Callback, LightningModule, Trainer
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
+from lightning_optimizer.conformance.scenarios import CollectiveCounter
 from lightning_optimizer.reference.lightning import ReferenceFSDPStrategy
 from lightning_scenarios.ddp import ACCUMULATE, REGRESSION_BATCH, SAVE_AFTER, Shards
 from lightning_scenarios.shared import BATCHES_PER_EPOCH, WindowedRegressor, regression_data
@@ -35,24 +35,25 @@ class ShardedRegressor(WindowedRegressor):
 
 
 class CountReduceScatters(Callback):
-    """Counts ``torch.distributed.reduce_scatter_tensor`` (FSDP2's gradient reduction) per training batch."""
+    """Counts FSDP2's gradient reduce-scatters per training batch (the suite's ``CollectiveCounter``)."""
 
     def __init__(self) -> None:
         self.per_batch: list[int] = []
-        self._original = dist.reduce_scatter_tensor
+        self._counter = CollectiveCounter()
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        def counting(*args: Any, **kwargs: Any) -> Any:
-            self.per_batch[-1] += 1
-            return self._original(*args, **kwargs)
-
-        dist.reduce_scatter_tensor = counting
+        self._counter.__enter__()
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
-        self.per_batch.append(0)
+        self._before = self._counter.counts["reduce_scatter"]
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.per_batch.append(self._counter.counts["reduce_scatter"] - self._before)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        dist.reduce_scatter_tensor = self._original
+        self._counter.__exit__()
 
 
 class SaveInsideWindow(Callback):
