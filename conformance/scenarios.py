@@ -318,14 +318,9 @@ def _gathered(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def _sharded_run(
-    info: ImplementationInfo[Any],
-    cell: Cell,
-    plans: Sequence[dict[str, Any]],
-    *,
-    form: str,
-    clip: float | None,
-    inf_at: Sequence[int] | None,
+    info: ImplementationInfo[Any], cell: Cell, plans: Sequence[dict[str, Any]], *, clip: float | None
 ) -> tuple[Any, list[torch.nn.Module], list[Any]]:
+    """A context of the cell, each plan's module prepared (sharded) and its optimizer wrapped."""
     from torch.distributed.fsdp import FSDPModule
 
     context = build_context(info.factory, cell, accumulate_grad_batches=ACCUMULATE, gradient_clip_val=clip)
@@ -458,7 +453,7 @@ def train_sharded_epoch(
     ``last_outcome`` after the batch, the reduce-scatters each module's call ran, and with ``checkpoint_at`` the
     resumed run's parameters (``resumed[batch - k][module]``).
     """
-    context, prepared, wrappers = _sharded_run(info, cell, plans, form=form, clip=clip, inf_at=inf_at)
+    context, prepared, wrappers = _sharded_run(info, cell, plans, clip=clip)
     record: dict[str, Any] = _sharded_batches(
         context, cell, plans, prepared, wrappers, range(EPOCH), form=form, inf_at=inf_at
     )
@@ -489,7 +484,7 @@ def _resumed(
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     rank = dist.get_rank()
-    context, prepared, wrappers = _sharded_run(info, cell, plans, form=form, clip=clip, inf_at=inf_at)
+    context, prepared, wrappers = _sharded_run(info, cell, plans, clip=clip)
     _sharded_batches(context, cell, plans, prepared, wrappers, range(at), form=form, inf_at=inf_at)
     where: list[Any] = [tempfile.mkdtemp(prefix="fsdp-checkpoint-") if rank == 0 else None]
     dist.broadcast_object_list(where, src=0)
@@ -509,7 +504,7 @@ def _resumed(
     torch.save(context.state_dict(), f"{root}/context-rank{rank}.pt")
     dist.barrier()
     del context, prepared, wrappers, inner
-    context, prepared, wrappers = _sharded_run(info, cell, plans, form=form, clip=clip, inf_at=inf_at)
+    context, prepared, wrappers = _sharded_run(info, cell, plans, clip=clip)
     inner = [wrapper.optimizer for wrapper in wrappers]
     state = sharded_state(prepared, inner)
     dcp_load(state, checkpoint_id=f"{root}/sharded")
@@ -533,9 +528,7 @@ def step_after_unsynced_backward(info: ImplementationInfo[Any], cell: Cell, *, m
     Returns the closing ``step()``'s exception type name (``None`` if it returned), the gathered parameters before
     and after it, and the wrapper's ``last_outcome`` before and after it.
     """
-    context, prepared, wrappers = _sharded_run(
-        info, cell, [{"module": module, "optimizer": "sgd"}], form="toggle", clip=None, inf_at=None
-    )
+    context, prepared, wrappers = _sharded_run(info, cell, [{"module": module, "optimizer": "sgd"}], clip=None)
     model, wrapper = prepared[0], wrappers[0]
     device, dtype = cell_device(cell), cell_dtype(cell)
     data = rank_batches(dist.get_rank())
