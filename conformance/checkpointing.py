@@ -156,8 +156,9 @@ A follows the schedule of ``accumulate_grad_batches=2``: windows {0, 1}, {2, 3},
 after batch 0, 3 or 4 holds a growth tracker of 1, which decides whether the scale grows after iteration 1 or 5.
 """
 
-PAIR_SCALES = [2.0**8] * 4 + [2.0**9] * 8 + [2.0**10] * 2
-"""Under 16-mixed, the loss scale of every backward pass (A's, then B's, per batch): worked by hand."""
+PAIR_SCALES = [2.0**7] * 4 + [2.0**8] * 8 + [2.0**9] * 2
+"""Under 16-mixed, the factor of every backward pass (A's, then B's, per batch), worked by hand: the loss scale
+(``2**8``, growing to ``2**9`` and ``2**10``) over ``accumulate_grad_batches=2`` [AMP-007]."""
 
 
 def build_pair(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, list[Any]]:

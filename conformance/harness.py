@@ -101,11 +101,14 @@ def cell_dtype(cell: Cell) -> torch.dtype:
 
 
 def oracle_autocast(cell: Cell) -> AbstractContextManager[None]:
-    """The plain ``torch.autocast`` an oracle runs its forward pass under, per the cell's precision."""
+    """The plain ``torch.autocast`` an oracle runs its forward pass under, per the cell's precision.
+
+    With the weight cache off, as Lightning opens it: a forward after a step sees the new parameters [PREC-004].
+    """
     dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(cell.precision)
     if dtype is None:
         return nullcontext()
-    return torch.autocast(device_type=cell_device(cell).type, dtype=dtype)
+    return torch.autocast(device_type=cell_device(cell).type, dtype=dtype, cache_enabled=False)
 
 
 def oracle_step_done(cell: Cell) -> None:

@@ -12,6 +12,7 @@ import copy
 from collections.abc import Sequence
 
 import torch
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
     Batch,
@@ -24,7 +25,14 @@ from lightning_optimizer.conformance.harness import (
 )
 from lightning_optimizer.spec import Cell, StepOutcome
 
-__all__ = ["WindowOracle", "expected_outcomes", "oracle_copy", "oracle_mean_steps"]
+__all__ = [
+    "WindowOracle",
+    "expected_outcomes",
+    "oracle_copy",
+    "oracle_mean_steps",
+    "recipe_backward",
+    "recipe_window_mean",
+]
 
 
 def oracle_copy(model: torch.nn.Module, cell: Cell) -> torch.nn.Module:
@@ -32,11 +40,56 @@ def oracle_copy(model: torch.nn.Module, cell: Cell) -> torch.nn.Module:
     return copy.deepcopy(model).to(device=cell_device(cell), dtype=cell_dtype(cell))
 
 
+def recipe_backward(
+    loss: torch.Tensor,
+    scaler: GradScaler | None,
+    accumulate_grad_batches: int = 1,
+    *,
+    scales: list[float] | None = None,
+) -> None:
+    """A micro-step's backward as torch's AMP recipe runs it: under 16-mixed ``scaler.scale(loss / N)`` [AMP-007].
+
+    Call it outside the forward's autocast region, where the recipe runs backward passes [BWD-002]. ``scales``
+    receives the factor the loss is backpropagated by (the gradient reaching it), under 16-mixed only: what the
+    checks record of an implementation's backward the same way.
+    """
+    if scales is not None and scaler is not None:
+        loss.register_hook(lambda grad: scales.append(float(grad)))
+    if scaler is None:
+        loss.backward()
+    else:
+        scaler.scale(loss / accumulate_grad_batches).backward()
+
+
+def recipe_window_mean(
+    params: Sequence[torch.Tensor], window_length: int, scaler: GradScaler | None, accumulate_grad_batches: int = 1
+) -> None:
+    """The window's mean [ACC-001] from the sum that :func:`recipe_backward` accumulated.
+
+    Under 16-mixed each micro-step was divided by ``accumulate_grad_batches`` already: the sum is multiplied by
+    ``N / window_length``; otherwise it is divided by ``window_length``.
+    """
+    divided_by = 1 if scaler is None else accumulate_grad_batches
+    if window_length == divided_by:
+        return
+    with torch.no_grad():
+        for param in params:
+            if param.grad is not None:
+                if divided_by == 1:
+                    param.grad /= window_length
+                else:
+                    param.grad *= divided_by / window_length
+
+
 class WindowOracle:
     """A model and a bare optimizer, trained one window of micro-batches at a time."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cell: Cell) -> None:
+    def __init__(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cell: Cell, accumulate_grad_batches: int = 1
+    ) -> None:
         self.model, self.optimizer, self.cell = model, optimizer, cell
+        self.accumulate_grad_batches = accumulate_grad_batches
+        """The recipe's divisor of each 16-mixed loss (the implementation's ``accumulate_grad_batches``)."""
         self.scaler = oracle_scaler(cell)
         self.stepped: list[bool] = []
         """For each window so far: whether it stepped (``False``: 16-mixed skipped it, the scale backed off)."""
@@ -44,7 +97,8 @@ class WindowOracle:
     def train_windows(self, batches: Sequence[Batch], windows: Sequence[Sequence[int]]) -> None:
         """One optimizer step per window, on the mean of the window's micro-batch gradients.
 
-        Under 16-mixed each loss is scaled; the mean is unscaled once, stepped, and the scaler updated once.
+        Under 16-mixed each loss is scaled as the recipe does (:func:`recipe_backward`); the mean is unscaled once,
+        stepped, and the scaler updated once.
         """
         device, dtype = cell_device(self.cell), cell_dtype(self.cell)
         for window in windows:
@@ -52,11 +106,8 @@ class WindowOracle:
             for batch_idx in window:
                 with oracle_autocast(self.cell):
                     loss = mse(self.model, batches[batch_idx], device, dtype)
-                (loss if self.scaler is None else self.scaler.scale(loss)).backward()
-            with torch.no_grad():
-                for param in self.model.parameters():
-                    if param.grad is not None:
-                        param.grad /= len(window)
+                recipe_backward(loss, self.scaler, self.accumulate_grad_batches)
+            recipe_window_mean(list(self.model.parameters()), len(window), self.scaler, self.accumulate_grad_batches)
             if self.scaler is None:
                 self.optimizer.step()
                 self.stepped.append(True)

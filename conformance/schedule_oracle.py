@@ -398,7 +398,8 @@ class ScheduleOracle:
         self.last_outcomes: list[StepOutcome | None] = [None] * len(self.optimizers)
         """Each optimizer's last call's outcome."""
         self.scales: list[float] = []
-        """The loss scale of every backward pass so far (1.0 without a scaler)."""
+        """The factor of every backward pass so far: the gradient reaching its loss (1.0 without a scaler, the scale
+        over ``accumulate_grad_batches`` with one)."""
         self.facts: set[tuple[str, str]] = set()
         """What the schedule exercised, as ``(dimension, value)`` pairs of ``dimensions.DIMENSIONS``."""
         self._stepped = False
@@ -490,10 +491,17 @@ class ScheduleOracle:
         params = _optimizer_params(optimizer)
         window = self.pending[index] + 1
         self._record_real_step(position, call, window)
+        # The window's mean [ACC-001]: its sum over the window's length, or under 16-mixed, whose micro-steps were
+        # divided by accumulate_grad_batches already, that sum times accumulate_grad_batches / length [AMP-007].
+        divided_by = 1 if self.scaler is None else self.schedule.accumulate_grad_batches
         with torch.no_grad():
             for param in params:
-                if param.grad is not None:
+                if param.grad is None or window == divided_by:
+                    continue
+                if divided_by == 1:
                     param.grad /= window
+                else:
+                    param.grad *= divided_by / window
         finite = True
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
@@ -569,12 +577,12 @@ class ScheduleOracle:
                 loss = schedule_loss(
                     self.model, call.optimizer, self.batches[position.index], self.cell, non_finite=call.non_finite
                 )
+            loss.register_hook(lambda grad: self.scales.append(float(grad)))  # the factor it is backpropagated by
             if self.scaler is None:
-                self.scales.append(1.0)
                 loss.backward()
             else:
-                self.scales.append(self.scaler.get_scale())
-                self.scaler.scale(loss).backward()
+                # The recipe's scaled backward: each micro-step's loss divided by accumulate_grad_batches [AMP-007].
+                self.scaler.scale(loss / self.schedule.accumulate_grad_batches).backward()
         finally:
             for param in others:
                 param.requires_grad_(True)

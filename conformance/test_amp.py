@@ -29,7 +29,13 @@ from lightning_optimizer.conformance.harness import (
     run_steps,
     tolerance_for,
 )
-from lightning_optimizer.conformance.oracles import WindowOracle, expected_outcomes, oracle_copy
+from lightning_optimizer.conformance.oracles import (
+    WindowOracle,
+    expected_outcomes,
+    oracle_copy,
+    recipe_backward,
+    recipe_window_mean,
+)
 from lightning_optimizer.conformance.outcomes import not_applicable
 from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
 
@@ -215,7 +221,7 @@ def test_accumulation_over_four_micro_batches(make_context: MakeContext, cell: C
     oracle_model = oracle_copy(base, cell)
     model = context.prepare_module(base)
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
-    oracle = WindowOracle(oracle_model, torch.optim.SGD(oracle_model.parameters(), lr=0.1, momentum=0.9), cell)
+    oracle = WindowOracle(oracle_model, torch.optim.SGD(oracle_model.parameters(), lr=0.1, momentum=0.9), cell, 4)
     batches = make_batches(12)
     outcomes = run_steps(context, model, wrapper, batches, cell)
     oracle.train_windows(batches, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]])
@@ -482,14 +488,6 @@ def _grads(params: Iterable[torch.Tensor]) -> list[torch.Tensor | None]:
     return [None if param.grad is None else param.grad.detach().clone() for param in params]
 
 
-def _divide_grads(params: Iterable[torch.Tensor], window_length: int) -> None:
-    """The window's mean: every present gradient divided by the window's length, in place."""
-    with torch.no_grad():
-        for param in params:
-            if param.grad is not None:
-                param.grad.div_(window_length)
-
-
 def _rescale_grads(params: Iterable[torch.Tensor], factor: float) -> None:
     """An open window brought to a new loss scale: every present gradient multiplied by ``factor``, in place."""
     with torch.no_grad():
@@ -535,21 +533,28 @@ def _snapshot(into: list[list[torch.Tensor | None]]) -> PrepareHook:
     return record
 
 
-def _scaled_backward(scaler: GradScaler | None, loss: torch.Tensor) -> None:
-    (loss if scaler is None else scaler.scale(loss)).backward()
+def _scaled_backward(
+    scaler: GradScaler | None, loss: torch.Tensor, accumulate: int, scales: list[float] | None = None
+) -> None:
+    """The recipe's backward of a micro-step: ``scaler.scale(loss / accumulate)`` under 16-mixed [AMP-007]."""
+    recipe_backward(loss, scaler, accumulate, scales=scales)
 
 
 def _oracle_real_step(
     optimizer: torch.optim.Optimizer,
     window_length: int,
     scaler: GradScaler | None,
+    accumulate: int,
     *,
     clip: ClipFunction | None = None,
     after_prepare: PrepareHook | None = None,
 ) -> None:
-    """The documented loop's real step: divide by the window's length, ``unscale_``, clip, (inspect), step, zero."""
+    """The documented loop's real step: the window's mean, ``unscale_``, clip, (inspect), step, zero.
+
+    The mean of what :func:`_scaled_backward` summed: under 16-mixed times ``accumulate / window_length``.
+    """
     params = _params_of(optimizer)
-    _divide_grads(params, window_length)
+    recipe_window_mean(params, window_length, scaler, accumulate)
     if scaler is not None:
         scaler.unscale_(optimizer)
     if clip is not None:
@@ -582,18 +587,23 @@ def _oracle_windows(
     windows: list[list[int]],
     scaler: GradScaler | None,
     *,
+    accumulate: int,
     factor: float,
     clip: ClipFunction | None = None,
     after_prepare: PrepareHook | None = None,
     blow_up: frozenset[int] = frozenset(),
 ) -> list[bool]:
-    """One optimizer, one real step per window; returns whether each window stepped (16-mixed: no back-off)."""
+    """One optimizer, one real step per window; returns whether each window stepped (16-mixed: no back-off).
+
+    ``accumulate`` is the implementation's ``accumulate_grad_batches``: the recipe divides each 16-mixed loss by it.
+    """
     stepped = []
     for window in windows:
         for batch_idx in window:
-            _scaled_backward(scaler, _oracle_loss(model, batches[batch_idx], cell, batch_idx in blow_up, factor))
+            loss = _oracle_loss(model, batches[batch_idx], cell, batch_idx in blow_up, factor)
+            _scaled_backward(scaler, loss, accumulate)
         scale = None if scaler is None else scaler.get_scale()
-        _oracle_real_step(optimizer, len(window), scaler, clip=clip, after_prepare=after_prepare)
+        _oracle_real_step(optimizer, len(window), scaler, accumulate, clip=clip, after_prepare=after_prepare)
         _oracle_update(scaler, ())
         stepped.append(scaler is None or scaler.get_scale() >= cast(float, scale))
         oracle_step_done(cell)
@@ -643,6 +653,7 @@ def test_configured_clipping_over_windows(make_context: MakeContext, cell: Cell,
         batches,
         CLIP_WINDOWS,
         _plain_scaler(cell, SMALL_SCALE),
+        accumulate=3,
         factor=CLIPPED_LOSS_FACTOR,
         clip=_clipper(algorithm, CLIP_VALUE),
     )
@@ -714,11 +725,11 @@ def test_configured_clipping_spans_groups_and_spares_other_windows(make_context:
                 _assert_grads_unchanged(
                     model.b.parameters(), b_before, f"batch {batch_idx}: B's open window across A's clipped step"
                 )
-        _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, factor=CLIPPED_LOSS_FACTOR))
+        _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, factor=CLIPPED_LOSS_FACTOR), 1)
         if b_closes:
-            _oracle_real_step(oracle_b, len(batches), scaler, clip=clip)
-        _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=CLIPPED_LOSS_FACTOR))
-        _oracle_real_step(oracle_a, 1, scaler, clip=clip)
+            _oracle_real_step(oracle_b, len(batches), scaler, 1, clip=clip)
+        _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=CLIPPED_LOSS_FACTOR), 1)
+        _oracle_real_step(oracle_a, 1, scaler, 1, clip=clip)
         _oracle_update(scaler, () if b_closes else oracle.b.parameters())
         oracle_step_done(cell)
     want = [(None, A), (S, A), (S, A), (S, A), (S, S), (S, S)]
@@ -765,6 +776,7 @@ def test_unscale_gradients_over_windows(make_context: MakeContext, cell: Cell) -
         batches,
         UNSCALE_WINDOWS,
         _plain_scaler(cell, SMALL_SCALE),
+        accumulate=3,
         factor=CLIPPED_LOSS_FACTOR,
         after_prepare=inspect_then_clip,
     )
@@ -842,10 +854,10 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
             opt_b.backward(_loss(context, model.b, batch, cell, factor=CLIPPED_LOSS_FACTOR))
             opt_b.step(make_optimizer_step=b_closes[batch_idx])
             outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
-            _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, factor=CLIPPED_LOSS_FACTOR))
+            _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, factor=CLIPPED_LOSS_FACTOR), 1)
             b_length += 1
             if b_closes[batch_idx]:
-                _oracle_real_step(oracle_b, b_length, scaler, clip=clip)
+                _oracle_real_step(oracle_b, b_length, scaler, 1, clip=clip)
                 b_length = 0
             b_before = _grads(model.b.parameters()) if b_length else None
             loss_a = partial(_loss, context, model.a, batch, cell, factor=CLIPPED_LOSS_FACTOR)
@@ -871,11 +883,11 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
                 _assert_grads_unchanged(
                     model.b.parameters(), b_before, f"batch {batch_idx}: B's open window after A's step"
                 )
-            _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=CLIPPED_LOSS_FACTOR))
+            _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=CLIPPED_LOSS_FACTOR), 1)
             a_length += 1
             if a_closes[batch_idx]:
                 want: list[list[torch.Tensor | None]] = []
-                _oracle_real_step(oracle_a, a_length, scaler, clip=clip, after_prepare=_snapshot(want))
+                _oracle_real_step(oracle_a, a_length, scaler, 1, clip=clip, after_prepare=_snapshot(want))
                 form = "backward, then" if batch_idx == 1 else "in the closure of"
                 _assert_grads_close(
                     prepared[0],
@@ -931,8 +943,8 @@ def test_open_window_across_scale_growth_and_back_off(make_context: MakeContext,
     A (closure form, accumulating by the schedule of three, closed by True in batch 3) is idle in batch 2: its window
     of three stays open across the growth after batch 0, the back-off after batch 1 and the growth after batch 2 (in
     which it took no micro-step). B and C backpropagate, then step, every batch; B's loss is infinite in batch 1.
-    The scale each backward used (the gradient reaching the loss) follows the oracle's ``get_scale()``: one update
-    per iteration after every optimizer that stepped, growing when none overflowed.
+    The factor of each backward (the gradient reaching the loss) is the oracle's: its scale, updated once per
+    iteration after every optimizer that stepped and growing when none overflowed, over ``accumulate_grad_batches``.
     """
     context = make_context(accumulate_grad_batches=3, grad_scaler=GROWING)
     model = context.prepare_module(_Thirds())
@@ -971,17 +983,16 @@ def test_open_window_across_scale_growth_and_back_off(make_context: MakeContext,
             outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
             last[2] = S
             want_outcomes.append(tuple(last))
-        expected_scales += [scaler.get_scale()] * (2 if a_idle else 3)
         if not a_idle:
-            _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=GROWTH_LOSS_FACTOR))
+            _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=GROWTH_LOSS_FACTOR), 3, expected_scales)
             a_length += 1
-        _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, blow_up, GROWTH_LOSS_FACTOR))
-        _scaled_backward(scaler, _oracle_loss(oracle.c, batch, cell, factor=GROWTH_LOSS_FACTOR))
+        _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, blow_up, GROWTH_LOSS_FACTOR), 3, expected_scales)
+        _scaled_backward(scaler, _oracle_loss(oracle.c, batch, cell, factor=GROWTH_LOSS_FACTOR), 3, expected_scales)
         if a_closes:
-            _oracle_real_step(oracle_a, a_length, scaler)
+            _oracle_real_step(oracle_a, a_length, scaler, 3)
             a_length = 0
-        _oracle_real_step(oracle_b, 1, scaler)
-        _oracle_real_step(oracle_c, 1, scaler)
+        _oracle_real_step(oracle_b, 1, scaler, 3)
+        _oracle_real_step(oracle_c, 1, scaler, 3)
         _oracle_update(scaler, oracle.a.parameters() if a_length else ())
         oracle_step_done(cell)
     assert outcomes == want_outcomes, f"(A, B, C) outcomes after each call were {outcomes}, expected {want_outcomes}"
@@ -989,7 +1000,7 @@ def test_open_window_across_scale_growth_and_back_off(make_context: MakeContext,
     assert scales == expected_scales, (
         f"the loss scales of the backward passes (A, B, C per batch; A idle in batch 2) were {scales}, expected "
         f"the plain GradScaler's {expected_scales} ({GROWING}: one update per iteration, growth after each "
-        "without an overflow)"
+        "without an overflow; each loss divided by accumulate_grad_batches=3 first, AMP-007)"
     )
     assert_params_close(model.a, oracle.a, cell, "A: a window of three open across growth, back-off and growth")
     assert_params_close(model.b, oracle.b, cell, "B: steps every batch, skipped in batch 1")
@@ -1081,6 +1092,7 @@ def test_skip_with_fused_and_foreach_adam(make_context: MakeContext, cell: Cell,
             batches,
             [indices],
             scaler,
+            accumulate=window,
             factor=LOSS_FACTOR,
             after_prepare=after_prepare,
             blow_up=frozenset({0}),
@@ -1154,6 +1166,7 @@ def test_skipped_fused_step_does_not_make_a_scheduler_warn(
         [batch],
         [[0]],
         oracle_scaler(cell),
+        accumulate=1,
         factor=LOSS_FACTOR,
         blow_up=frozenset({0}),
     )
@@ -1195,7 +1208,9 @@ def test_bf16_mixed_windows_are_unscaled_and_never_skip(make_context: MakeContex
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9))
     batches = make_batches(6)
     oracle_optimizer = torch.optim.SGD(oracle_model.parameters(), lr=0.5, momentum=0.9)
-    _oracle_windows(cell, oracle_model, oracle_optimizer, batches, [[0, 1, 2]], None, factor=CLIPPED_LOSS_FACTOR)
+    _oracle_windows(
+        cell, oracle_model, oracle_optimizer, batches, [[0, 1, 2]], None, accumulate=3, factor=CLIPPED_LOSS_FACTOR
+    )
     seen: list[torch.Tensor] = []
     outcomes = []
     before: list[torch.Tensor] = []
@@ -1278,11 +1293,11 @@ def _assert_params_match(actual: torch.nn.Module, expected: torch.nn.Module, cel
 class _OutsideBatchOracle:
     """The plain loop outside any ``batch()``: bare SGD per part, one plain ``GradScaler``, the rules by hand.
 
-    A call that closes its window divides the window's summed gradients by its length (its micro-steps and this
-    one), ``unscale_`` (unless ``unscale_gradients()`` prepared it), ``step``, ``zero_grad``. Then, unless another
-    window is prepared, the scaler updates [AMP-003]; when the scale changed, every gradient still held (windows
-    with micro-steps, backward passes whose step has not come) is multiplied by new / old [AMP-006]. A prepared
-    window postpones the update to right after its own real step.
+    Each backward is the recipe's ``scaler.scale(loss / accumulate)`` [AMP-007]. A call that closes its window
+    takes the window's mean (its micro-steps and this one), ``unscale_`` (unless ``unscale_gradients()`` prepared
+    it), ``step``, ``zero_grad``. Then, unless another window is prepared, the scaler updates [AMP-003]; when the
+    scale changed, every gradient still held (windows with micro-steps, backward passes whose step has not come) is
+    multiplied by new / old [AMP-006]. A prepared window postpones the update to right after its own real step.
     """
 
     def __init__(
@@ -1297,7 +1312,7 @@ class _OutsideBatchOracle:
         """The parts whose backward pass has run, and whose ``step()`` has not come yet."""
         self.last_outcomes: list[StepOutcome | None] = [None] * len(parts)
         self.scales: list[float] = []
-        """The loss scale of every backward pass, probes included."""
+        """The factor of every backward pass (the gradient reaching its loss), probes included."""
         self.facts: set[str] = set()
         """What the scale changes met: ``grown``, ``backed off``, ``micro-steps``, ``a backward not stepped``."""
 
@@ -1307,15 +1322,17 @@ class _OutsideBatchOracle:
         return self.pending[index] + 1 >= self.accumulate
 
     def backward(self, index: int, batch: Any, blow_up: bool) -> None:
-        self.scales.append(self.scaler.get_scale())
-        self.scaler.scale(_oracle_loss(self.parts[index], batch, self.cell, blow_up)).backward()
+        loss = _oracle_loss(self.parts[index], batch, self.cell, blow_up)
+        recipe_backward(loss, self.scaler, self.accumulate, scales=self.scales)
         self.unstepped.add(index)
 
     def probe(self) -> None:
-        self.scales.append(self.scaler.get_scale())
+        """The factor a probe loss is backpropagated by now, measured as the check measures the implementation's."""
+        leaf = torch.zeros((), device=cell_device(self.cell), requires_grad=True)
+        recipe_backward(leaf * 1.0, self.scaler, self.accumulate, scales=self.scales)
 
     def prepare(self, index: int) -> None:
-        _divide_grads(self.parts[index].parameters(), self.pending[index] + 1)
+        recipe_window_mean(list(self.parts[index].parameters()), self.pending[index] + 1, self.scaler, self.accumulate)
         self.scaler.unscale_(self.optimizers[index])
         self.prepared.add(index)
 
@@ -1335,7 +1352,7 @@ class _OutsideBatchOracle:
             return A
         optimizer, params = self.optimizers[index], list(self.parts[index].parameters())
         if index not in self.prepared:
-            _divide_grads(params, self.pending[index] + 1)
+            recipe_window_mean(params, self.pending[index] + 1, self.scaler, self.accumulate)
             self.scaler.unscale_(optimizer)
         finite = all(bool(torch.isfinite(param.grad).all()) for param in params if param.grad is not None)
         self.scaler.step(optimizer)
@@ -1556,7 +1573,12 @@ def _divisor_case(make_context: MakeContext, cell: Cell, closing: str, length: i
             )
         assert len(got) == 1, f"{case}, window {window_idx}: the closing closure ran {len(got)} times, not once"
         oracle_args = (cell, oracle_model, oracle_optimizer, batches, [window], scaler)
-        _oracle_windows(*oracle_args, factor=CLIPPED_LOSS_FACTOR, after_prepare=partial(inspect_then_clip, want))
+        _oracle_windows(
+            *oracle_args,
+            accumulate=accumulate,
+            factor=CLIPPED_LOSS_FACTOR,
+            after_prepare=partial(inspect_then_clip, want),
+        )
         _assert_grads_match(
             got[0],
             want[window_idx],

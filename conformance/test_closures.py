@@ -143,7 +143,7 @@ def test_a_real_step_hands_the_inner_optimizer_the_closure(
         if closes:
             windows.append(window)
             window = []
-    oracle = WindowOracle(oracle_model, torch.optim.SGD(oracle_model.parameters(), lr=0.1, momentum=0.9), cell)
+    oracle = WindowOracle(oracle_model, torch.optim.SGD(oracle_model.parameters(), lr=0.1, momentum=0.9), cell, 2)
     oracle.train_windows(batches, windows)
     assert_params_close(model, oracle_model, cell, "SGD stepped through step(closure)")
     taken = sum(oracle.stepped)

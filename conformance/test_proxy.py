@@ -277,7 +277,7 @@ def test_added_group_keeps_its_hyper_parameters(make_context: MakeContext, cell:
     outcomes = run_steps(context, model, wrapper, batches, cell, lambda i: True if i == 0 else None)
     oracle_optimizer = _first_layer_optimizer(kind, oracle_model)
     oracle_optimizer.add_param_group({"params": list(oracle_model.parameters())[2:], **hyper})
-    oracle = WindowOracle(oracle_model, oracle_optimizer, cell)
+    oracle = WindowOracle(oracle_model, oracle_optimizer, cell, 2)
     if oracle.scaler is not None:
         oracle.scaler = GradScaler(cell_device(cell).type, **SMALL_SCALE.as_kwargs())
     oracle.train_windows(batches, [[0], [1], [2, 3], [4]])  # True at 0, then windows of 2 and the flushed last

@@ -47,7 +47,9 @@ def _setup(
         context,
         model,
         wrapper,
-        WindowOracle(reference_model, torch.optim.SGD(reference_model.parameters(), **hyper), cell),
+        WindowOracle(
+            reference_model, torch.optim.SGD(reference_model.parameters(), **hyper), cell, accumulate_grad_batches
+        ),
     )
 
 
@@ -375,9 +377,11 @@ def _settings_scaler(cell: Cell) -> GradScaler | None:
     return GradScaler(cell_device(cell).type, **SCALER_SETTINGS.as_kwargs())
 
 
-def _settings_oracle(cell: Cell, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> WindowOracle:
+def _settings_oracle(
+    cell: Cell, model: torch.nn.Module, optimizer: torch.optim.Optimizer, accumulate_grad_batches: int
+) -> WindowOracle:
     """A :class:`WindowOracle` whose 16-mixed scaler has :data:`SCALER_SETTINGS`."""
-    oracle = WindowOracle(model, optimizer, cell)
+    oracle = WindowOracle(model, optimizer, cell, accumulate_grad_batches)
     oracle.scaler = _settings_scaler(cell)
     return oracle
 
@@ -546,7 +550,7 @@ def test_kwargs_and_result_with_gradients(make_context: MakeContext, cell: Cell)
     inner = _RecordingSGD(model.parameters(), lr=0.1, momentum=0.9)
     wrapper = context.wrap(inner)
     oracle = _settings_oracle(
-        cell, reference_model, torch.optim.SGD(reference_model.parameters(), lr=0.1, momentum=0.9)
+        cell, reference_model, torch.optim.SGD(reference_model.parameters(), lr=0.1, momentum=0.9), 2
     )
     batches = make_batches(6)
     device, dtype = cell_device(cell), cell_dtype(cell)
@@ -607,7 +611,7 @@ def test_closure_runs_once_in_the_autocast_region(make_context: MakeContext, cel
     model = context.prepare_module(base)
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
     oracle = _settings_oracle(
-        cell, reference_model, torch.optim.SGD(reference_model.parameters(), lr=0.1, momentum=0.9)
+        cell, reference_model, torch.optim.SGD(reference_model.parameters(), lr=0.1, momentum=0.9), 2
     )
     batches = make_batches(4)
     device, dtype = cell_device(cell), cell_dtype(cell)

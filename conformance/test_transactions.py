@@ -38,7 +38,13 @@ from lightning_optimizer.conformance.harness import (
     refuses,
     run_steps,
 )
-from lightning_optimizer.conformance.oracles import expected_outcomes, oracle_copy, oracle_mean_steps
+from lightning_optimizer.conformance.oracles import (
+    expected_outcomes,
+    oracle_copy,
+    oracle_mean_steps,
+    recipe_backward,
+    recipe_window_mean,
+)
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -323,6 +329,7 @@ def _oracle_windows(
     windows: Sequence[Sequence[int]],
     clip: float | None,
     settings: GradScalerSettings,
+    accumulate_grad_batches: int,
 ) -> tuple[list[float], list[bool]]:
     """One step per window on its mean, unscaled, clipped; the scale of each backward pass and which windows stepped."""
     device, dtype = cell_device(cell), cell_dtype(cell)
@@ -333,15 +340,8 @@ def _oracle_windows(
         for batch_idx in window:
             with oracle_autocast(cell):
                 loss = mse(model, batches[batch_idx], device, dtype) * LOSS_FACTOR
-            if scaler is None:
-                loss.backward()
-            else:
-                scales.append(scaler.get_scale())
-                scaler.scale(loss).backward()
-        with torch.no_grad():
-            for param in model.parameters():
-                if param.grad is not None:
-                    param.grad /= len(window)
+            recipe_backward(loss, scaler, accumulate_grad_batches, scales=scales)
+        recipe_window_mean(list(model.parameters()), len(window), scaler, accumulate_grad_batches)
         if scaler is not None:
             scaler.unscale_(optimizer)
         if clip is not None:
@@ -467,7 +467,7 @@ def test_failed_inner_step_leaves_the_window(
 
     oracle_optimizer = plain_class(oracle_model.parameters(), **hyper)
     want_scales, stepped = _oracle_windows(
-        cell, oracle_model, oracle_optimizer, batches, plan.windows, plan.clip, GROWING
+        cell, oracle_model, oracle_optimizer, batches, plan.windows, plan.clip, GROWING, plan.accumulate
     )
     want_outcomes = expected_outcomes(plan.outcomes, stepped)
     assert outcomes == want_outcomes, f"the calls took {outcomes}, expected {want_outcomes} ({scenario})"

@@ -48,7 +48,7 @@ from lightning_optimizer.conformance.harness import (
     refuses,
     tolerance_for,
 )
-from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.conformance.oracles import oracle_copy, recipe_backward, recipe_window_mean
 from lightning_optimizer.conformance.outcomes import not_applicable, unavailable
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, OptimizerWrapper, TrainingContext
 
@@ -277,10 +277,11 @@ def _oracle(
 ) -> list[list[torch.Tensor]]:
     """Plain PyTorch on the XLA device: the parameters first, then after each window's step.
 
-    Each window's gradient is the mean of its micro-batch gradients, reduced over the ``world`` shown (a sum over
-    the one real replica, scaled by ``1 / world``): so divided by the window's length and by ``world``, then
-    (16-mixed) unscaled, (when asked) clipped by norm, stepped, and the graph cut. ``reduction`` moves the division
-    by ``world`` after the clipping, or drops it: the oracles of two wrong implementations, for the error message.
+    Each window's gradient is the mean of its micro-batch gradients (16-mixed: each loss scaled as the recipe's
+    ``scaler.scale(loss / N)``), reduced over the ``world`` shown (a sum over the one real replica, scaled by
+    ``1 / world``): so the window's mean divided by ``world``, then (16-mixed) unscaled, (when asked) clipped by
+    norm, stepped, and the graph cut. ``reduction`` moves the division by ``world`` after the clipping, or drops
+    it: the oracles of two wrong implementations, for the error message.
     """
     device, dtype = cell_device(cell), cell_dtype(cell)
     batches = make_batches(epoch.batch_count)
@@ -299,11 +300,8 @@ def _oracle(
         for batch_idx in window:
             with oracle_autocast(cell):
                 loss = mse(model, batches[batch_idx], device, dtype)
-            (loss if scaler is None else scaler.scale(loss)).backward()
-        with torch.no_grad():
-            for param in model.parameters():
-                if param.grad is not None:
-                    param.grad /= len(window)
+            recipe_backward(loss, scaler, epoch.accumulate_grad_batches)
+        recipe_window_mean(list(model.parameters()), len(window), scaler, epoch.accumulate_grad_batches)
         if reduction == "before clipping":
             reduce()
         if scaler is not None:

@@ -46,11 +46,19 @@ def closes_window(
     return pending + 1 >= accumulate_grad_batches
 
 
-def normalise_window(params: Iterable[torch.Tensor], window_length: int) -> None:
-    """Turn the summed gradients of a window of ``window_length`` micro-steps into their mean, in place."""
-    if window_length == 1:
-        return  # the common case, every step without accumulation: nothing to do, not even enter no_grad
+def normalise_window(params: Iterable[torch.Tensor], window_length: int, *, divided_by: int = 1) -> None:
+    """Turn the gradients of a window of ``window_length`` micro-steps into their mean, in place.
+
+    The gradients are the micro-steps' sum, each divided by ``divided_by`` already (16-mixed divides each loss by
+    ``accumulate_grad_batches``, as the recipe does): a full window of that length is its mean as it stands, a
+    shorter or longer one is multiplied by ``divided_by / window_length``.
+    """
+    if window_length == divided_by:
+        return  # the common case, every full window (every step without accumulation): nothing to do
     with torch.no_grad():
         for param in params:
             if param.grad is not None:
-                param.grad.div_(window_length)
+                if divided_by == 1:
+                    param.grad.div_(window_length)
+                else:
+                    param.grad.mul_(divided_by / window_length)

@@ -2,15 +2,19 @@
 
 The context holds one :class:`LossScaling`: :class:`GradScaling` under 16-mixed, :class:`NoLossScaling` in every
 other precision, so it never branches on the precision. Every call receives the inner optimizer (the scaler keys
-its state by the optimizer's identity). Gradients are unscaled once per real step; the scaler is updated once per
-training iteration, after every optimizer that stepped in it; a window still open when the scale changes is
-rescaled to the new scale. The reads of GradScaler's private fields are in :mod:`.torch_compat`.
+its state by the optimizer's identity). A backward propagates the recipe's ``scaler.scale(loss / N)`` for windows of
+``N = accumulate_grad_batches`` [AMP-007], and one that wrote gradients without going through it inside a step's
+closure is refused [AMP-008]. Gradients are unscaled once per real step; the scaler is updated once per training
+iteration, after every optimizer that stepped in it; a window still open when the scale changes is rescaled to the
+new scale. The reads of GradScaler's private fields are in :mod:`.torch_compat`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -20,6 +24,8 @@ from lightning_optimizer.reference import torch_compat
 from lightning_optimizer.reference.precision import PrecisionPlugin
 
 __all__ = ["GradScaling", "LossScaling", "NoLossScaling", "check_grad_scaler", "loss_scaling"]
+
+_NOTHING = nullcontext()
 
 _SCALER_KEYS = {"scale": float, "growth_factor": float, "backoff_factor": float, "growth_interval": int}
 
@@ -39,9 +45,21 @@ class LossScaling:
         """The ``GradScaler``, where there is one."""
         return None
 
-    def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        """The loss to backpropagate."""
+    def scale(self, loss: torch.Tensor, window: int) -> torch.Tensor:
+        """The loss to backpropagate in a window of ``window`` micro-steps (``accumulate_grad_batches``)."""
         return loss
+
+    def window_divisor(self, window: int) -> int:
+        """What :meth:`scale` divided each micro-step's loss by: the window's sum is its mean times this."""
+        return 1
+
+    def backward(self) -> AbstractContextManager[None]:
+        """Around autograd of a loss that :meth:`scale` made (the wrappers' and the framework's backward)."""
+        return _NOTHING
+
+    def watch(self, tensors: Sequence[torch.Tensor]) -> AbstractContextManager[None]:
+        """Around a step's closure: refuse, when it returns, a backward into ``tensors`` that :meth:`scale` missed."""
+        return _NOTHING
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
         """Unscale the optimizer's gradients, unless that was done already in this iteration."""
@@ -82,16 +100,29 @@ class GradScaling(LossScaling):
     def __init__(self, scaler: GradScaler) -> None:
         self._scaler = scaler
         self._stepped_since_update = False
+        self._backwards = _RunningBackwards()
 
     @property
     def scaler(self) -> GradScaler:
         """The context's ``GradScaler``."""
         return self._scaler
 
-    def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        """The loss multiplied by the current scale."""
-        scaled: torch.Tensor = self._scaler.scale(loss)
+    def scale(self, loss: torch.Tensor, window: int) -> torch.Tensor:
+        """The recipe's ``scaler.scale(loss / window)``: no closer to float16's range than the recipe [AMP-007]."""
+        scaled: torch.Tensor = self._scaler.scale(loss if window == 1 else loss / window)
         return scaled
+
+    def window_divisor(self, window: int) -> int:
+        """Each micro-step's loss was divided by the window's nominal length ``window``."""
+        return window
+
+    def backward(self) -> AbstractContextManager[None]:
+        """Mark autograd as running on a scaled loss: what :meth:`watch` lets through."""
+        return self._backwards
+
+    def watch(self, tensors: Sequence[torch.Tensor]) -> AbstractContextManager[None]:
+        """Watch the gradients a closure writes into ``tensors``: each must come from a scaled backward [AMP-008]."""
+        return _UnscaledBackwardGuard(self._backwards, tensors)
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
         """Unscale the optimizer's gradients once per iteration (not again after the user's unscale)."""
@@ -186,7 +217,58 @@ class GradScaling(LossScaling):
         device, enabled = state.pop("device"), state.pop("enabled")
         self._scaler = GradScaler(device, enabled=enabled)
         self._stepped_since_update = False
+        self._backwards = _RunningBackwards()
         self.load_state_dict(state)
+
+
+class _RunningBackwards(AbstractContextManager[None]):
+    """How many backwards of a scaled loss are running (reentrant: a backward hook may run one of its own)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __enter__(self) -> None:
+        self.count += 1
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.count -= 1
+
+
+class _UnscaledBackwardGuard(AbstractContextManager[None]):
+    """Around a 16-mixed closure: a gradient that autograd accumulates while no scaled backward runs is refused.
+
+    The gradients tell: a post-accumulate-grad hook on each watched tensor sees every backward that writes to it,
+    whatever the closure called (``loss.backward()``, ``torch.autograd.backward``); ``torch.autograd.grad`` writes
+    none and is not refused.
+    """
+
+    def __init__(self, backwards: _RunningBackwards, tensors: Sequence[torch.Tensor]) -> None:
+        self._backwards = backwards
+        self._tensors = tensors
+        self._unscaled = False
+
+    def _accumulated(self, tensor: torch.Tensor) -> None:
+        if not self._backwards.count:
+            self._unscaled = True
+
+    def __enter__(self) -> None:
+        self._handles = [
+            t.register_post_accumulate_grad_hook(self._accumulated) for t in self._tensors if t.requires_grad
+        ]
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        for handle in self._handles:
+            handle.remove()
+        if exc_type is None and self._unscaled:
+            raise RuntimeError(
+                "under 16-mixed the closure ran a backward that did not go through the wrapper (loss.backward() or "
+                "torch.autograd.backward): its gradients are not scaled, and unscaling would divide them by the loss "
+                "scale. Call opt.backward(loss) in the closure instead"
+            )
 
 
 def check_grad_scaler(scaler: object, device: torch.device) -> GradScaler:

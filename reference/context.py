@@ -33,7 +33,7 @@ from lightning_optimizer.reference.distributed import (
 )
 from lightning_optimizer.reference.fsdp import fsdp_modules, gather_for_load, unsharded_by_param, unsynced_gradients
 from lightning_optimizer.reference.hooks import Hooks
-from lightning_optimizer.reference.precision import PrecisionPlugin, resolve_precision
+from lightning_optimizer.reference.precision import PrecisionPlugin, outside_autocast, resolve_precision
 from lightning_optimizer.reference.toggling import only_these_require_grad
 from lightning_optimizer.reference.window import StepCall, Window, WindowStage
 from lightning_optimizer.reference.wrapper import WrappedOptimizer, wrapper_class
@@ -45,7 +45,7 @@ __all__ = ["TrainingContext"]
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
 
-_STATE_FORMAT = 4
+_STATE_FORMAT = 5
 _NOTHING_TO_TOGGLE = nullcontext()
 """The toggle of the only optimizer (no other parameters to switch off); ``nullcontext`` is reusable."""
 
@@ -394,8 +394,8 @@ class TrainingContext:
             self._scaling.forget(slot.optimizer)
 
     def _normalise_window(self, slot: Window) -> None:
-        if slot.pending:  # a window of one micro-step is its own mean
-            normalise_window(slot.params(), slot.pending + 1)
+        # Under 16-mixed each micro-step's loss was divided by accumulate_grad_batches already [AMP-007].
+        normalise_window(slot.params(), slot.pending + 1, divided_by=self._window_divisor())
 
     def _prepare_gradients(self, slot: Window) -> None:
         """Once per window, before its real step: mean, cross-replica reduction, unscaling, clipping."""
@@ -491,21 +491,25 @@ class TrainingContext:
             self._end_iteration()
 
     def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        with self._toggle(index, sync_grad=sync_grad), self.autocast():
+        watch = (
+            self._scaling.watch(self._window_tensors(self._slots[index])) if self._scaling.changes_gradients else None
+        )
+        with self._toggle(index, sync_grad=sync_grad), watch or _NOTHING_TO_TOGGLE, self.autocast():
             return closure()
 
     # -- what the wrappers call besides step ------------------------------------------------------------
 
     def _wrapper_backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """A wrapper's ``backward``: between the registered backward hooks, once its checks pass [HOOK-001]."""
+        """A wrapper's ``backward``: outside autocast [BWD-002], between the backward hooks once its checks pass."""
         hooks = self._hooks
-        if not hooks.before_backward and not hooks.after_backward:
+        with outside_autocast(self._device.torch_device):
+            if not hooks.before_backward and not hooks.after_backward:
+                self._backward(loss, *args, **kwargs)
+                return
+            self._check_backward(loss)
+            hooks.run_backward(hooks.before_backward, wrapper, loss)
             self._backward(loss, *args, **kwargs)
-            return
-        self._check_backward(loss)
-        hooks.run_backward(hooks.before_backward, wrapper, loss)
-        self._backward(loss, *args, **kwargs)
-        hooks.run_backward(hooks.after_backward, wrapper, loss)
+            hooks.run_backward(hooks.after_backward, wrapper, loss)
 
     def _check_backward(self, loss: object) -> None:
         if not isinstance(loss, torch.Tensor):
@@ -519,8 +523,22 @@ class TrainingContext:
 
     def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         self._check_backward(loss)
-        backward: Callable[..., None] = self._scaling.scale(loss).backward
-        backward(*args, **kwargs)
+        backward: Callable[..., None] = self._scaled_loss(loss).backward
+        with self._scaling.backward():
+            backward(*args, **kwargs)
+
+    def _scaled_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """What a backward of this context propagates: under 16-mixed ``scaler.scale(loss / N)`` [AMP-007]."""
+        return self._scaling.scale(loss, self._accumulate_grad_batches)
+
+    @contextmanager
+    def _framework_backward(self, *, leave_autocast: bool) -> Iterator[None]:
+        """Around a framework's own backward of a :meth:`_scaled_loss` (Lightning's ``strategy.backward``).
+
+        It counts as a scaled backward [AMP-008]; ``leave_autocast`` runs it outside autocast [BWD-002].
+        """
+        with outside_autocast(self.device) if leave_autocast else nullcontext(), self._scaling.backward():
+            yield
 
     def _any_prepared(self) -> bool:
         for slot in self._slots:  # noqa: SIM110 (a plain loop: it runs on every backward, a generator costs more)
@@ -658,6 +676,7 @@ class TrainingContext:
             "format": _STATE_FORMAT,
             "precision": self.precision,
             "world_size": distributed_world_size(),
+            "window_divisor": self._window_divisor(),
             "scaler": self._scaling.state_dict(),
             "optimizers": [
                 {"pending": slot.pending, "steps": slot.steps, "shapes": [list(p.shape) for p in slot.params()]}
@@ -735,6 +754,7 @@ class TrainingContext:
             )
         self._scaling.check_state(state_dict.get("scaler"))
         self._check_world_size(state_dict)
+        self._check_window_divisor(state_dict)
         entries = state_dict.get("optimizers")
         if not isinstance(entries, list) or len(entries) != len(self._slots):
             count = len(entries) if isinstance(entries, list) else "no"
@@ -762,6 +782,24 @@ class TrainingContext:
                 f"the state was saved at world size {saved} with a window open; this run has {now} ranks. Each rank's "
                 f"part of an open window is its own batches' gradient: resume at world size {saved}, or save after "
                 "a real step closed every window"
+            )
+
+    def _window_divisor(self) -> int:
+        """What each micro-step's loss is divided by before its backward: N under 16-mixed [AMP-007], else 1."""
+        return self._scaling.window_divisor(self._accumulate_grad_batches)
+
+    def _check_window_divisor(self, state_dict: dict[str, Any]) -> None:
+        """Refuse open windows whose gradients carry another loss divisor (16-mixed, another N) [AMP-007]."""
+        saved, now = state_dict.get("window_divisor"), self._window_divisor()
+        if not isinstance(saved, int) or isinstance(saved, bool) or saved < 1:
+            raise ValueError(f"the state's window_divisor must be a positive int, got {saved!r}")
+        entries = state_dict.get("optimizers")
+        open_window = isinstance(entries, list) and any(isinstance(e, dict) and e.get("pending") for e in entries)
+        if saved != now and open_window:
+            raise ValueError(
+                f"the state was saved with a window open whose 16-mixed losses were divided by "
+                f"accumulate_grad_batches={saved}; this context divides by {now}: resume with "
+                f"accumulate_grad_batches={saved}, or save after a real step closed every window"
             )
 
     def _check_layout(self, index: int, params: list[torch.Tensor], entry: dict[str, Any]) -> None:

@@ -188,15 +188,12 @@ class ReferencePrecision(Precision):
 
         Under automatic optimization the loss is the training step's own (:attr:`step_loss`): Lightning divides it
         by ``accumulate_grad_batches`` first, and the reference takes the window's mean itself, by the window's
-        real length (also when the epoch's last window is shorter).
+        real length (also when the epoch's last window is shorter). Under 16-mixed the scaled loss is the recipe's
+        ``scaler.scale(loss / N)`` either way (AMP-007).
         """
         step_loss, self.step_loss = self.step_loss, None
         tensor = super().pre_backward(tensor if step_loss is None else step_loss, module)
-        scaler = None if self.context is None else self.context.scaler
-        if scaler is None:
-            return tensor
-        scaled: torch.Tensor = scaler.scale(tensor)
-        return scaled
+        return tensor if self.context is None else self.context._scaled_loss(tensor)
 
     def backward(  # type: ignore[override]
         self,
@@ -622,6 +619,22 @@ class _ReferenceStrategy(Strategy):
         """A failed fit: close the open ``batch`` block."""
         self._integration.end_batch()
         super().on_exception(exception)
+
+    def backward(
+        self, closure_loss: torch.Tensor, optimizer: torch.optim.Optimizer | None, *args: Any, **kwargs: Any
+    ) -> torch.Tensor:
+        """Lightning's backward (``manual_backward``, the automatic closure's), where Lightning runs it [BWD-002].
+
+        Automatic optimization: outside autocast, as Lightning's loop runs it after ``training_step`` (the reference
+        evaluates the closure inside the context's autocast region). Manual optimization: where ``training_step``
+        calls ``manual_backward``, inside Lightning's forward region, as plain Lightning runs it; the wrappers'
+        ``opt.backward(loss)`` leaves it. Either way it is a scaled backward for the 16-mixed closure check.
+        """
+        context = self._integration.plugin.context
+        if context is None:
+            return super().backward(closure_loss, optimizer, *args, **kwargs)
+        with context._framework_backward(leave_autocast=self._integration.automatic):
+            return super().backward(closure_loss, optimizer, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Lightning's training step, inside one ``TrainingContext.batch`` block under manual optimization.

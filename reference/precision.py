@@ -1,4 +1,9 @@
-"""Precision: how each precision casts the module and runs the forward pass (loss scaling is in ``amp``)."""
+"""Precision: how each precision casts the module, and where forward and backward passes run relative to autocast.
+
+Autocast as torch's AMP recipe and Lightning use it: the region's weight cache off, so that a forward after a real
+step in the same region casts the new parameters [PREC-004], and every backward of the context outside the region
+[BWD-002]. Loss scaling is in :mod:`.amp`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import torch
 
 from lightning_optimizer.spec.types import PRECISIONS, Precision
 
-__all__ = ["SUPPORTED_PRECISIONS", "PrecisionPlugin", "resolve_precision"]
+__all__ = ["SUPPORTED_PRECISIONS", "PrecisionPlugin", "outside_autocast", "resolve_precision"]
 
 
 _NO_AUTOCAST = nullcontext()
@@ -30,10 +35,14 @@ class PrecisionPlugin:
         return module.to(dtype=self.param_dtype)
 
     def autocast(self, device: torch.device) -> AbstractContextManager[None]:
-        """The forward-pass region: autocast to the mixed dtype, or nothing for a true precision."""
+        """The forward-pass region: autocast to the mixed dtype, or nothing for a true precision.
+
+        Its weight cache is off (``cache_enabled=False``): with it on, autocast casts each parameter once per region
+        and a forward after a real step in the same region would use the parameters before that step [PREC-004].
+        """
         if self.autocast_dtype is None:
             return _NO_AUTOCAST
-        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
+        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype, cache_enabled=False)
 
     def check_parameter(self, param: torch.Tensor) -> None:
         """Refuse a floating-point parameter that is not in the parameter dtype."""
@@ -43,6 +52,17 @@ class PrecisionPlugin:
                 f"{param.dtype} parameter: call context.prepare_module(model) before building the optimizer on "
                 "its parameters"
             )
+
+
+def outside_autocast(device: torch.device) -> AbstractContextManager[None]:
+    """Where a backward runs: autocast disabled on ``device`` if a region (anyone's) enabled it there [BWD-002].
+
+    torch's AMP recipe runs backward passes outside autocast (their ops would otherwise be autocast too, e.g. the
+    backward of a float32 block that the forward ran with autocast disabled). Outside any region this costs one check.
+    """
+    if torch.is_autocast_enabled(device.type):
+        return torch.autocast(device_type=device.type, enabled=False)
+    return _NO_AUTOCAST
 
 
 _PLUGINS: dict[str, PrecisionPlugin] = {

@@ -70,6 +70,15 @@ class TrainingContext(Protocol):
         [PREC-003] bf16-mixed: forward passes run under bfloat16 autocast; no loss scaler, never a skipped
         step.
 
+        [PREC-004] The context's autocast region (``autocast()``, and the region a closure runs in) casts the
+        parameters anew for every forward: a forward that runs after a real step inside the same region (a GAN
+        iteration that steps the generator before the discriminator's forward, a loop that opens one region around
+        a whole iteration or epoch) sees the parameters that step produced, in every precision and on every device,
+        as ``torch.autocast(..., cache_enabled=False)`` does and Lightning opens it.
+
+        Rationale: autocast's weight cache keeps one cast of each parameter per region; a region that outlives a
+        step would run the next forward on the weights before that step.
+
         [AMP-001] 16-mixed: forward passes run under float16 autocast and ``torch.amp.GradScaler`` scales the
         loss, on every device including CPU; every scaler call receives the inner optimizer.
 
@@ -97,6 +106,30 @@ class TrainingContext(Protocol):
         accumulated, or a backward whose step has not come yet), those gradients are rescaled to the new scale,
         so its real step still applies their true mean (no optimizer unscales gradients by a scale they were
         not made with).
+
+        [AMP-007] 16-mixed: each backward through the context propagates the standard recipe's scaled loss,
+        ``scaler.scale(loss / N)`` with ``N = accumulate_grad_batches`` (Lightning's automatic loop, torch's AMP
+        examples), so a micro-step is no closer to float16's range than the recipe's: the windows that the recipe
+        applies are applied, those it skips are skipped, and the scale grows and backs off as the recipe's does.
+        The real step still applies the window's mean (ACC-001): a window of ``k`` micro-steps (full, cut short by
+        ``make_optimizer_step=True``, flushed by the epoch's last batch, or made longer by
+        ``make_optimizer_step=False``) applies its unscaled sum times ``N / k``. ``N`` is the context's setting, as
+        the recipe's divisor is, because a window's length is not known before it closes; a state taken with a
+        window open therefore loads only into a context with the same ``accumulate_grad_batches`` (CKPT-003).
+
+        Rationale: a wrapper that divides only at the step keeps each micro-step ``N`` times closer to overflow
+        than the recipe, and skips windows that the recipe applies.
+
+        [AMP-008] 16-mixed: a ``step()`` whose closure ran a backward that wrote gradients of the wrapper's
+        parameters without a wrapper's ``backward`` (``loss.backward()``, ``torch.autograd.backward``: the loss not
+        scaled) raises ``RuntimeError`` naming ``opt.backward(loss)`` once the closure returns, before the step
+        applies anything; the call fails as a raising closure does (CLOS-003). It is told from the gradients
+        (what autograd accumulated into them), not from what the closure returns or calls: a closure that ran a
+        wrapper's backward and also an unscaled one is refused; ``torch.autograd.grad``, which writes no gradient,
+        is not.
+
+        Rationale: unscaling would divide such gradients by the loss scale, and the step would apply them 65536
+        times too small with nothing said.
 
     Clipping
         [CTX-002] ``gradient_clip_val`` is ``None`` or a finite positive number; ``nan``, ``inf``, ``0`` or a
@@ -165,7 +198,8 @@ class TrainingContext(Protocol):
 
         [CKPT-003] ``load_state_dict`` rejects a state for another layout (other optimizers, other parameter
         shapes), or a malformed one (any entry of the wrong kind, the loss scaler's included), with ``ValueError``
-        before changing anything.
+        before changing anything; so is, under 16-mixed, a state taken with a window open at another
+        ``accumulate_grad_batches`` (its gradients carry that divisor, AMP-007).
 
         [CKPT-004] A state taken inside ``batch()`` after a real step, before the block ends, holds the
         iteration's pending loss-scaler update (that an optimizer stepped, and whether its gradients were
@@ -180,8 +214,8 @@ class TrainingContext(Protocol):
     that does not claim it may refuse ``register_hooks`` with ``NotImplementedError``)
         [HOOK-001] ``before_backward(wrapper, loss)`` runs in each ``backward(loss)`` of a wrapper of the context,
         after the call's checks and before autograd, with the loss as passed (unscaled); ``after_backward(wrapper,
-        loss)`` right after autograd returns, the gradients as the backward left them (scaled under 16-mixed).
-        A refused ``backward()`` runs neither.
+        loss)`` right after autograd returns, the gradients as the backward left them (scaled under 16-mixed, AMP-007).
+        A refused ``backward()`` runs neither. Both run outside autocast, as autograd does (BWD-002).
 
         [HOOK-002] ``before_optimizer_step(wrapper)`` runs once per real step, after the window's preparation
         (mean, reduction, unscaling, clipping) and before the inner optimizer's step: the gradients it sees are

@@ -133,8 +133,9 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         [ZERO-001] After a real step (taken or skipped), the gradients of the wrapper's parameters are
         ``None``.
 
-        [CLOS-001] The closure runs exactly once per call, inside the autocast region of the context, except
-        that on a real step the inner optimizer may evaluate it again, as often as it needs (CLOS-005).
+        [CLOS-001] The closure runs exactly once per call, inside the autocast region of the context (a wrapper's
+        ``backward`` in it leaves the region, BWD-002), except that on a real step the inner optimizer may evaluate
+        it again, as often as it needs (CLOS-005).
 
         [CLOS-002] An optimizer that evaluates closures itself (torch's LBFGS, or one that declares it with a
         true ``evaluates_closure`` attribute) works in 64-true and 32-true; asking one to accumulate is refused
@@ -189,7 +190,16 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
 
         [BWD-001] Equivalent to ``loss.backward(*args, **kwargs)`` (``gradient``, ``retain_graph``,
         ``create_graph`` and ``inputs`` are forwarded) except that under 16-mixed the loss is scaled by the
-        context's loss scaler first.
+        context's loss scaler first (AMP-007).
+
+        [BWD-002] Autograd, and the backward hooks around it (HOOK-001), run with autocast disabled on the
+        context's device, wherever ``backward`` is called: in a closure (which runs inside the context's autocast
+        region, CLOS-001), inside ``context.autocast()`` (a GAN iteration in one region), or inside a region the
+        user opened; the forward passes stay where the user ran them. The gradients are then those of torch's
+        recipe, which runs backward passes outside autocast. A plain ``loss.backward()`` runs where it is called.
+
+        Rationale: under autocast the backward's own ops are autocast too; the backward of a float32 block (one
+        the forward ran with autocast disabled, or a create_graph backward) then computes in the low precision.
         """
         ...
 

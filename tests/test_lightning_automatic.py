@@ -27,6 +27,7 @@ from pytorch_lightning.callbacks import GradientAccumulationScheduler
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, TOLERANCES, make_model
+from lightning_optimizer.conformance.oracles import recipe_backward, recipe_window_mean
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.lightning import (
     ReferenceSingleDeviceStrategy,
@@ -142,13 +143,18 @@ class Plain:
 def plain_loop(
     precision: Precision,
     epoch_windows: Sequence[Sequence[Window]],
+    accumulate: Sequence[int],
     *,
     clip: float | None = None,
     clip_algorithm: str = "norm",
     scaler_settings: GradScalerSettings | None = None,
     optimizer_kind: str = "sgd",
 ) -> Plain:
-    """One step per window on the window's mean gradient (unscaled, then clipped), the scheduler after each step."""
+    """One step per window on the window's mean gradient (unscaled, then clipped), the scheduler after each step.
+
+    ``accumulate`` is each epoch's ``accumulate_grad_batches``: under 16-mixed each loss is the recipe's
+    ``scaler.scale(loss / N)`` (AMP-007).
+    """
     data = regression_data()
     batches = [(data.tensors[0][i : i + 4], data.tensors[1][i : i + 4]) for i in range(0, len(data), 4)]
     model = make_model(seed=0)
@@ -166,17 +172,14 @@ def plain_loop(
     plain = Plain(model)
     applied: list[int] = []
     optimizer.register_step_post_hook(lambda *_: applied.append(1))
-    for windows in epoch_windows:
+    for windows, every in zip(epoch_windows, accumulate, strict=True):
         for window in windows:
             for batch_idx in window:
                 x, y = batches[batch_idx]
                 with oracle_autocast(precision):
                     loss = torch.nn.functional.mse_loss(model(x).to(y.dtype), y)
-                (loss if scaler is None else scaler.scale(loss)).backward()
-            with torch.no_grad():
-                for param in model.parameters():
-                    assert param.grad is not None
-                    param.grad /= len(window)
+                recipe_backward(loss, scaler, every)
+            recipe_window_mean(list(model.parameters()), len(window), scaler, every)
             if scaler is not None:
                 scaler.unscale_(optimizer)
             plain.grads.append([p.grad.detach().clone() for p in model.parameters() if p.grad is not None])
@@ -259,6 +262,7 @@ def test_automatic_optimization_matches_a_plain_loop(
     plain = plain_loop(
         precision,
         epoch_windows,
+        [accumulate] * EPOCHS,
         clip=clip,
         clip_algorithm=algorithm,
         scaler_settings=scaler,
@@ -295,7 +299,7 @@ def test_default_optimizer_step_and_the_hooks_of_each_batch(tmp_path: Path) -> N
     model = AutomaticRegressor(override=False)
     trainer = reference_trainer(tmp_path, "32-true", max_epochs=1, accumulate_grad_batches=3)
     fit(trainer, model)
-    plain = plain_loop("32-true", [WINDOWS_OF[3]])
+    plain = plain_loop("32-true", [WINDOWS_OF[3]], [3])
     assert_params_close(model.net, plain.model, TOLERANCES["32-true"], "Lightning's own optimizer_step")
 
     expected: list[str] = []
@@ -316,7 +320,7 @@ def test_gradient_accumulation_scheduler_changes_the_windows_per_epoch(tmp_path:
     trainer = reference_trainer(tmp_path, "32-true", callbacks=[GradientAccumulationScheduler({0: 2, 1: 4})])
     fit(trainer, model)
     epoch_windows = [WINDOWS_OF[2], WINDOWS_OF[4]]
-    plain = plain_loop("32-true", epoch_windows)
+    plain = plain_loop("32-true", epoch_windows, [2, 4])
     assert_params_close(model.net, plain.model, TOLERANCES["32-true"], "GradientAccumulationScheduler")
     assert model.outcomes == expected_outcomes(epoch_windows, plain.stepped)
     assert trainer.global_step == len(WINDOWS_OF[2]) + len(WINDOWS_OF[4])
@@ -348,7 +352,7 @@ def test_configure_gradient_clipping_clips_the_unscaled_mean_once_per_step(tmp_p
         accumulate_grad_batches=2,
     )
     fit(trainer, model)
-    plain = plain_loop("16-mixed", [WINDOWS_OF[2]], clip=0.01, clip_algorithm="value", scaler_settings=OVERFLOWING)
+    plain = plain_loop("16-mixed", [WINDOWS_OF[2]], [2], clip=0.01, clip_algorithm="value", scaler_settings=OVERFLOWING)
     assert_params_close(model.net, plain.model, TOLERANCES["16-mixed"], "configure_gradient_clipping")
     assert not all(plain.stepped)
     assert model.clipping == [("SGD", None, None)] * len(plain.stepped)
@@ -365,9 +369,10 @@ XLA_CASES = {
     "64-true": ("64-true", None),
     "bf16-true": ("bf16-true", None),
     "bf16-mixed": ("bf16-mixed", None),
-    # torch's scaler defaults: the first window overflows at 2**16 here. (Scalers with other factors in the same
-    # process were seen to update with the first one's factors on XLA; the checks elsewhere vary the factors.)
-    "16-mixed-skips": ("16-mixed", GradScalerSettings()),
+    # torch's scaler factors, a larger first scale: the first window overflows at 2**20 here, its micro-steps
+    # backpropagating scaler.scale(loss / 3). (Scalers with other factors in the same process were seen to update
+    # with the first one's factors on XLA; the checks elsewhere vary the factors.)
+    "16-mixed-skips": ("16-mixed", GradScalerSettings(init_scale=2.0**20)),
 }
 
 
@@ -404,7 +409,7 @@ def test_xla_through_the_trainer_matches_a_plain_loop(
     )
     assert isinstance(trainer.accelerator, ReferenceXLAAccelerator)
     fit(trainer, model)
-    plain = plain_loop(precision, [WINDOWS_OF[3]], clip=0.05, scaler_settings=scaler)
+    plain = plain_loop(precision, [WINDOWS_OF[3]], [3], clip=0.05, scaler_settings=scaler)
 
     assert set(devices) == {"xla"}
     if scaler is not None:

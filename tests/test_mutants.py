@@ -622,6 +622,91 @@ MUTANTS: dict[str, Entry] = {
         "CKPT-002",
         ["test_state_loaded_before_its_optimizers_are_wrapped_is_refused"],
     ),
+    # Contract 2026.12.5: mixed precision as torch's AMP recipe runs it (PREC-004, BWD-002, AMP-007, AMP-008); the
+    # half-fixes each pass the checks of the case they fixed. The last eight were written blind, from the spec text.
+    "autocast_weight_cache_on": ("PREC-004", ["test_gan_iteration_in_one_autocast_region"], BF16_MIXED),
+    "autocast_cache_cleared_at_batch_exit": ("PREC-004", ["test_gan_iteration_in_one_autocast_region"], BF16_MIXED),
+    "backward_under_autocast": (
+        "BWD-002",
+        ["test_backward_runs_outside_autocast", "test_backward_hooks_run_outside_autocast"],
+        BF16_MIXED,
+    ),
+    "backward_leaves_autocast_outside_steps_only": (
+        "BWD-002",
+        [
+            "test_backward_runs_outside_autocast[closure]",
+            "test_gan_iteration_in_one_autocast_region[closure-iteration]",
+        ],
+        BF16_MIXED,
+    ),
+    "backward_hooks_under_autocast": ("BWD-002", ["test_backward_hooks_run_outside_autocast"], BF16_MIXED),
+    "loss_divided_at_the_step_only": (
+        "AMP-007",
+        [
+            "test_windows_near_the_float16_range_follow_the_recipe[2]",
+            "test_windows_near_the_float16_range_follow_the_recipe[4]",
+            "test_generated_windows_near_the_float16_range",
+        ],
+        F16,
+    ),
+    "cut_short_window_applies_its_share": (
+        "AMP-007",
+        ["test_windows_near_the_float16_range_follow_the_recipe[3]", "test_generated_windows_near_the_float16_range"],
+        F16,
+    ),
+    "open_window_state_loads_at_another_divisor": (
+        "AMP-007",
+        ["test_open_window_state_of_another_divisor_is_refused"],
+        F16,
+    ),
+    "unscaled_backward_accepted": ("AMP-008", ["test_unscaled_backward_in_a_closure_is_refused"], F16),
+    "unscaled_backward_refused_on_real_steps_only": (
+        "AMP-008",
+        [
+            "test_unscaled_backward_in_a_closure_is_refused[loss.backward()-accumulating]",
+            "test_unscaled_backward_in_a_closure_is_refused[torch.autograd.backward-accumulating]",
+        ],
+        F16,
+    ),
+    "unscaled_backward_told_by_wrapper_calls": (
+        "AMP-008",
+        [
+            "test_unscaled_backward_in_a_closure_is_refused[wrapper.backward, then loss.backward()-closing]",
+            "test_unscaled_backward_in_a_closure_is_refused[loss.backward(), then wrapper.backward-accumulating]",
+        ],
+        F16,
+    ),
+    "closure_region_inherits_weight_cache": (
+        "PREC-004",
+        ["test_gan_iteration_in_one_autocast_region[closure-own-region]"],
+        BF16_MIXED,
+    ),
+    "bf16_mixed_keeps_weight_cache": ("PREC-004", ["test_gan_iteration_in_one_autocast_region"], BF16_MIXED),
+    "backward_checks_cuda_autocast_state": ("BWD-002", ["test_backward_runs_outside_autocast"], BF16_MIXED),
+    "backward_leaves_autocast_in_closures_only": (
+        "BWD-002",
+        ["test_backward_runs_outside_autocast[context-region]", "test_backward_runs_outside_autocast[own-region]"],
+        BF16_MIXED,
+    ),
+    "backward_leaves_autocast_in_mixed_precision_only": (
+        "BWD-002",
+        ["test_backward_runs_outside_autocast[own-region]"],
+    ),
+    "longer_window_not_renormalised": (
+        "AMP-007",
+        ["test_windows_near_the_float16_range_follow_the_recipe[2]", "test_generated_windows_near_the_float16_range"],
+        F16,
+    ),
+    "unscaled_backward_caught_by_patching_tensor_backward": (
+        "AMP-008",
+        ["test_unscaled_backward_in_a_closure_is_refused[torch.autograd.backward-closing]"],
+        F16,
+    ),
+    "autograd_grad_refused_as_unscaled": (
+        "AMP-008",
+        ["test_a_gradient_penalty_through_autograd_grad_is_not_refused[parameters]"],
+        F16,
+    ),
 }
 
 KNOWN_GAPS: dict[str, str] = {

@@ -66,6 +66,8 @@ class Context:
         self.restored_found_inf: bool | None = None
         """The found-inf of the steps of this iteration that a loaded state or a copy took before it was made."""
         self.stepping = False
+        self.scaled_backwards = 0
+        """How many wrapper backwards (loss scaled, AMP-007) are running now: gradients written meanwhile are scaled."""
         self.hooks: dict[int, dict[str, Callable[..., None]]] = {}
         """The registered hooks by registration, in order: each registration's callables by kind."""
 
@@ -258,6 +260,8 @@ class Context:
             "precision": self._precision,
             "scaler": None if self.scaler is None else self.scaler.state_dict(),
             "pending_update": self._pending_update(),
+            # Under 16-mixed an open window's gradients carry this divisor (AMP-007): it loads only where it is equal.
+            "accumulate_grad_batches": self._accumulate_grad_batches,
             "optimizers": [wrapper.window_state() for wrapper in self.wrappers],
         }
 
@@ -301,6 +305,17 @@ class Context:
         pending = state_dict.get("pending_update")
         if pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("found_inf"), bool)):
             raise ValueError(f"the state's pending loss-scaler update is malformed: {pending!r}")
+        saved_every = state_dict.get("accumulate_grad_batches")
+        if type(saved_every) is not int or saved_every < 1:
+            raise ValueError(f"the state's accumulate_grad_batches is malformed: {saved_every!r}")
+        if self.scaler is not None and saved_every != self._accumulate_grad_batches:
+            open_windows = [index for index, window in enumerate(windows) if _holds_gradients(window)]
+            if open_windows:
+                raise ValueError(
+                    f"the state was saved with accumulate_grad_batches={saved_every} and windows open (optimizers "
+                    f"{open_windows}): under 16-mixed their gradients are scaled by 1/{saved_every}, and this "
+                    f"context divides by {self._accumulate_grad_batches}; load it with the same setting"
+                )
         if self.scaler is not None:
             self.scaler.load_state_dict(state_dict["scaler"])
             self.scaler_stepped, self.found_inf = pending is not None, False
@@ -317,9 +332,15 @@ def _index(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _holds_gradients(window: dict[str, Any]) -> bool:
+    """Whether a saved window is open: micro-steps accumulated, or gradients of a backward not stepped yet."""
+    return window["micro_steps"] > 0 or any(grad is not None for grad in window["grads"])
+
+
 @contextmanager
 def _autocast(device_type: str, dtype: torch.dtype) -> Iterator[None]:
-    with torch.autocast(device_type=device_type, dtype=dtype):
+    # No weight cache: a forward after a real step in the same region casts the stepped parameters (PREC-004).
+    with torch.autocast(device_type=device_type, dtype=dtype, cache_enabled=False):
         yield
 
 

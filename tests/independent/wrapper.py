@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 import torch
@@ -208,14 +208,31 @@ class Wrapper(Generic[OptimizerT]):
         return result
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """``loss.backward(*args, **kwargs)``, the loss scaled first under 16-mixed."""
-        if any(wrapper._window.prepared for wrapper in self._context.wrappers):
+        """``loss.backward(*args, **kwargs)`` outside autocast, under 16-mixed of ``scaler.scale(loss / N)``."""
+        context = self._context
+        if any(wrapper._window.prepared for wrapper in context.wrappers):
             # It would add scaled gradients to a window whose gradients are averaged and unscaled already.
             raise RuntimeError("backward() after unscale_gradients(): take the step that closes that window first")
-        scaler = self._context.scaler
-        self._context.run_hooks("before_backward", self, loss)
-        (loss if scaler is None else scaler.scale(loss)).backward(*args, **kwargs)
-        self._context.run_hooks("after_backward", self, loss)
+        device_type = context.device.type
+        # Autograd and the hooks around it run as torch's recipe runs them: outside autocast, wherever this is called.
+        outside: AbstractContextManager[Any] = (
+            torch.autocast(device_type, enabled=False) if torch.is_autocast_enabled(device_type) else nullcontext()
+        )
+        with outside:
+            context.run_hooks("before_backward", self, loss)
+            scaler = context.scaler
+            if scaler is None:
+                loss.backward(*args, **kwargs)
+            else:
+                # The recipe's micro-step loss (AMP-007): divided by the window's nominal length, then scaled.
+                every = context.accumulate_grad_batches
+                scaled = scaler.scale(loss if every == 1 else loss / every)
+                context.scaled_backwards += 1
+                try:
+                    scaled.backward(*args, **kwargs)
+                finally:
+                    context.scaled_backwards -= 1
+            context.run_hooks("after_backward", self, loss)
 
     def unscale_gradients(self) -> None:
         """Make the open window's gradients what its real step will apply, so that the user can clip them."""
@@ -268,16 +285,50 @@ class Wrapper(Generic[OptimizerT]):
     def _run_closure(self, closure: Callable[[], T], closes: bool) -> T:
         object.__setattr__(self, "_closing", closes)
         try:
-            with self._region(sync=closes, autocast=True):
-                return closure()
+            with self._region(sync=closes, autocast=True), self._unscaled_writes() as unscaled:
+                result = closure()
+            if unscaled:
+                raise RuntimeError(
+                    f"under 16-mixed the closure's backward wrote gradients of {len(unscaled)} of this optimizer's "
+                    "parameters without the loss scaler (loss.backward() or torch.autograd.backward): the step would "
+                    "unscale gradients that were never scaled; call opt.backward(loss) in the closure instead"
+                )
+            return result
         finally:
             object.__setattr__(self, "_closing", None)
+
+    @contextmanager
+    def _unscaled_writes(self) -> Iterator[set[int]]:
+        """Under 16-mixed: the parameters whose gradients autograd accumulated outside any wrapper's backward."""
+        context = self._context
+        written: set[int] = set()
+        if context.scaler is None:
+            yield written
+            return
+
+        def accumulated(param: torch.Tensor) -> None:
+            if context.scaled_backwards == 0:
+                written.add(id(param))
+
+        watched = [p for p in self.parameters() if p.requires_grad and p.grad_fn is None]
+        handles = [param.register_post_accumulate_grad_hook(accumulated) for param in watched]
+        try:
+            yield written
+        finally:
+            for handle in handles:
+                handle.remove()
 
     def _prepare(self, micro_steps: int) -> None:
         """Window mean, reduction across XLA replicas, unscaling, clipping: once per real step."""
         context = self._context
         params = [p for p in self.parameters() if p.grad is not None]
-        if micro_steps > 1:
+        every = context.accumulate_grad_batches
+        if context.scaler is not None:
+            # Each backward divided its loss by N already (AMP-007): the sum times N / k is the window's mean.
+            if micro_steps != every:
+                for param in params:
+                    cast(torch.Tensor, param.grad).mul_(every / micro_steps)
+        elif micro_steps > 1:
             for param in params:
                 cast(torch.Tensor, param.grad).div_(micro_steps)
         if context.on_xla:

@@ -230,7 +230,7 @@ def run_gan(
 
 def oracle_autocast(precision: Precision) -> AbstractContextManager[Any]:
     dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
-    return nullcontext() if dtype is None else torch.autocast(device_type="cpu", dtype=dtype)
+    return nullcontext() if dtype is None else torch.autocast(device_type="cpu", dtype=dtype, cache_enabled=False)
 
 
 def assert_params_close(actual: torch.nn.Module, expected: torch.nn.Module, tolerance: Tolerance, what: str) -> None:

@@ -18,7 +18,8 @@ class Context(MutantContext):
     def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")
-        self._scaling.scale(loss).backward(*args, **kwargs)
+        with self._scaling.backward():
+            self._scaled_loss(loss).backward(*args, **kwargs)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

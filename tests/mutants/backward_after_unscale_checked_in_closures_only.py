@@ -21,7 +21,8 @@ class Context(MutantContext):
         call = self._call
         if call is not None and call.prepared:
             raise RuntimeError("backward() after unscale_gradients() in the closure of the closing step")
-        self._scaling.scale(loss).backward(*args, **kwargs)
+        with self._scaling.backward():
+            self._scaled_loss(loss).backward(*args, **kwargs)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -1,0 +1,625 @@
+"""Checks of 16-mixed as torch's AMP recipe runs it: headroom per micro-step, and no unscaled backward in a closure.
+
+AMP-007: each backward propagates the recipe's ``scaler.scale(loss / N)`` (``N = accumulate_grad_batches``), so a
+window near float16's range is applied or skipped as the recipe's, and the real step applies the window's mean
+whatever its length. The losses here are built from the oracle's current scale so that each micro-step's scaled
+backward lands at a chosen height: ``edge`` (0.6 of float16's largest value at the recipe's ``loss / N``: finite
+for the recipe, beyond float16 at ``N`` times that), ``low``, or ``over`` (beyond float16 even for the recipe, which
+skips the window and backs off). AMP-008: a closure's backward that did not go through the wrapper is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import pytest
+import torch
+from torch.amp.grad_scaler import GradScaler
+
+from lightning_optimizer.conformance.harness import (
+    assert_params_close,
+    assert_same_state,
+    cell_device,
+    oracle_autocast,
+    oracle_step_done,
+    refuses,
+)
+from lightning_optimizer.conformance.oracles import oracle_copy, recipe_backward, recipe_window_mean
+from lightning_optimizer.conformance.outcomes import unavailable
+from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
+
+try:
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+
+    HYPOTHESIS_MISSING: str | None = None
+except ImportError as exc:  # the suite's other checks run without it
+    HYPOTHESIS_MISSING = f"hypothesis is not installed ({exc}); pip install hypothesis"
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import DrawFn
+
+MakeContext = Callable[..., TrainingContext]
+A, S, SKIP = StepOutcome.ACCUMULATED, StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE
+FLOAT16_MAX = float(torch.finfo(torch.float16).max)
+EAGER = ("cpu", "cuda")
+
+Level = Literal["low", "edge", "over"]
+HEIGHTS: dict[Level, float] = {"low": 0.05, "edge": 0.6, "over": 1.5}
+"""How high each micro-step's scaled backward reaches at the recipe's ``loss / N``, as a fraction of float16's max."""
+
+
+# -- the plan of a run ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EdgeCall:
+    """One ``step()`` call: which wrapper, ``make_optimizer_step``, how high its backward reaches, in which form."""
+
+    wrapper: int
+    make_optimizer_step: bool | None
+    level: Level
+    form: Literal["closure", "backward"]
+
+
+@dataclass(frozen=True)
+class EdgePlan:
+    """A run: ``accumulate_grad_batches``, one or two wrappers, the scaler's settings, epochs of batches of calls."""
+
+    accumulate: int
+    wrappers: int
+    scaler: GradScalerSettings
+    epochs: tuple[tuple[tuple[EdgeCall, ...], ...], ...]
+
+    def __str__(self) -> str:
+        epochs = " | ".join(
+            " ".join(
+                ",".join(f"{'AB'[c.wrapper]}{_flag(c.make_optimizer_step)}{c.level[0]}{c.form[0]}" for c in batch)
+                or "-"
+                for batch in epoch
+            )
+            for epoch in self.epochs
+        )
+        scaler = f"init_scale=2**{int(self.scaler.init_scale).bit_length() - 1}, growth_interval="
+        return f"N={self.accumulate}, {self.wrappers} wrapper(s), {scaler}{self.scaler.growth_interval}: {epochs}"
+
+
+def _flag(value: bool | None) -> str:
+    return {None: "n", True: "T", False: "F"}[value]
+
+
+class _Parts(torch.nn.Module):
+    """One part per wrapper: two bias-free linear maps summed (two parameter groups), nothing shared."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(41)
+        self.parts = torch.nn.ModuleList(
+            torch.nn.ModuleDict(
+                {"first": torch.nn.Linear(4, 2, bias=False), "second": torch.nn.Linear(4, 2, bias=False)}
+            )
+            for _ in range(count)
+        )
+        with torch.no_grad():
+            for param in self.parameters():
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.3)
+
+    def forward_part(self, index: int, x: torch.Tensor) -> torch.Tensor:
+        part = self.parts[index]
+        assert isinstance(part, torch.nn.ModuleDict)
+        out: torch.Tensor = part["first"](x) + part["second"](x)
+        return out
+
+
+DIRECTION = (1.0, -1.0)
+"""The loss's gradient with respect to each output: every micro-batch row pushes the same height into float16."""
+
+
+def _inputs(count: int) -> list[torch.Tensor]:
+    """Small inputs: a gradient of height ``h`` at the outputs gives weight gradients of at most ``h / 2``."""
+    generator = torch.Generator().manual_seed(43)
+    return [(torch.rand(4, 4, generator=generator) - 0.5) * 0.25 for _ in range(count)]
+
+
+def _loss(model: _Parts, index: int, x: torch.Tensor, factor: float) -> torch.Tensor:
+    out = model.forward_part(index, x)
+    direction = torch.tensor(DIRECTION, device=out.device)
+    return (out.float() * direction).sum() * factor
+
+
+def _optimizer(model: _Parts, index: int) -> torch.optim.Optimizer:
+    part = model.parts[index]
+    assert isinstance(part, torch.nn.ModuleDict)
+    groups: list[dict[str, Any]] = [
+        {"params": list(part["first"].parameters())},
+        {"params": list(part["second"].parameters()), "lr": 2e-3},
+    ]
+    if index == 0:
+        return torch.optim.SGD(groups, lr=1e-3, momentum=0.9)
+    return torch.optim.Adam(groups, lr=1e-3)
+
+
+# -- the recipe, by hand ----------------------------------------------------------------------------------------
+
+
+class _Recipe:
+    """The plain loop: bare optimizers, ``torch.autocast`` (no weight cache), one ``GradScaler`` used as documented.
+
+    Each micro-step's backward is ``scaler.scale(loss / N)`` outside autocast; a real step takes the window's mean
+    (the sum times ``N / k`` for ``k`` micro-steps), unscales, steps (``scaler.step`` skips non-finite gradients),
+    and the scaler updates once per batch in which an optimizer stepped; windows still open then are rescaled.
+    """
+
+    def __init__(self, plan: EdgePlan, base: _Parts, cell: Cell) -> None:
+        self.plan, self.cell = plan, cell
+        model = oracle_copy(base, cell)
+        assert isinstance(model, _Parts)
+        self.model: _Parts = model
+        self.optimizers = [_optimizer(self.model, index) for index in range(plan.wrappers)]
+        self.scaler = GradScaler(cell_device(cell).type, **plan.scaler.as_kwargs())
+        self.pending = [0] * plan.wrappers
+        self.factors: list[float] = []
+        """The factor each backward propagated (the gradient reaching its loss)."""
+        self._stepped = False
+
+    def factor(self, level: Level) -> float:
+        """The loss factor that puts a micro-step's scaled backward at ``level`` under the current scale."""
+        return HEIGHTS[level] * FLOAT16_MAX * self.plan.accumulate / self.scaler.get_scale()
+
+    def call(self, call: EdgeCall, x: torch.Tensor, batch_idx: int, is_last: bool, factor: float) -> StepOutcome:
+        index, n = call.wrapper, self.plan.accumulate
+        with oracle_autocast(self.cell):
+            loss = _loss(self.model, index, x, factor)
+        recipe_backward(loss, self.scaler, n, scales=self.factors)
+        closes = call.make_optimizer_step
+        if closes is None:
+            closes = (batch_idx + 1) % n == 0 or is_last
+        if not closes:
+            self.pending[index] += 1
+            return A
+        optimizer = self.optimizers[index]
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        recipe_window_mean(params, self.pending[index] + 1, self.scaler, n)
+        self.scaler.unscale_(optimizer)
+        finite = all(bool(p.grad.isfinite().all()) for p in params if p.grad is not None)
+        self.scaler.step(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        oracle_step_done(self.cell)
+        self.pending[index] = 0
+        self._stepped = True
+        return S if finite else SKIP
+
+    def end_batch(self) -> None:
+        """The iteration's one update; the gradients of windows still open follow the scale."""
+        if not self._stepped:
+            return
+        self._stepped = False
+        old = self.scaler.get_scale()
+        self.scaler.update()
+        new = self.scaler.get_scale()
+        if new != old:
+            with torch.no_grad():
+                for param in self.model.parameters():
+                    if param.grad is not None:
+                        param.grad.mul_(new / old)
+
+
+def _run_edge_plan(make_context: MakeContext, cell: Cell, plan: EdgePlan) -> None:
+    """Drive ``plan`` through the implementation and the recipe side by side; compare after every call."""
+    base = _Parts(plan.wrappers)
+    recipe = _Recipe(plan, base, cell)
+    context = make_context(accumulate_grad_batches=plan.accumulate, grad_scaler=plan.scaler)
+    model = context.prepare_module(copy.deepcopy(base))
+    assert isinstance(model, _Parts)
+    wrappers = [context.wrap(_optimizer(model, index)) for index in range(plan.wrappers)]
+    device = cell_device(cell)
+    batches = max(len(epoch) for epoch in plan.epochs)
+    inputs = [x.to(device) for x in _inputs(batches)]
+    factors: list[float] = []
+    for epoch_idx, epoch in enumerate(plan.epochs):
+        for batch_idx, calls in enumerate(epoch):
+            is_last = batch_idx == len(epoch) - 1
+            x = inputs[batch_idx]
+            with context.batch(batch_idx, is_last=is_last):
+                for call in calls:
+                    factor = recipe.factor(call.level)
+                    wrapper = wrappers[call.wrapper]
+
+                    def loss_of(call: EdgeCall = call, factor: float = factor, x: torch.Tensor = x) -> torch.Tensor:
+                        with context.autocast():
+                            loss = _loss(model, call.wrapper, x, factor)
+                        loss.register_hook(lambda grad: factors.append(float(grad)))
+                        return loss
+
+                    if call.form == "closure":
+
+                        def closure(wrapper: Any = wrapper, loss_of: Callable[[], torch.Tensor] = loss_of) -> None:
+                            wrapper.backward(loss_of())
+
+                        wrapper.step(closure, make_optimizer_step=call.make_optimizer_step)
+                    else:
+                        wrapper.backward(loss_of())
+                        wrapper.step(make_optimizer_step=call.make_optimizer_step)
+                    want = recipe.call(call, x, batch_idx, is_last, factor)
+                    where = f"{plan}; epoch {epoch_idx}, batch {batch_idx}, {'AB'[call.wrapper]}'s {call.level} call"
+                    assert wrapper.last_outcome is want, (
+                        f"{where}: the call's outcome was {wrapper.last_outcome}, the recipe's {want} (AMP-007: each "
+                        "backward propagates scaler.scale(loss / accumulate_grad_batches), so a window the recipe "
+                        "applies is applied and one it skips is skipped)"
+                    )
+                    assert factors == recipe.factors, (
+                        f"{where}: the backward passes propagated their losses times {factors}, the recipe's "
+                        f"scaler.scale(loss / {plan.accumulate}) times {recipe.factors}"
+                    )
+            recipe.end_batch()
+            what = f"{plan}; after epoch {epoch_idx}, batch {batch_idx}"
+            assert_params_close(model, recipe.model, cell, f"{what} (AMP-007, ACC-001: each window's mean applied)")
+
+
+# -- the explicit plans: every window shape for N = 1 to 4 ---------------------------------------------------------
+
+
+def _call(wrapper: int, flag: bool | None, level: Level = "edge", form: str = "closure") -> EdgeCall:
+    return EdgeCall(wrapper, flag, level, "closure" if form == "closure" else "backward")
+
+
+def explicit_plan(accumulate: int) -> EdgePlan:
+    """Windows near the range for ``N = accumulate``: full, cut short, made longer, skipped, flushed; two wrappers.
+
+    Epoch 0 (``N + 3`` batches): A follows the schedule (a full window, then the epoch's last batches flush a
+    partial one), its micro-steps at the edge, one ``over`` in its second window (skipped by the recipe too; the
+    scale backs off while B's window is open). B cuts its first window short with True after one micro-step, then
+    keeps one open past the schedule with False and closes it with True (a window longer than N). Epoch 1: both in
+    the backward-then-step form, a window cut short and one flushed. Growth every two steps.
+    """
+    n = accumulate
+    epoch0: list[tuple[EdgeCall, ...]] = []
+    length0 = n + 3
+    for b in range(length0):
+        a_level: Level = "over" if b == n + 1 else "edge"
+        a = _call(0, None, a_level, "closure" if b % 2 == 0 else "backward")
+        if b == 0:
+            bee = _call(1, True)
+        elif b == length0 - 1:
+            bee = _call(1, True, "low")
+        else:
+            bee = _call(1, False, "edge", "backward" if b % 2 else "closure")
+        epoch0.append((a, bee) if b % 2 == 0 else (bee, a))
+    epoch1: list[tuple[EdgeCall, ...]] = []
+    length1 = max(2, n)
+    for b in range(length1):
+        a = _call(0, True if b == 0 else None, "edge", "backward")
+        bee = _call(1, None, "low" if b == 0 else "edge", "backward")
+        epoch1.append((a, bee))
+    return EdgePlan(
+        accumulate=n,
+        wrappers=2,
+        scaler=GradScalerSettings(init_scale=2.0**10, growth_interval=2),
+        epochs=(tuple(epoch0), tuple(epoch1)),
+    )
+
+
+AMP007_VARIES: dict[str, tuple[str, ...]] = {
+    "window": (
+        "1 micro-step",
+        "k >= 2 micro-steps",
+        "cut short by True",
+        "partial, flushed by the last batch",
+        "open while another optimizer steps",
+        "open across a scale change",
+    ),
+    "make_optimizer_step": ("True", "False", "None"),
+    "position": ("inside batch()",),
+    "wrappers": ("1", "2"),
+    "param_groups": ("2 with other hyper-parameters",),
+    "optimizer": ("SGD momentum", "Adam"),
+    "call_form": ("closure, wrapper.backward", "backward, then step()"),
+    "loss_scale": ("backed off", "grown", "settings given to the factory"),
+}
+
+
+@pytest.mark.requirement("AMP-007", "ACC-001", "AMP-004", "AMP-006", "STEP-004")
+@pytest.mark.cells(precisions=("16-mixed",))
+@pytest.mark.parametrize("accumulate", [1, 2, 3, 4])
+@pytest.mark.varies(**(AMP007_VARIES | {"wrappers": ("2",)}))
+def test_windows_near_the_float16_range_follow_the_recipe(
+    make_context: MakeContext, cell: Cell, accumulate: int
+) -> None:
+    """Windows of 1 to 4 near float16's range: applied, skipped and scaled as ``scaler.scale(loss / N)`` makes them.
+
+    One explicit plan per ``N`` (see :func:`explicit_plan`): every window shape, two wrappers with two parameter
+    groups each (SGD with momentum, Adam), both call forms, a back-off and growth. After every call the outcome and
+    the factors the backward passes propagated are the recipe's; after every batch, the parameters.
+    """
+    _run_edge_plan(make_context, cell, explicit_plan(accumulate))
+
+
+# -- generated plans --------------------------------------------------------------------------------------------
+
+
+GENERATED_PLANS = 25
+"""Generated plans per eager cell in a plain run (``--property-examples=N`` runs ``N``)."""
+
+
+def _draw_plan(draw: DrawFn) -> EdgePlan:
+    accumulate = draw(st.integers(1, 4))
+    wrappers = draw(st.integers(1, 2))
+    init_scale = draw(st.sampled_from([2.0**10, 2.0**16]))
+    growth_interval = draw(st.sampled_from([1, 3, 1000]))
+    levels: st.SearchStrategy[Level] = st.sampled_from(["edge", "edge", "edge", "low", "over"])
+    flags = st.sampled_from([None, None, None, True, False])
+    forms: st.SearchStrategy[Literal["closure", "backward"]] = st.sampled_from(["closure", "backward"])
+    epochs = []
+    for _ in range(draw(st.integers(1, 2))):
+        batches = []
+        for _ in range(draw(st.integers(1, 7))):
+            order = draw(st.permutations(list(range(wrappers))))
+            calls = tuple(
+                EdgeCall(index, draw(flags), draw(levels), draw(forms)) for index in order if draw(st.integers(0, 5))
+            )
+            batches.append(calls)
+        epochs.append(tuple(batches))
+    settings_ = GradScalerSettings(init_scale=init_scale, growth_interval=growth_interval)
+    return EdgePlan(accumulate, wrappers, settings_, tuple(epochs))
+
+
+@pytest.mark.requirement("AMP-007", "ACC-001", "AMP-004", "AMP-006", "STEP-004")
+@pytest.mark.cells(devices=EAGER, precisions=("16-mixed",))
+@pytest.mark.varies(**AMP007_VARIES)
+def test_generated_windows_near_the_float16_range(
+    make_context: MakeContext, cell: Cell, request: pytest.FixtureRequest
+) -> None:
+    """Generated plans: ``N`` of 1 to 4, one or two wrappers, any flags, heights, forms, scale growth and back-off."""
+    if HYPOTHESIS_MISSING is not None:
+        unavailable(HYPOTHESIS_MISSING)
+    requested = request.config.getoption("property_examples", default=None)
+
+    @settings(
+        max_examples=int(requested) if requested else GENERATED_PLANS,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=(Phase.generate,) + ((Phase.shrink,) if requested else ()),
+        report_multiple_bugs=False,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
+    @given(plan=st.composite(_draw_plan)())
+    def generated(plan: EdgePlan) -> None:
+        _run_edge_plan(make_context, cell, plan)
+
+    generated()
+
+
+# -- AMP-008: a closure's backward that missed the wrapper ----------------------------------------------------------
+
+
+UNSCALED_FORMS: dict[str, Callable[[Any, torch.Tensor, torch.Tensor], None]] = {
+    "loss.backward()": lambda wrapper, loss, other: loss.backward(),
+    "torch.autograd.backward": lambda wrapper, loss, other: torch.autograd.backward([loss]),
+    "wrapper.backward, then loss.backward()": lambda wrapper, loss, other: (
+        wrapper.backward(other),
+        loss.backward(),
+    )[0],
+    "loss.backward(), then wrapper.backward": lambda wrapper, loss, other: (
+        loss.backward(),
+        wrapper.backward(other),
+    )[0],
+}
+"""What a closure runs instead of (or besides) a wrapper's backward of its loss."""
+
+
+def _window_of(params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+    return [None if p.grad is None else p.grad.detach().clone() for p in params]
+
+
+@pytest.mark.requirement("AMP-008", "CLOS-003", "AMP-007")
+@pytest.mark.cells(precisions=("16-mixed",))
+@pytest.mark.parametrize("closing", [False, True], ids=["accumulating", "closing"])
+@pytest.mark.parametrize("unscaled", list(UNSCALED_FORMS))
+@pytest.mark.varies(
+    call_form=("closure, loss.backward",),
+    faults=("invalid argument",),
+    make_optimizer_step=("True", "False"),
+    window=("k >= 2 micro-steps",),
+    wrappers=("2",),
+)
+def test_unscaled_backward_in_a_closure_is_refused(
+    make_context: MakeContext, cell: Cell, implementation: ImplementationInfo[Any], unscaled: str, closing: bool
+) -> None:
+    """A 16-mixed closure whose backward missed the wrapper's scaling is refused, and the call changes nothing.
+
+    The window holds one micro-step already; the refused call leaves its gradients, the parameters, the outcome
+    and (where checkpointing is claimed) the context's state as they were. The corrected retry then gives the
+    recipe's result. The other wrapper's open window is untouched throughout.
+    """
+    context = make_context(accumulate_grad_batches=3)
+    base = _Parts(2)
+    model = context.prepare_module(copy.deepcopy(base))
+    assert isinstance(model, _Parts)
+    wrapper, other = (context.wrap(_optimizer(model, index)) for index in range(2))
+    inputs = [x.to(cell_device(cell)) for x in _inputs(3)]
+    factor = 1e-2
+
+    def loss_of(index: int, x: torch.Tensor) -> torch.Tensor:
+        with context.autocast():
+            return _loss(model, index, x, factor)
+
+    def good(index: int, x: torch.Tensor) -> Callable[[], None]:
+        target = (wrapper, other)[index]
+        return lambda: target.backward(loss_of(index, x))
+
+    with context.batch(0):
+        wrapper.step(good(0, inputs[0]), make_optimizer_step=False)
+        other.step(good(1, inputs[0]), make_optimizer_step=False)
+    params = list(model.parameters())
+    grads, values = _window_of(params), [p.detach().clone() for p in params]
+    outcome = wrapper.last_outcome
+    state = copy.deepcopy(context.state_dict()) if "checkpointing" in implementation.features else None
+
+    def bad() -> None:
+        UNSCALED_FORMS[unscaled](wrapper, loss_of(0, inputs[1]), loss_of(0, inputs[1]))
+
+    with context.batch(1):
+        with refuses(
+            RuntimeError,
+            f"a 16-mixed step() ({'closing' if closing else 'accumulating'}) whose closure ran {unscaled}",
+            "AMP-008: a closure's backward that did not go through a wrapper's backward is refused, naming "
+            "opt.backward(loss)",
+            match=r"opt\.backward\(loss\)",
+        ):
+            wrapper.step(bad, make_optimizer_step=closing)
+        what = f"a refused step() whose closure ran {unscaled}"
+        after = _window_of(params)
+        for i, (got, want) in enumerate(zip(after, grads, strict=True)):
+            same = (got is None and want is None) or (got is not None and want is not None and torch.equal(got, want))
+            assert same, f"{what}: the gradient of parameter {i} changed (CLOS-003: the window as before the call)"
+        for i, (param, value) in enumerate(zip(params, values, strict=True)):
+            assert torch.equal(param.detach(), value), f"{what}: parameter {i} changed"
+        assert wrapper.last_outcome is outcome, f"{what}: last_outcome became {wrapper.last_outcome}"
+        if state is not None:
+            assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
+        wrapper.step(good(0, inputs[1]), make_optimizer_step=closing)
+    with context.batch(2, is_last=True):
+        wrapper.step(good(0, inputs[2]), make_optimizer_step=True)
+        other.step(good(1, inputs[2]), make_optimizer_step=True)
+
+    # The recipe, batch by batch: A's windows {0, 1}, {2} (closing) or {0, 1, 2}; B's {0, 2}; one update per batch
+    # in which an optimizer stepped.
+    recipe = oracle_copy(base, cell)
+    assert isinstance(recipe, _Parts)
+    optimizers = [_optimizer(recipe, index) for index in range(2)]
+    scaler = GradScaler(cell_device(cell).type)
+    pending = [0, 0]
+    plan = {0: ((0, False), (1, False)), 1: ((0, closing),), 2: ((0, True), (1, True))}
+    for batch, calls in plan.items():
+        stepped = False
+        for index, closes in calls:
+            with oracle_autocast(cell):
+                loss = _loss(recipe, index, inputs[batch], factor)
+            recipe_backward(loss, scaler, 3)
+            pending[index] += 1
+            if closes:
+                optimizer = optimizers[index]
+                own = [p for group in optimizer.param_groups for p in group["params"]]
+                recipe_window_mean(own, pending[index], scaler, 3)
+                scaler.unscale_(optimizer)
+                scaler.step(optimizer)
+                optimizer.zero_grad(set_to_none=True)
+                pending[index], stepped = 0, True
+        if stepped:
+            scaler.update()  # torch's default growth_interval: the scale stays, so no open window is rescaled
+        oracle_step_done(cell)
+    assert_params_close(model, recipe, cell, f"after the refused call ({unscaled}) and its corrected retry")
+
+
+PENALTY_SCALER = GradScalerSettings(init_scale=2.0**8)
+"""A scale at which the penalties' double backward stays finite in float16."""
+
+
+@pytest.mark.requirement("AMP-008", "AMP-007")
+@pytest.mark.cells(precisions=("16-mixed",))
+@pytest.mark.parametrize("of", ["inputs", "parameters"])
+@pytest.mark.varies(call_form=("closure, wrapper.backward",), backward_args=("create_graph", "inputs"))
+def test_a_gradient_penalty_through_autograd_grad_is_not_refused(
+    make_context: MakeContext, cell: Cell, of: str
+) -> None:
+    """A closure that takes ``torch.autograd.grad`` (a gradient penalty), then ``wrapper.backward``, is accepted.
+
+    The penalty is on the gradient with respect to the inputs (WGAN-GP) or to the parameters (a gradient-norm
+    regulariser, whose ``torch.autograd.grad`` computes the very gradients the window holds). Neither writes a
+    ``.grad``: only what reaches the gradients is told apart. The result is the recipe's: the penalty's gradient
+    scaled with the loss.
+    """
+    context = make_context(accumulate_grad_batches=2, grad_scaler=PENALTY_SCALER)
+    base = _Parts(1)
+    model = context.prepare_module(copy.deepcopy(base))
+    assert isinstance(model, _Parts)
+    wrapper = context.wrap(_optimizer(model, 0))
+    inputs = [x.to(cell_device(cell)) for x in _inputs(2)]
+
+    def penalised(module: _Parts, x: torch.Tensor) -> torch.Tensor:
+        x = x.clone().requires_grad_(of == "inputs")
+        loss = _loss(module, 0, x, 1e-2)
+        wrt = [x] if of == "inputs" else list(module.parameters())
+        grads = torch.autograd.grad(loss, wrt, create_graph=True)
+        return loss + sum((grad.pow(2).sum() for grad in grads), torch.zeros((), device=x.device))
+
+    for batch_idx, x in enumerate(inputs):
+        with context.batch(batch_idx, is_last=batch_idx == 1):
+
+            def closure(x: torch.Tensor = x) -> None:
+                with context.autocast():
+                    loss = penalised(model, x)
+                wrapper.backward(loss)
+
+            wrapper.step(closure)
+    assert wrapper.last_outcome is S, (
+        f"the window of two with a gradient penalty on the {of} closed as {wrapper.last_outcome}"
+    )
+    recipe = oracle_copy(base, cell)
+    assert isinstance(recipe, _Parts)
+    optimizer = _optimizer(recipe, 0)
+    scaler = GradScaler(cell_device(cell).type, **PENALTY_SCALER.as_kwargs())
+    for x in inputs:
+        with oracle_autocast(cell):
+            loss = penalised(recipe, x)
+        recipe_backward(loss, scaler, 2)
+    recipe_window_mean(list(recipe.parameters()), 2, scaler, 2)
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    oracle_step_done(cell)
+    assert_params_close(model, recipe, cell, f"a window of two whose closures took a gradient penalty on the {of}")
+
+
+@pytest.mark.requirement("CKPT-003", "AMP-007")
+@pytest.mark.features("checkpointing")
+@pytest.mark.cells(precisions=("16-mixed",))
+@pytest.mark.varies(copies=("checkpoint",), faults=("refused load",), window=("k >= 2 micro-steps", "1 micro-step"))
+def test_open_window_state_of_another_divisor_is_refused(make_context: MakeContext, cell: Cell) -> None:
+    """A state taken with a window open under ``accumulate_grad_batches=2`` does not load where it is 3.
+
+    Its gradients carry the loss divisor 2 (AMP-007); the context refuses it with ``ValueError`` and changes nothing.
+    The same state loads where it is 2, and a state with every window closed loads anywhere.
+    """
+
+    def build(accumulate: int) -> tuple[TrainingContext, _Parts, Any]:
+        context = make_context(accumulate_grad_batches=accumulate)
+        model = context.prepare_module(_Parts(1))
+        assert isinstance(model, _Parts)
+        return context, model, context.wrap(_optimizer(model, 0))
+
+    context, model, wrapper = build(2)
+    x = _inputs(1)[0].to(cell_device(cell))
+    with context.batch(0):
+        wrapper.step(lambda: wrapper.backward(_loss_under(context, model, x)), make_optimizer_step=False)
+    open_state = copy.deepcopy(context.state_dict())
+    other, other_model, other_wrapper = build(3)
+    with other.batch(0):
+        other_wrapper.step(lambda: other_wrapper.backward(_loss_under(other, other_model, x)), make_optimizer_step=True)
+    before = copy.deepcopy(other.state_dict())
+    grads = _window_of(list(other_model.parameters()))
+    with refuses(
+        ValueError,
+        "load_state_dict of a 16-mixed state with a window open under accumulate_grad_batches=2, where it is 3",
+        "CKPT-003, AMP-007: the open window's gradients carry another loss divisor; refused before anything changes",
+    ):
+        other.load_state_dict(open_state)
+    assert_same_state(other.state_dict(), before, "after the refused load, context.state_dict()")
+    assert _window_of(list(other_model.parameters())) == grads, "the refused load changed gradients"
+    same, _, _ = build(2)
+    same.load_state_dict(open_state)
+    closed = copy.deepcopy(before)
+    fresh, _, _ = build(3)
+    fresh.load_state_dict(closed)
+    anywhere, _, _ = build(4)
+    anywhere.load_state_dict(closed)
+
+
+def _loss_under(context: TrainingContext, model: _Parts, x: torch.Tensor) -> torch.Tensor:
+    with context.autocast():
+        return _loss(model, 0, x, 1e-2)

@@ -1,0 +1,40 @@
+"""BWD-002 broken: the wrapper's backward leaves autocast only when ``torch.is_autocast_enabled()`` (no device) says so.
+
+The framework copied the long-standing CUDA idiom ``if torch.is_autocast_enabled(): with
+torch.autocast(..., enabled=False): ...``. Called without a device, ``torch.is_autocast_enabled()`` reports CUDA's
+autocast state only, so on CUDA the backward leaves the region as it should, while on CPU (and XLA) it never does:
+the closure's backward, and the hooks around it, run under the context's own autocast, and the backward of a
+float32 block computes in the low precision.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _wrapper_backward(self, wrapper: Any, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        leave = (
+            torch.autocast(device_type=self.device.type, enabled=False)
+            if torch.is_autocast_enabled()  # CUDA's state, whatever the device
+            else nullcontext()
+        )
+        hooks = self._hooks
+        with leave:
+            if not hooks.before_backward and not hooks.after_backward:
+                self._backward(loss, *args, **kwargs)
+                return
+            self._check_backward(loss)
+            hooks.run_backward(hooks.before_backward, wrapper, loss)
+            self._backward(loss, *args, **kwargs)
+            hooks.run_backward(hooks.after_backward, wrapper, loss)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,30 @@
+"""BWD-002 broken for the hooks: autograd leaves autocast, the backward hooks around it run inside the region.
+
+Lightning's ``on_before_backward`` and ``on_after_backward`` (gradient norms logged, gradients inspected or
+changed) then compute under autocast, where its own loop runs them outside.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.reference.precision import outside_autocast
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _wrapper_backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        hooks = self._hooks
+        self._check_backward(loss)
+        hooks.run_backward(hooks.before_backward, wrapper, loss)
+        with outside_autocast(self.device):
+            self._backward(loss, *args, **kwargs)
+        hooks.run_backward(hooks.after_backward, wrapper, loss)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

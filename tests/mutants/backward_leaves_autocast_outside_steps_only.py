@@ -1,0 +1,31 @@
+"""BWD-002 broken, half-fixed: ``wrapper.backward`` leaves autocast in the backward-then-step form only.
+
+A framework that moved the user's ``opt.backward(loss)`` out of autocast, but still runs the closure's backward
+inside the region the closure runs in (the automatic-style closure of Lightning's loop, the proposal's closures).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _wrapper_backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        if self._call is None:
+            super()._wrapper_backward(wrapper, loss, *args, **kwargs)
+            return
+        hooks = self._hooks
+        self._check_backward(loss)
+        hooks.run_backward(hooks.before_backward, wrapper, loss)
+        self._backward(loss, *args, **kwargs)
+        hooks.run_backward(hooks.after_backward, wrapper, loss)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,29 @@
+"""BWD-002 broken: ``wrapper.backward`` runs autograd where it is called, inside the autocast region.
+
+The reference until contract 2026.12.5: a closure runs inside the context's autocast region, and so did its
+backward. Every op of the backward is then autocast too: the backward of a block the forward ran in float32 (with
+autocast disabled) computes in the low precision, and the gradients differ from torch's recipe.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def _wrapper_backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        hooks = self._hooks
+        self._check_backward(loss)
+        hooks.run_backward(hooks.before_backward, wrapper, loss)
+        self._backward(loss, *args, **kwargs)
+        hooks.run_backward(hooks.after_backward, wrapper, loss)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,37 @@
+"""PREC-004 broken: ``autocast()`` turns the weight cache off, but a closure's region leaves it to torch's default.
+
+The framework fixed the stale-weights report where users hit it, the public ``context.autocast()``, and passes
+``cache_enabled=False`` there. The closure's region is built separately, in the step machinery, with a plain
+``torch.autocast(device_type, dtype)``, whose cache setting is inherited from the enclosing region. As the outermost
+region (leaving it clears the cache) or nested in ``context.autocast()`` (cache off) that is right; nested in a region
+the user opened with torch's defaults around several steps, the closure caches its casts, they outlive the step, and
+the next closure's forward runs on the weights before that step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import TypeVar
+
+import torch
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+T = TypeVar("T")
+
+
+class Context(MutantContext):
+    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
+        watch = (
+            self._scaling.watch(self._window_tensors(self._slots[index])) if self._scaling.changes_gradients else None
+        )
+        dtype = self._plugin.autocast_dtype
+        region = nullcontext() if dtype is None else torch.autocast(device_type=self.device.type, dtype=dtype)
+        with self._toggle(index, sync_grad=sync_grad), watch or nullcontext(), region:
+            return closure()
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
