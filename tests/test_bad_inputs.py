@@ -20,6 +20,7 @@ import pytest
 import torch
 from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.oracles import recipe_backward, recipe_window_mean
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer, torch_compat
 from lightning_optimizer.spec import Precision, StepOutcome
 
@@ -97,12 +98,16 @@ def _equal(a: object, b: object) -> bool:
 
 
 def _plain_window_step(precision: Precision) -> list[torch.Tensor]:
-    """The parameters after both windows of 2 micro-steps close (a plain loop: mean loss, one scaler update)."""
+    """The parameters after both windows of 2 micro-steps close (a plain loop: the window's mean, one scaler update).
+
+    Under 16-mixed each loss is the recipe's ``scaler.scale(loss / 3)`` (``accumulate_grad_batches=3``), and the
+    window of 2, cut short, applies its sum times 3 / 2 (AMP-007).
+    """
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
     opts = [torch.optim.SGD(model[0].parameters(), lr=0.1), torch.optim.SGD(model[1].parameters(), lr=0.1)]
     x = torch.randn(8, 4)
-    scaler = GradScaler("cpu", enabled=precision == "16-mixed")
+    scaler = GradScaler("cpu") if precision == "16-mixed" else None
     dtype = torch.float16 if precision == "16-mixed" else None
     for micro_step in range(2):  # the order of the context's calls: each batch steps both optimizers
         for index, opt in enumerate(opts):
@@ -111,15 +116,22 @@ def _plain_window_step(precision: Precision) -> list[torch.Tensor]:
                 p.requires_grad_(False)
             with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 loss = model(x).float().pow(2).mean()
-            scaler.scale(loss / 2).backward()
+            recipe_backward(loss, scaler, 3)
             for p in others:
                 p.requires_grad_(True)
             if micro_step == 1:
-                scaler.unscale_(opt)
-                torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], 10.0)
-                scaler.step(opt)
+                own = [p for g in opt.param_groups for p in g["params"]]
+                recipe_window_mean(own, 2, scaler, 3)
+                if scaler is not None:
+                    scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(own, 10.0)
+                if scaler is None:
+                    opt.step()
+                else:
+                    scaler.step(opt)
                 opt.zero_grad()
-    scaler.update()
+    if scaler is not None:
+        scaler.update()
     return [p.detach() for p in model.parameters()]
 
 

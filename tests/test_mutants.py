@@ -678,7 +678,7 @@ MUTANTS: dict[str, Entry] = {
     ),
     "closure_region_inherits_weight_cache": (
         "PREC-004",
-        ["test_gan_iteration_in_one_autocast_region[closure-own-region]"],
+        ["test_closures_in_a_region_the_user_opened_cast_anew"],
         BF16_MIXED,
     ),
     "bf16_mixed_keeps_weight_cache": ("PREC-004", ["test_gan_iteration_in_one_autocast_region"], BF16_MIXED),
