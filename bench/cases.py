@@ -18,8 +18,24 @@ Precision = Literal["32-true", "16-mixed"]
 OptimizerName = Literal["sgd", "adam"]
 PRECISIONS: tuple[Precision, ...] = ("32-true", "16-mixed")
 LEARNING_RATE = 1e-3
-IMPLEMENTATIONS = ("raw", "reference", "reference-direct", "lightning", "fabric", "accelerate")
-"""The timed loops of :mod:`bench.loops`; ``raw`` first: every ratio is taken against it."""
+IMPLEMENTATIONS = (
+    "raw",
+    "reference",
+    "reference-direct",
+    "reference-restore",
+    "reference-direct-restore",
+    "lightning",
+    "fabric",
+    "accelerate",
+)
+"""The timed loops of :mod:`bench.loops`; ``raw`` first: every ratio is taken against it. The ``-restore`` loops
+are the reference with ``on_failure="restore"`` (FAIL-004), whose price is paid only under accumulation."""
+RESTORE_IMPLEMENTATIONS = ("reference-restore", "reference-direct-restore")
+
+
+def implementations_for(case: Case, impls: tuple[str, ...]) -> tuple[str, ...]:
+    """``impls`` on ``case``: the ``-restore`` loops only where a window spans several micro-steps."""
+    return tuple(impl for impl in impls if case.accumulate > 1 or impl not in RESTORE_IMPLEMENTATIONS)
 
 
 @dataclass(frozen=True)

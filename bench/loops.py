@@ -79,6 +79,8 @@ def build_loop(impl: str, case: Case, device: torch.device) -> Loop:
         "raw": _raw,
         "reference": _reference_closure,
         "reference-direct": _reference_direct,
+        "reference-restore": lambda case, device: _reference_closure(case, device, "restore"),
+        "reference-direct-restore": lambda case, device: _reference_direct(case, device, "restore"),
         "lightning": _lightning,
         "fabric": _fabric,
         "accelerate": _accelerate,
@@ -165,11 +167,16 @@ def _raw(case: Case, device: torch.device) -> Loop:
 # -- the reference ---------------------------------------------------------------------------------------
 
 
-def _reference_parts(case: Case, device: torch.device) -> tuple[Any, torch.nn.Module, Any, torch.Tensor, torch.Tensor]:
+def _reference_parts(
+    case: Case, device: torch.device, on_failure: str
+) -> tuple[Any, torch.nn.Module, Any, torch.Tensor, torch.Tensor]:
     from lightning_optimizer.reference import TrainingContext
 
     context = TrainingContext(
-        case.precision, "cuda" if device.type == "cuda" else "cpu", accumulate_grad_batches=case.accumulate
+        case.precision,
+        "cuda" if device.type == "cuda" else "cpu",
+        accumulate_grad_batches=case.accumulate,
+        on_failure=on_failure,  # type: ignore[arg-type]
     )
     model = context.prepare_module(case.model.build())
     optimizer = context.wrap(case.build_optimizer(model.parameters()))
@@ -177,8 +184,8 @@ def _reference_parts(case: Case, device: torch.device) -> tuple[Any, torch.nn.Mo
     return context, model, optimizer, inputs, targets
 
 
-def _reference_closure(case: Case, device: torch.device) -> Loop:
-    context, model, optimizer, inputs, targets = _reference_parts(case, device)
+def _reference_closure(case: Case, device: torch.device, on_failure: str = "discard") -> Loop:
+    context, model, optimizer, inputs, targets = _reference_parts(case, device, on_failure)
 
     # The README's quickstart form: a closure that runs forward and opt.backward, handed to opt.step.
     def micro_step(batch_idx: int, is_last: bool) -> None:
@@ -192,12 +199,12 @@ def _reference_closure(case: Case, device: torch.device) -> Loop:
 
             optimizer.step(closure)
 
-    note = "closure form (README quickstart)" + _accumulation_note(case)
-    return StepLoop("reference", note, micro_step, case, device, model)
+    note = "closure form (README quickstart)" + _accumulation_note(case) + _policy_note(on_failure)
+    return StepLoop(_policy_impl("reference", on_failure), note, micro_step, case, device, model)
 
 
-def _reference_direct(case: Case, device: torch.device) -> Loop:
-    context, model, optimizer, inputs, targets = _reference_parts(case, device)
+def _reference_direct(case: Case, device: torch.device, on_failure: str = "discard") -> Loop:
+    context, model, optimizer, inputs, targets = _reference_parts(case, device, on_failure)
 
     def micro_step(batch_idx: int, is_last: bool) -> None:
         with context.batch(batch_idx, is_last=is_last):
@@ -206,12 +213,20 @@ def _reference_direct(case: Case, device: torch.device) -> Loop:
             optimizer.backward(loss)
             optimizer.step()
 
-    note = "opt.backward(loss); opt.step() without a closure" + _accumulation_note(case)
-    return StepLoop("reference-direct", note, micro_step, case, device, model)
+    note = "opt.backward(loss); opt.step() without a closure" + _accumulation_note(case) + _policy_note(on_failure)
+    return StepLoop(_policy_impl("reference-direct", on_failure), note, micro_step, case, device, model)
 
 
 def _accumulation_note(case: Case) -> str:
     return f", accumulate_grad_batches={case.accumulate}" if case.accumulate > 1 else ""
+
+
+def _policy_note(on_failure: str) -> str:
+    return "" if on_failure == "discard" else f", on_failure={on_failure!r}"
+
+
+def _policy_impl(impl: str, on_failure: str) -> str:
+    return impl if on_failure == "discard" else f"{impl}-{on_failure}"
 
 
 # -- PyTorch Lightning -----------------------------------------------------------------------------------

@@ -19,7 +19,16 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.cases import ALL_CASES, DDP_CASE, DEFAULT_CASES, FSDP_CASE, IMPLEMENTATIONS, RANK_CASES, TIMED_CASES
+from bench.cases import (
+    ALL_CASES,
+    DDP_CASE,
+    DEFAULT_CASES,
+    FSDP_CASE,
+    IMPLEMENTATIONS,
+    RANK_CASES,
+    TIMED_CASES,
+    implementations_for,
+)
 from bench.report import Row, environment, summarise, table, write_chart, write_json
 from bench.suite import REPO, SuiteTime, time_suite
 from bench.timing import Settings, measure_case
@@ -131,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                 fsdp_case.CASE, "cpu", fsdp_case.DESCRIPTION, fsdp.runs, fsdp_case.NOTES, fsdp_case.ACCUMULATE, counts
             )
         else:
-            measured = measure_case(case, args.impls, settings, progress)
             spec = TIMED_CASES[case]
+            measured = measure_case(case, implementations_for(spec, args.impls), settings, progress)
             rows += summarise(case, args.device, spec.description, measured.runs, measured.notes, spec.accumulate)
             unavailable.update({f"{impl} on {case}": why for impl, why in measured.unavailable.items()})
             failed = failed or measured.failed

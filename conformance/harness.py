@@ -29,7 +29,9 @@ from lightning_optimizer.spec import (
 )
 
 __all__ = [
+    "ON_FAILURE",
     "Halves",
+    "assert_discard_note",
     "assert_same_state",
     "REORDERED_TOLERANCES",
     "TOLERANCES",
@@ -38,6 +40,7 @@ __all__ = [
     "assert_params_close",
     "cell_device",
     "cell_dtype",
+    "failure_settings",
     "make_batches",
     "make_model",
     "mse",
@@ -125,6 +128,59 @@ def oracle_scaler(cell: Cell) -> GradScaler | None:
 
 
 ContextT = TypeVar("ContextT", bound=TrainingContext)
+
+ON_FAILURE: tuple[Any, ...] = (
+    pytest.param("discard", id="discard"),
+    pytest.param("restore", id="restore", marks=pytest.mark.features("exact_restore")),
+)
+"""``pytest.mark.parametrize("on_failure", ON_FAILURE)``: a check of a failed call under each failure policy.
+
+The default (``"discard"``, FAIL-001) everywhere; ``"restore"`` only where the implementation claims the feature
+``"exact_restore"`` (``n/a`` otherwise). Build the context with ``make_context(**failure_settings(on_failure))``.
+"""
+
+
+def failure_settings(on_failure: str) -> dict[str, Any]:
+    """The factory's ``on_failure`` argument: none for the default ``"discard"`` (left to the factory), else it."""
+    return {} if on_failure == "discard" else {"on_failure": on_failure}
+
+
+def assert_discard_note(
+    error: BaseException,
+    optimizer: torch.optim.Optimizer | type[torch.optim.Optimizer],
+    micro_steps: Sequence[int],
+    what: str,
+) -> None:
+    """The note a discarded window's exception carries [FAIL-003]: the optimizer, the count, the way to keep them.
+
+    The optimizer is named by its class (or a torch class it derives from); the count of micro-steps discarded is
+    one of ``micro_steps`` (the rule leaves open whether the failed call's own micro-step counts); the note names
+    ``on_failure="restore"``.
+    """
+    notes = [note for note in getattr(error, "__notes__", ()) if isinstance(note, str)]
+    text = "\n".join(notes)
+    assert notes, (
+        f"{what}: the exception ({type(error).__name__}: {error}) carries no note; a discarded window's exception "
+        'gets one (BaseException.add_note) naming the optimizer, the micro-steps discarded and on_failure="restore" '
+        "[FAIL-003]"
+    )
+    names = [
+        kind.__name__
+        for kind in (optimizer if isinstance(optimizer, type) else type(optimizer)).__mro__
+        if issubclass(kind, torch.optim.Optimizer) and kind is not torch.optim.Optimizer
+    ]
+    assert any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text) for name in names), (
+        f"{what}: the exception's note {text!r} names no class of the optimizer ({', '.join(names)}) [FAIL-003]"
+    )
+    assert re.search(r"""on_failure\s*=\s*["']restore["']""", text), (
+        f'{what}: the exception\'s note {text!r} does not name on_failure="restore" as the way to keep the '
+        "micro-steps [FAIL-003]"
+    )
+    counts = sorted(set(micro_steps))
+    assert any(re.search(rf"(?<![0-9.]){count}(?![0-9.])", text) for count in counts), (
+        f"{what}: the exception's note {text!r} does not say how many micro-steps were discarded "
+        f"({' or '.join(map(str, counts))}) [FAIL-003]"
+    )
 
 
 def build_context(factory: ContextFactory[ContextT], cell: Cell, **settings: Any) -> ContextT:

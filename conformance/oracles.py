@@ -122,25 +122,33 @@ class WindowOracle:
 
 
 def oracle_mean_steps(
-    modules: Sequence[torch.nn.Module], batches: Sequence[Batch], cell: Cell, lr: float, loss_factor: float
+    modules: Sequence[torch.nn.Module],
+    batches: Sequence[Batch],
+    cell: Cell,
+    lr: float,
+    loss_factor: float,
+    *,
+    windows: Sequence[Sequence[int]] | None = None,
 ) -> None:
     """Each module one SGD step (``lr``) on the mean of its gradients over ``batches``, in order; one scaler for all.
 
-    Under 16-mixed one plain ``GradScaler`` scales every backward, unscales and steps each module's optimizer, and
-    updates once at the end, as one training iteration of several optimizers does.
+    ``windows`` gives each module its own window instead (indices into ``batches``). Under 16-mixed one plain
+    ``GradScaler`` scales every backward, unscales and steps each module's optimizer, and updates once at the end,
+    as one training iteration of several optimizers does.
     """
     device, dtype = cell_device(cell), cell_dtype(cell)
     scaler = oracle_scaler(cell)
-    for module in modules:
+    for index, module in enumerate(modules):
         optimizer = torch.optim.SGD(module.parameters(), lr=lr)
-        for batch in batches:
+        window = batches if windows is None else [batches[batch_idx] for batch_idx in windows[index]]
+        for batch in window:
             with oracle_autocast(cell):
                 loss = mse(module, batch, device, dtype) * loss_factor
             (loss if scaler is None else scaler.scale(loss)).backward()
         with torch.no_grad():
             for param in module.parameters():
                 assert param.grad is not None
-                param.grad /= len(batches)
+                param.grad /= len(window)
         if scaler is None:
             optimizer.step()
         else:

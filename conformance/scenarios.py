@@ -20,6 +20,7 @@ from lightning_optimizer.conformance.harness import (
     build_context,
     cell_device,
     cell_dtype,
+    failure_settings,
     make_batches,
     make_model,
     mse,
@@ -318,12 +319,23 @@ def _gathered(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def _sharded_run(
-    info: ImplementationInfo[Any], cell: Cell, plans: Sequence[dict[str, Any]], *, clip: float | None
+    info: ImplementationInfo[Any],
+    cell: Cell,
+    plans: Sequence[dict[str, Any]],
+    *,
+    clip: float | None,
+    on_failure: str = "discard",
 ) -> tuple[Any, list[torch.nn.Module], list[Any]]:
-    """A context of the cell, each plan's module prepared (sharded) and its optimizer wrapped."""
+    """A context of the cell (with the failure policy), each plan's module prepared (sharded), its optimizer wrapped."""
     from torch.distributed.fsdp import FSDPModule
 
-    context = build_context(info.factory, cell, accumulate_grad_batches=ACCUMULATE, gradient_clip_val=clip)
+    context = build_context(
+        info.factory,
+        cell,
+        accumulate_grad_batches=ACCUMULATE,
+        gradient_clip_val=clip,
+        **failure_settings(on_failure),
+    )
     prepared = [context.prepare_module(_user_sharded(build_model(plan["module"]), plan, cell)) for plan in plans]
     for plan, model in zip(plans, prepared, strict=True):
         if not isinstance(model, FSDPModule) and not plan.get("user_sharded_blocks"):
@@ -372,7 +384,7 @@ def _sharded_batches(
     rank = dist.get_rank()
     device, dtype = cell_device(cell), cell_dtype(cell)
     data = rank_batches(rank)
-    record: dict[str, list[Any]] = {"params": [], "outcomes": [], "reduce_scatters": []}
+    record: dict[str, list[Any]] = {"params": [], "outcomes": [], "reduce_scatters": [], "failures": []}
     for batch_idx in batches:
         batch = data[batch_idx]
         counts = []
@@ -388,7 +400,9 @@ def _sharded_batches(
 
                 mos = plan["make_optimizer_step"][batch_idx]
                 if batch_idx in plan.get("raise_at", ()):
-                    _step_that_raises(wrapper, loss_of, mos)
+                    record["failures"].append(
+                        {"batch": batch_idx, "module": j} | _step_that_raises(wrapper, loss_of, mos)
+                    )
                 with CollectiveCounter() as collectives:
                     if form == "closure":
 
@@ -413,17 +427,27 @@ class PlannedFailure(RuntimeError):
     """What a scenario's closure raises on purpose, after its backward."""
 
 
-def _step_that_raises(wrapper: Any, loss_of: Callable[[], Any], make_optimizer_step: bool | None) -> None:
-    """A ``step()`` whose closure raises after its backward; the call must raise that, and change nothing."""
+def _step_that_raises(wrapper: Any, loss_of: Callable[[], Any], make_optimizer_step: bool | None) -> dict[str, Any]:
+    """A ``step()`` whose closure raises after its backward; the call must raise that.
+
+    Returns what the failed call left: the wrapper's ``last_outcome`` before and after it, whether every gradient of
+    its parameters (this rank's shards) is ``None`` after it, and the exception's notes.
+    """
 
     def closure() -> Any:
         wrapper.backward(loss_of())
         raise PlannedFailure("the closure fails after its backward, on purpose")
 
+    before = wrapper.last_outcome
     try:
         wrapper.step(closure, make_optimizer_step=make_optimizer_step)
-    except PlannedFailure:
-        return
+    except PlannedFailure as failure:
+        params = [param for group in wrapper.param_groups for param in group["params"]]
+        return {
+            "outcomes": [before, wrapper.last_outcome],
+            "grads_none": all(param.grad is None for param in params),
+            "notes": [str(note) for note in getattr(failure, "__notes__", ())],
+        }
     raise AssertionError("step() did not raise what its closure raised [CLOS-003]")
 
 
@@ -436,13 +460,15 @@ def train_sharded_epoch(
     clip: float | None = None,
     inf_at: Sequence[int] | None = None,
     checkpoint_at: int | None = None,
+    on_failure: str = "discard",
 ) -> dict[str, Any]:
     """One epoch of ``EPOCH`` batches on this rank's shards with FSDP-sharded modules, one wrapper each.
 
     Each plan names a module of :data:`MODULES`, its optimizer kind (:func:`build_sharded_optimizer`), its
     ``make_optimizer_step`` per batch and, for ``form="toggle"``, the batches whose backward syncs (``sync_at``).
     A plan's ``raise_at`` names batches where a ``step()`` whose closure raises after its backward comes first
-    (closure form); the retried call must then give what it would have without the failure [CLOS-003].
+    (closure form), in a context of the failure policy ``on_failure``; the retried call must then give what the
+    policy makes of it [CLOS-003, FAIL-003, FAIL-004].
     ``clip`` is the context's ``gradient_clip_val`` (by norm). ``inf_at=(batch, rank)`` makes one gradient element
     of the first module infinite on that rank, in that batch, in a row that rank's shard holds
     (:func:`plant_infinite_gradient`). With ``checkpoint_at=k``, after the epoch a second run
@@ -450,15 +476,18 @@ def train_sharded_epoch(
     context's ``state_dict()`` per rank), builds everything anew, loads, and trains batches ``k..`` again.
 
     Returns, per batch, every module's gathered parameters (``params[batch][module]``), every wrapper's
-    ``last_outcome`` after the batch, the reduce-scatters each module's call ran, and with ``checkpoint_at`` the
-    resumed run's parameters (``resumed[batch - k][module]``).
+    ``last_outcome`` after the batch, the reduce-scatters each module's call ran, what each failed call left
+    (``failures``, see :func:`_step_that_raises`), and with ``checkpoint_at`` the resumed run's parameters
+    (``resumed[batch - k][module]``).
     """
-    context, prepared, wrappers = _sharded_run(info, cell, plans, clip=clip)
+    context, prepared, wrappers = _sharded_run(info, cell, plans, clip=clip, on_failure=on_failure)
     record: dict[str, Any] = _sharded_batches(
         context, cell, plans, prepared, wrappers, range(EPOCH), form=form, inf_at=inf_at
     )
     if checkpoint_at is not None:
-        record["resumed"] = _resumed(info, cell, plans, form=form, clip=clip, inf_at=inf_at, at=checkpoint_at)
+        record["resumed"] = _resumed(
+            info, cell, plans, form=form, clip=clip, inf_at=inf_at, at=checkpoint_at, on_failure=on_failure
+        )
     return record
 
 
@@ -471,6 +500,7 @@ def _resumed(
     clip: float | None,
     inf_at: Sequence[int] | None,
     at: int,
+    on_failure: str,
 ) -> list[Any]:
     import tempfile
 
@@ -484,7 +514,7 @@ def _resumed(
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     rank = dist.get_rank()
-    context, prepared, wrappers = _sharded_run(info, cell, plans, clip=clip)
+    context, prepared, wrappers = _sharded_run(info, cell, plans, clip=clip, on_failure=on_failure)
     _sharded_batches(context, cell, plans, prepared, wrappers, range(at), form=form, inf_at=inf_at)
     where: list[Any] = [tempfile.mkdtemp(prefix="fsdp-checkpoint-") if rank == 0 else None]
     dist.broadcast_object_list(where, src=0)
@@ -504,7 +534,7 @@ def _resumed(
     torch.save(context.state_dict(), f"{root}/context-rank{rank}.pt")
     dist.barrier()
     del context, prepared, wrappers, inner
-    context, prepared, wrappers = _sharded_run(info, cell, plans, clip=clip)
+    context, prepared, wrappers = _sharded_run(info, cell, plans, clip=clip, on_failure=on_failure)
     inner = [wrapper.optimizer for wrapper in wrappers]
     state = sharded_state(prepared, inner)
     dcp_load(state, checkpoint_id=f"{root}/sharded")

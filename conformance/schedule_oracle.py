@@ -32,8 +32,11 @@ worked out here without any wrapper:
   block ends, outside any batch right after each real step [AMP-003]; when the scale changes (back-off or growth),
   every gradient a window still holds is rescaled to the new scale [AMP-006] (in a schedule each call runs its
   backward and its step together, so those are the windows left open with micro-steps);
-- a call whose closure raises changes nothing [CLOS-003]; a checkpoint resumed, or a copy taken, between
-  iterations changes nothing [CKPT-002, PICKLE-001]: the oracle ignores all three.
+- a call whose closure raises before its backward changes nothing [CLOS-003, FAIL-002]; one that raises after its
+  backward changes nothing under ``on_failure="restore"`` [FAIL-004], and under ``"discard"`` discards its
+  optimizer's window: every gradient of its parameters ``None``, no micro-step pending, ``last_outcome``
+  ``DISCARDED`` until the retry [FAIL-003]; a checkpoint resumed, or a copy taken, between iterations changes nothing
+  [CKPT-002, PICKLE-001]: the oracle ignores those.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from lightning_optimizer.conformance.harness import (
     oracle_scaler,
     oracle_step_done,
 )
-from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome
+from lightning_optimizer.spec import Cell, FailurePolicy, GradScalerSettings, StepOutcome
 
 __all__ = [
     "CALL_FORMS",
@@ -148,7 +151,12 @@ class Call:
     the backward; the user then repeats the call, which succeeds."""
     raises_after_backward: bool = False
     """With ``raises_first`` in a closure form: the first attempt raises after its backward pass, whose gradients
-    must not reach the window [CLOS-003]."""
+    must not reach the window [CLOS-003]: under ``"restore"`` it is as before, under ``"discard"`` it is gone."""
+
+    @property
+    def fails_after_backward(self) -> bool:
+        """The first attempt raises after its backward wrote into the window (a closure form, not a block)."""
+        return self.raises_first and self.raises_after_backward and self.form != "toggle_model"
 
 
 @dataclass(frozen=True)
@@ -379,8 +387,8 @@ class ScheduleOracle:
     ``last_outcomes`` and ``scales`` hold what an implementation must match.
     """
 
-    def __init__(self, schedule: Schedule, cell: Cell) -> None:
-        self.schedule, self.cell = schedule, cell
+    def __init__(self, schedule: Schedule, cell: Cell, on_failure: FailurePolicy = "discard") -> None:
+        self.schedule, self.cell, self.on_failure = schedule, cell, on_failure
         self.model = ScheduleModel(schedule.heads).to(device=cell_device(cell), dtype=cell_dtype(cell))
         self.optimizers = [
             make_optimizer(spec, self.model.head(i).groups(spec)) for i, spec in enumerate(schedule.heads)
@@ -483,6 +491,8 @@ class ScheduleOracle:
         self._record_call(position, call)
         if call.zero_grad_first and self.pending[index] == 0:
             optimizer.zero_grad(set_to_none=call.set_to_none)
+        if call.fails_after_backward and self.on_failure == "discard":
+            self.discard(index)
         self._backward(position, call)
         if not self._closes(position, call):
             self.pending[index] += 1
@@ -522,6 +532,13 @@ class ScheduleOracle:
             self._update()  # outside any batch every real step ends an iteration [AMP-003]
         return outcome
 
+    def discard(self, index: int) -> None:
+        """Optimizer ``index``'s window is discarded by a failed call [FAIL-003]: no gradient, no micro-step."""
+        for param in _optimizer_params(self.optimizers[index]):
+            param.grad = None
+        self.pending[index] = 0
+        self.last_outcomes[index] = StepOutcome.DISCARDED
+
     def _record_call(self, position: IterationPosition, call: Call) -> None:
         facts, index = self.facts, call.optimizer
         facts.add(("make_optimizer_step", str(call.make_optimizer_step)))
@@ -534,6 +551,9 @@ class ScheduleOracle:
                 facts.add(("zero_grad", "of another wrapper"))
         if call.raises_first:
             facts.add(("faults", "raising toggle_model block" if call.form == "toggle_model" else "raising closure"))
+            facts.add(("on_failure", self.on_failure))
+        if call.fails_after_backward:
+            facts.add(("faults", "raising closure after its backward"))
 
     def _record_real_step(self, position: IterationPosition, call: Call, window: int) -> None:
         facts, n = self.facts, self.schedule.accumulate_grad_batches

@@ -20,9 +20,12 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
+    ON_FAILURE,
+    assert_discard_note,
     assert_params_close,
     assert_same_state,
     cell_device,
+    failure_settings,
     oracle_autocast,
     oracle_step_done,
     refuses,
@@ -416,27 +419,37 @@ def _window_of(params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
     return [None if p.grad is None else p.grad.detach().clone() for p in params]
 
 
-@pytest.mark.requirement("AMP-008", "CLOS-003", "AMP-007")
+@pytest.mark.requirement("AMP-008", "CLOS-003", "AMP-007", "FAIL-002", "FAIL-003", "FAIL-004")
 @pytest.mark.cells(precisions=("16-mixed",))
 @pytest.mark.parametrize("closing", [False, True], ids=["accumulating", "closing"])
 @pytest.mark.parametrize("unscaled", list(UNSCALED_FORMS))
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
 @pytest.mark.varies(
     call_form=("closure, loss.backward",),
-    faults=("invalid argument",),
+    faults=("invalid argument", "raising closure after its backward"),
     make_optimizer_step=("True", "False"),
     window=("k >= 2 micro-steps",),
     wrappers=("2",),
+    on_failure=("discard", "restore"),
 )
 def test_unscaled_backward_in_a_closure_is_refused(
-    make_context: MakeContext, cell: Cell, implementation: ImplementationInfo[Any], unscaled: str, closing: bool
+    make_context: MakeContext,
+    cell: Cell,
+    implementation: ImplementationInfo[Any],
+    unscaled: str,
+    closing: bool,
+    on_failure: str,
 ) -> None:
-    """A 16-mixed closure whose backward missed the wrapper's scaling is refused, and the call changes nothing.
+    """A 16-mixed closure whose backward missed the wrapper's scaling is refused; the call fails as a raising closure.
 
-    The window holds one micro-step already; the refused call leaves its gradients, the parameters, the outcome
-    and (where checkpointing is claimed) the context's state as they were. The corrected retry then gives the
-    recipe's result. The other wrapper's open window is untouched throughout.
+    The window holds one micro-step already, and the refused call's backward wrote into it. Under ``"restore"`` the
+    call leaves its gradients, the parameters, the outcome and (where checkpointing is claimed) the context's state
+    as they were; under ``"discard"`` the window is gone (every gradient ``None``, ``DISCARDED``, a note on the
+    exception) and the parameters as they were. The corrected retry then gives the recipe's result over the windows
+    each policy leaves. The other wrapper's open window is untouched throughout.
     """
-    context = make_context(accumulate_grad_batches=3)
+    discard = on_failure == "discard"
+    context = make_context(accumulate_grad_batches=3, **failure_settings(on_failure))
     base = _Parts(2)
     model = context.prepare_module(copy.deepcopy(base))
     assert isinstance(model, _Parts)
@@ -456,9 +469,11 @@ def test_unscaled_backward_in_a_closure_is_refused(
         wrapper.step(good(0, inputs[0]), make_optimizer_step=False)
         other.step(good(1, inputs[0]), make_optimizer_step=False)
     params = list(model.parameters())
+    own = [p for group in wrapper.param_groups for p in group["params"]]
     grads, values = _window_of(params), [p.detach().clone() for p in params]
     outcome = wrapper.last_outcome
-    state = copy.deepcopy(context.state_dict()) if "checkpointing" in implementation.features else None
+    checkpointing = "checkpointing" in implementation.features
+    state = copy.deepcopy(context.state_dict()) if checkpointing and not discard else None
 
     def bad() -> None:
         UNSCALED_FORMS[unscaled](wrapper, loss_of(0, inputs[1]), loss_of(0, inputs[1]))
@@ -470,16 +485,24 @@ def test_unscaled_backward_in_a_closure_is_refused(
             "AMP-008: a closure's backward that did not go through a wrapper's backward is refused, naming "
             "opt.backward(loss)",
             match=r"opt\.backward\(loss\)",
-        ):
+        ) as raised:
             wrapper.step(bad, make_optimizer_step=closing)
-        what = f"a refused step() whose closure ran {unscaled}"
+        what = f"a refused step() whose closure ran {unscaled} (on_failure={on_failure!r})"
         after = _window_of(params)
-        for i, (got, want) in enumerate(zip(after, grads, strict=True)):
+        for i, (param, got, want) in enumerate(zip(params, after, grads, strict=True)):
+            if discard and any(param is p for p in own):
+                assert got is None, f"{what}: the gradient of parameter {i} survived the discarded window (FAIL-003)"
+                continue
             same = (got is None and want is None) or (got is not None and want is not None and torch.equal(got, want))
             assert same, f"{what}: the gradient of parameter {i} changed (CLOS-003: the window as before the call)"
         for i, (param, value) in enumerate(zip(params, values, strict=True)):
             assert torch.equal(param.detach(), value), f"{what}: parameter {i} changed"
-        assert wrapper.last_outcome is outcome, f"{what}: last_outcome became {wrapper.last_outcome}"
+        if discard:
+            assert wrapper.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome is {wrapper.last_outcome}"
+            assert_discard_note(raised.value, wrapper.optimizer, (1, 2), what)
+        else:
+            assert wrapper.last_outcome is outcome, f"{what}: last_outcome became {wrapper.last_outcome}"
+        assert other.last_outcome is StepOutcome.ACCUMULATED, f"{what}: the other wrapper's outcome changed"
         if state is not None:
             assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
         wrapper.step(good(0, inputs[1]), make_optimizer_step=closing)
@@ -487,14 +510,15 @@ def test_unscaled_backward_in_a_closure_is_refused(
         wrapper.step(good(0, inputs[2]), make_optimizer_step=True)
         other.step(good(1, inputs[2]), make_optimizer_step=True)
 
-    # The recipe, batch by batch: A's windows {0, 1}, {2} (closing) or {0, 1, 2}; B's {0, 2}; one update per batch
-    # in which an optimizer stepped.
+    # The recipe, batch by batch: A's windows {0, 1}, {2} (closing) or {0, 1, 2}, without batch 0 under "discard";
+    # B's {0, 2}; one update per batch in which an optimizer stepped.
     recipe = oracle_copy(base, cell)
     assert isinstance(recipe, _Parts)
     optimizers = [_optimizer(recipe, index) for index in range(2)]
     scaler = GradScaler(cell_device(cell).type)
     pending = [0, 0]
-    plan = {0: ((0, False), (1, False)), 1: ((0, closing),), 2: ((0, True), (1, True))}
+    first: tuple[tuple[int, bool], ...] = ((1, False),) if discard else ((0, False), (1, False))
+    plan = {0: first, 1: ((0, closing),), 2: ((0, True), (1, True))}
     for batch, calls in plan.items():
         stepped = False
         for index, closes in calls:
@@ -504,8 +528,8 @@ def test_unscaled_backward_in_a_closure_is_refused(
             pending[index] += 1
             if closes:
                 optimizer = optimizers[index]
-                own = [p for group in optimizer.param_groups for p in group["params"]]
-                recipe_window_mean(own, pending[index], scaler, 3)
+                mine = [p for group in optimizer.param_groups for p in group["params"]]
+                recipe_window_mean(mine, pending[index], scaler, 3)
                 scaler.unscale_(optimizer)
                 scaler.step(optimizer)
                 optimizer.zero_grad(set_to_none=True)

@@ -15,15 +15,18 @@ import pytest
 import torch
 
 from lightning_optimizer.conformance.harness import (
+    ON_FAILURE,
     Batch,
     Halves,
     assert_params_close,
     cell_device,
     cell_dtype,
+    failure_settings,
     make_batches,
     make_model,
     mse,
     oracle_autocast,
+    refuses,
     tolerance_for,
 )
 from lightning_optimizer.conformance.oracles import WindowOracle, oracle_copy
@@ -85,6 +88,12 @@ class TwoPassSAM(torch.optim.Optimizer):
                 assert p.grad is not None
                 p.add_(p.grad, alpha=-group["lr"])
         return loss
+
+
+def _outcome(wrapper: Any) -> StepOutcome | None:
+    """A wrapper's ``last_outcome``, read now."""
+    outcome: StepOutcome | None = wrapper.last_outcome
+    return outcome
 
 
 SCHEDULES: dict[str, Sequence[bool | None]] = {
@@ -236,3 +245,120 @@ def test_a_two_pass_optimizer_evaluates_the_closure_again(
     assert all(not any(flags) for flags in evaluations), "in every SAM evaluation only its parameters require grad"
     assert all(p.requires_grad for p in model.parameters())
     assert_params_close(model, oracle, cell, "a two-pass optimizer beside an SGD wrapper", tolerance_for(cell))
+
+
+@pytest.mark.requirement("CLOS-003", "CLOS-005", "FAIL-003", "FAIL-004", "FAIL-002")
+@EAGER_UNSCALED
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
+@pytest.mark.varies(
+    optimizer=("two-pass (SAM)", "SGD"),
+    faults=("raising closure after its backward",),
+    on_failure=("discard", "restore"),
+    wrappers=("2",),
+    window=("k >= 2 micro-steps", "open while another optimizer steps"),
+    make_optimizer_step=("True", "False"),
+    call_form=("closure, wrapper.backward",),
+)
+def test_a_two_pass_optimizer_whose_second_evaluation_raises(
+    make_context: MakeContext, cell: Cell, on_failure: str
+) -> None:
+    """A SAM step whose second evaluation (SAM's own call of the closure) raises after its backward.
+
+    The exception propagates. Under ``"restore"`` the window's gradients, length and outcome are as before the call
+    (not averaged, without either evaluation's gradients); under ``"discard"`` the window is gone (every gradient
+    ``None``, ``DISCARDED``). The SGD wrapper's open window is untouched either way. The parameters SAM moved before
+    the evaluation raised are its own to restore (the check puts them back, as its user would); the retry then steps
+    as a bare SAM on the window each policy leaves.
+    """
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    batches = make_batches(3, seed=19)
+    discard = on_failure == "discard"
+    context = make_context(accumulate_grad_batches=2, **failure_settings(on_failure))
+    base = Halves(43, 44)
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    assert isinstance(model, Halves) and isinstance(oracle, Halves)
+    sam = context.wrap(TwoPassSAM(model.a.parameters()))
+    sgd = context.wrap(torch.optim.SGD(model.b.parameters(), lr=0.1))
+    evaluations: list[int] = []
+
+    def closure_for(wrapper: Any, half: torch.nn.Module, batch: Batch, fail_at: int | None = None) -> Any:
+        def closure() -> torch.Tensor:
+            evaluations.append(1)
+            with context.autocast():
+                loss = mse(half, batch, device, dtype)
+            wrapper.backward(loss)
+            if len(evaluations) == fail_at:
+                raise RuntimeError("the second evaluation fails after its backward")
+            return loss
+
+        return closure
+
+    sam.step(closure_for(sam, model.a, batches[0]), make_optimizer_step=False)
+    sgd.step(closure_for(sgd, model.b, batches[0]), make_optimizer_step=False)
+    values = [p.detach().clone() for p in model.parameters()]
+    window = [p.grad.detach().clone() for p in model.a.parameters() if p.grad is not None]
+    other = [p.grad.detach().clone() for p in model.b.parameters() if p.grad is not None]
+    evaluations.clear()
+    with refuses(
+        RuntimeError,
+        "a SAM wrapper's closing step() whose closure raises in SAM's second evaluation, after its backward",
+        "CLOS-003: the exception of a closure that raises in a later evaluation propagates out of step()",
+        match="second evaluation",
+    ):
+        sam.step(closure_for(sam, model.a, batches[1], fail_at=2), make_optimizer_step=True)
+    what = f"a SAM step whose second evaluation raised (on_failure={on_failure!r})"
+    assert len(evaluations) == 2, f"{what}: the closure ran {len(evaluations)} times, SAM's second run raised"
+    kept = [p.grad.detach().clone() for p in model.b.parameters() if p.grad is not None]
+    assert len(kept) == len(other) and all(torch.equal(a, b) for a, b in zip(kept, other, strict=True)), (
+        f"{what}: the SGD wrapper's open window changed (FAIL-002)"
+    )
+    assert sgd.last_outcome is StepOutcome.ACCUMULATED, f"{what}: the SGD wrapper's outcome {sgd.last_outcome}"
+    grads = [p.grad for p in model.a.parameters()]
+    if discard:
+        assert all(grad is None for grad in grads), f"{what}: the discarded window kept gradients (FAIL-003)"
+        assert sam.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome {sam.last_outcome} (FAIL-003)"
+    else:
+        assert len(grads) == len(window) and all(
+            grad is not None and torch.equal(grad, want) for grad, want in zip(grads, window, strict=True)
+        ), f"{what}: the window's gradients are not what they were before the call (CLOS-003, FAIL-004)"
+        assert sam.last_outcome is StepOutcome.ACCUMULATED, f"{what}: last_outcome {sam.last_outcome} (FAIL-004)"
+    with torch.no_grad():  # SAM moved its parameters before the evaluation raised: its user puts them back
+        for param, value in zip(model.parameters(), values, strict=True):
+            param.copy_(value)
+    evaluations.clear()
+    sam.step(closure_for(sam, model.a, batches[1]), make_optimizer_step=True)
+    assert _outcome(sam) is StepOutcome.STEPPED, f"the retry after {what}: {_outcome(sam)}"
+    sgd.step(closure_for(sgd, model.b, batches[1]), make_optimizer_step=True)
+
+    window_batches = [batches[1]] if discard else batches[:2]
+    oracle_sam, oracle_sgd = TwoPassSAM(oracle.a.parameters()), torch.optim.SGD(oracle.b.parameters(), lr=0.1)
+    calls: list[int] = []
+
+    def oracle_closure() -> torch.Tensor:
+        oracle_sam.zero_grad(set_to_none=True)
+        calls.append(1)
+        first = len(calls) == 1  # the first call is the window's mean; each further one the call's batch anew
+        losses = []
+        for batch in window_batches if first else [batches[1]]:
+            with oracle_autocast(cell):
+                loss = mse(oracle.a, batch, device, dtype)
+            loss.backward()
+            losses.append(loss)
+        if first:
+            with torch.no_grad():
+                for param in oracle.a.parameters():
+                    assert param.grad is not None
+                    param.grad /= len(window_batches)
+        return losses[-1]
+
+    oracle_sam.step(oracle_closure)
+    for batch in batches[:2]:
+        with oracle_autocast(cell):
+            mse(oracle.b, batch, device, dtype).backward()
+    with torch.no_grad():
+        for param in oracle.b.parameters():
+            assert param.grad is not None
+            param.grad /= 2
+    oracle_sgd.step()
+    assert_params_close(model, oracle, cell, f"the retry after {what}", tolerance_for(cell))

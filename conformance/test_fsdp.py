@@ -23,6 +23,7 @@ import torch
 from lightning_optimizer.conformance.data_parallel import load
 from lightning_optimizer.conformance.harness import (
     REORDERED_TOLERANCES,
+    assert_discard_note,
     assert_params_close,
     cell_device,
     cell_dtype,
@@ -45,6 +46,7 @@ from lightning_optimizer.conformance.scenarios import (
 from lightning_optimizer.spec import Cell, StepOutcome
 
 A, S, K = StepOutcome.ACCUMULATED, StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE
+RESTORE = pytest.mark.features("exact_restore")
 CLIP = 2e-4
 """A norm the windows' gradients exceed (their losses are scaled by ``LOSS_FACTOR``): clipping acts."""
 
@@ -60,22 +62,46 @@ class _Plan:
     """Batches where a call whose closure raises after its backward comes before the real one."""
     user_sharded_blocks: bool = False
     """The scenario shards the module's ``Linear`` layers itself (not the root) before ``prepare_module``."""
+    discarding: bool = False
+    """The context's failure policy is ``"discard"``: a failed call (``raise_at``) discards its window [FAIL-003]."""
 
     @property
     def windows(self) -> list[list[int]]:
         """The windows by the rule, worked out batch by batch.
 
         ``True`` closes, ``False`` keeps open, ``None`` closes every third batch of the epoch and at the last one.
+        Under ``"discard"`` a window in which a call failed starts again at the failed call's retry (the micro-steps
+        before it went with the discarded window); the batches that close windows are the same.
         """
         windows: list[list[int]] = []
         current: list[int] = []
         for batch_idx, mos in enumerate(self.make_optimizer_step):
+            if self.discarding and batch_idx in self.raise_at:
+                current = []
             current.append(batch_idx)
             closes = mos if mos is not None else (batch_idx + 1) % ACCUMULATE == 0 or batch_idx == EPOCH - 1
             if closes:
                 windows.append(current)
                 current = []
         return windows
+
+    def held(self, failing: int) -> int:
+        """Under ``"discard"``: the micro-steps the window held when the call at batch ``failing`` failed."""
+        start = 0
+        for batch_idx, mos in enumerate(self.make_optimizer_step):
+            if batch_idx == failing:
+                return batch_idx - start
+            if batch_idx in self.raise_at:
+                start = batch_idx  # the failed call discarded the window; its retry started a new one
+            closes = mos if mos is not None else (batch_idx + 1) % ACCUMULATE == 0 or batch_idx == EPOCH - 1
+            if closes:
+                start = batch_idx + 1
+        raise ValueError(f"batch {failing} is not in the epoch")
+
+    @property
+    def counted(self) -> set[int]:
+        """The batches whose micro-step some window applies (under ``"discard"``, not those discarded)."""
+        return {batch_idx for window in self.windows for batch_idx in window}
 
     @property
     def closing(self) -> dict[int, int]:
@@ -126,6 +152,9 @@ def _oracle(
         stepped = False
         outcomes.append([])
         for j, (plan, model, optimizer) in enumerate(zip(plans, models, optimizers, strict=True)):
+            if batch_idx not in plan.counted:  # its window was discarded later [FAIL-003]
+                outcomes[-1].append(A)
+                continue
             if inf_at is not None and inf_at[0] == batch_idx and j == 0:
                 plant_infinite_gradient(model, row=plant_row(inf_at[1]))
             with oracle_autocast(cell):
@@ -165,6 +194,32 @@ def _oracle(
     return after, outcomes, clipped
 
 
+def _check_failures(results: Sequence[dict[str, Any]], plans: Sequence[_Plan], on_failure: str) -> None:
+    """What each failed call left on every rank: as before under ``"restore"``, discarded under ``"discard"``."""
+    for rank, result in enumerate(results):
+        failed = [(failure["batch"], failure["module"]) for failure in result["failures"]]
+        planned = sorted((batch_idx, j) for j, plan in enumerate(plans) for batch_idx in plan.raise_at)
+        assert sorted(failed) == planned, f"rank {rank}: the failing calls ran at {failed}, planned {planned}"
+        for failure in result["failures"]:
+            plan = plans[failure["module"]]
+            before, after = failure["outcomes"]
+            what = (
+                f"rank {rank}, module {plan.module!r}, batch {failure['batch']}: a step() whose closure raised after "
+                f"its backward (on_failure={on_failure!r})"
+            )
+            if on_failure == "restore":
+                assert after == before, f"{what} changed last_outcome from {before} to {after} [FAIL-004]"
+                continue
+            assert after is StepOutcome.DISCARDED, f"{what}: last_outcome {after}, expected DISCARDED [FAIL-003]"
+            assert failure["grads_none"], f"{what}: gradients of the discarded window survived [FAIL-003]"
+            held = plan.held(failure["batch"])
+            error = RuntimeError("the planned failure")
+            for note in failure["notes"]:
+                error.add_note(note)
+            kind = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[plan.optimizer]
+            assert_discard_note(error, kind, (held, held + 1), what)
+
+
 def _windows(plans: Sequence[_Plan]) -> str:
     return "; ".join(f"module {plan.module!r} {plan.windows}" for plan in plans)
 
@@ -194,7 +249,9 @@ def _check_epoch(
     clip: float | None = None,
     inf_at: tuple[int, int] | None = None,
     checkpoint_at: int | None = None,
+    on_failure: str = "discard",
 ) -> None:
+    plans = [replace(plan, discarding=on_failure == "discard") for plan in plans]
     results = ranks.run(
         "train_sharded_epoch",
         cell,
@@ -203,7 +260,9 @@ def _check_epoch(
         clip=clip,
         inf_at=inf_at,
         checkpoint_at=checkpoint_at,
+        on_failure=on_failure,
     )
+    _check_failures(results, plans, on_failure)
     oracle, outcomes, clipped = _oracle(cell, plans, clip=clip, inf_at=inf_at)
     assert clip is None or clipped, f"the check's own oracle never clipped at {clip}: the check would not test it"
     _check_reduce_scatters(results, plans, form)
@@ -265,27 +324,59 @@ def _with_failures(plans: tuple[_Plan, ...]) -> tuple[_Plan, ...]:
     return tuple(failing)
 
 
+def _with_accumulating_failures(plans: tuple[_Plan, ...]) -> tuple[_Plan, ...]:
+    """Each plan with a call whose closure raises before the second micro-step of each window of three or more.
+
+    Its backward adds to FSDP's unsynced sums, and the window then closes by calls that do not fail: a discard that
+    keeps those sums (or a restore that keeps the failed backward's) shows in the window's reduce-scatter.
+    """
+    return tuple(
+        replace(plan, raise_at=tuple(window[1] for window in plan.windows if len(window) > 2)) for plan in plans
+    )
+
+
 ONE = (("c", "sgd"),)
 TWO = (("c", "adamw"), ("b", "sgd"))
 TWO_SGD = (("c", "sgd"), ("a", "sgd"))
 """Clipped windows use SGD: AdamW divides the clipped, tiny gradients by their own root mean square, which lifts
 the rounding of the reordered reduction above the tolerance of the comparison."""
 CASES = {
-    "1-module-sgd": (_drawn(1, ONE), "closure", None),
-    "1-module-sgd-clipped": (_drawn(2, ONE), "closure", CLIP),
-    "2-modules-adamw-sgd": (_drawn(3, TWO), "closure", None),
-    "2-modules-clipped": (_drawn(4, TWO_SGD), "closure", CLIP),
-    "2-modules-toggle": (_drawn(5, TWO), "toggle", None),
-    "2-modules-raising-closures": (_with_failures(_drawn(6, TWO_SGD)), "closure", CLIP),
-    "user-sharded-blocks": (
+    "1-module-sgd": (_drawn(1, ONE), "closure", None, "discard"),
+    "1-module-sgd-clipped": (_drawn(2, ONE), "closure", CLIP, "discard"),
+    "2-modules-adamw-sgd": (_drawn(3, TWO), "closure", None, "discard"),
+    "2-modules-clipped": (_drawn(4, TWO_SGD), "closure", CLIP, "discard"),
+    "2-modules-toggle": (_drawn(5, TWO), "toggle", None, "discard"),
+    "2-modules-raising-closures-discard": (_with_failures(_drawn(6, TWO_SGD)), "closure", CLIP, "discard"),
+    "2-modules-raising-closures-restore": (_with_failures(_drawn(6, TWO_SGD)), "closure", CLIP, "restore"),
+    "2-modules-raising-accumulating-toggle-discard": (
+        _with_accumulating_failures(_drawn(16, TWO)),
+        "toggle",
+        None,
+        "discard",
+    ),
+    "2-modules-raising-accumulating-toggle-restore": (
+        _with_accumulating_failures(_drawn(16, TWO)),
+        "toggle",
+        None,
+        "restore",
+    ),
+    "user-sharded-blocks-discard": (
         tuple(replace(plan, user_sharded_blocks=True) for plan in _with_failures(_drawn(7, TWO))),
         "closure",
         None,
+        "discard",
+    ),
+    "user-sharded-blocks-restore": (
+        tuple(replace(plan, user_sharded_blocks=True) for plan in _with_failures(_drawn(7, TWO))),
+        "closure",
+        None,
+        "restore",
     ),
 }
+"""Each case: the plans, the call form, the clipping and the failure policy (``"restore"`` where claimed)."""
 
 
-@pytest.mark.requirement("FSDP-001", "FSDP-002", "FSDP-003", "STEP-004", "CLOS-003")
+@pytest.mark.requirement("FSDP-001", "FSDP-002", "FSDP-003", "STEP-004", "CLOS-003", "FAIL-003", "FAIL-004")
 @pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,), strategies=("fsdp",))
 @pytest.mark.varies(
     window=("1 micro-step", "k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch"),
@@ -298,13 +389,22 @@ CASES = {
     clipping=("norm",),
     reduction=("result", "reduce-scatters per window"),
     position=("inside batch()",),
-    faults=("raising closure",),
+    faults=("raising closure after its backward",),
+    on_failure=("discard", "restore"),
 )
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(name, marks=RESTORE if CASES[name][3] == "restore" else ()) for name in CASES],
+)
 def test_sharded_windows_match_one_process(ranks: RankPool, cell: Cell, case: str) -> None:
-    """Drawn schedules, one or two sharded modules: one reduce-scatter round per window, the global-batch result."""
-    plans, form, clip = CASES[case]
-    _check_epoch(ranks, cell, plans, form=form, clip=clip)
+    """Drawn schedules, one or two sharded modules: one reduce-scatter round per window, the global-batch result.
+
+    In the cases with raising closures (after their backward, on a closing call and on an accumulating one whose
+    backward adds to FSDP's unsynced sums) the window is as before under ``"restore"``, unsynced sums included; under
+    ``"discard"`` it is gone, unsynced sums included, and its retry starts a new window.
+    """
+    plans, form, clip, on_failure = CASES[case]
+    _check_epoch(ranks, cell, plans, form=form, clip=clip, on_failure=on_failure)
 
 
 @pytest.mark.requirement("FSDP-004", "AMP-003", "AMP-006")

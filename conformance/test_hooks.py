@@ -18,11 +18,14 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
+    ON_FAILURE,
     Batch,
     Halves,
+    assert_discard_note,
     assert_params_close,
     cell_device,
     cell_dtype,
+    failure_settings,
     make_batches,
     mse,
     oracle_autocast,
@@ -280,18 +283,30 @@ def test_hooks_follow_every_backward_and_step(
     assert_params_close(pair.model, pair.oracle, cell, "two wrappers with hooks registered")
 
 
-@pytest.mark.requirement("HOOK-004", "HOOK-001")
+@pytest.mark.requirement("HOOK-004", "HOOK-001", "FAIL-002", "FAIL-003", "FAIL-004")
 @pytest.mark.features("hooks")
-@pytest.mark.varies(faults=("raising closure", "invalid argument"), make_optimizer_step=("True", "False"))
-def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(make_context: MakeContext, cell: Cell) -> None:
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
+@pytest.mark.varies(
+    faults=("raising hook", "invalid argument"),
+    make_optimizer_step=("True", "False"),
+    on_failure=("discard", "restore"),
+    wrappers=("2",),
+)
+def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(
+    make_context: MakeContext, cell: Cell, on_failure: str
+) -> None:
     """A hook that raises fails the call before the step as a raising closure would, and only that call.
 
-    ``before_backward`` or ``before_optimizer_step`` raising: the call fails, nothing changes, a retry without the
-    hook gives the plain loop's result. ``after_step`` raising: the step stays taken. Removed and refused hooks do
-    not run; a refused ``backward()`` runs no hook.
+    ``before_backward`` raising (before the call's first backward): nothing changes, under either policy.
+    ``before_optimizer_step`` raising (the window written and prepared): under ``"restore"`` nothing changes; under
+    ``"discard"`` the window is gone (``DISCARDED``, a note on the exception) and the loss scaler has forgotten its
+    unscaling, so the next window steps on its own mean, unscaled once. The other wrapper is untouched throughout.
+    ``after_step`` raising: the step stays taken. Removed and refused hooks do not run; a refused ``backward()`` runs
+    no hook. The retries give the plain loop's result.
     """
     settings = GradScalerSettings() if cell.precision == "16-mixed" else None
-    pair = _Pair(make_context, cell, grad_scaler=settings)
+    discard = on_failure == "discard"
+    pair = _Pair(make_context, cell, grad_scaler=settings, **failure_settings(on_failure))
     batches = make_batches(3, seed=17)
 
     class Boom(Exception):
@@ -302,27 +317,41 @@ def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(make_context: M
 
     # One accumulated micro-step first, so that the failing calls have a window to leave as it was.
     pair.step(pair.sgd, pair.model.a, batches[0], False)
+    pair.step(pair.adam, pair.model.b, batches[0], False)
     window = [p.grad.detach().clone() for p in pair.model.a.parameters() if p.grad is not None]
+    other = [p.grad.detach().clone() for p in pair.model.b.parameters() if p.grad is not None]
     values = [p.detach().clone() for p in pair.model.parameters()]
     for kind, make in (("before_backward", False), ("before_backward", True), ("before_optimizer_step", True)):
         handle = pair.context.register_hooks(**{kind: boom})
-        with pytest.raises(Boom):
+        with pytest.raises(Boom) as raised:
             pair.step(pair.sgd, pair.model.a, batches[1], make)
         handle.remove()
+        what = f"a raising {kind} hook (on_failure={on_failure!r})"
         grads = [p.grad.detach().clone() for p in pair.model.a.parameters() if p.grad is not None]
-        assert len(grads) == len(window) and all(torch.equal(g, w) for g, w in zip(grads, window, strict=True)), (
-            f"a raising {kind} hook left the window changed (HOOK-004)"
+        others = [p.grad.detach().clone() for p in pair.model.b.parameters() if p.grad is not None]
+        assert len(others) == len(other) and all(torch.equal(g, w) for g, w in zip(others, other, strict=True)), (
+            f"{what} changed the other wrapper's window (FAIL-002)"
         )
+        assert pair.adam.last_outcome is A, f"{what} changed the other wrapper's last_outcome"
         assert all(torch.equal(p, v) for p, v in zip(pair.model.parameters(), values, strict=True))
-        assert pair.sgd.last_outcome is A, f"a raising {kind} hook changed last_outcome"
+        if discard and kind == "before_optimizer_step":
+            assert grads == [], f"{what} after the window's backward: its gradients survived the discard (FAIL-003)"
+            assert pair.sgd.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome {pair.sgd.last_outcome}"
+            assert_discard_note(raised.value, pair.sgd.optimizer, (1, 2), what)
+            continue
+        assert len(grads) == len(window) and all(torch.equal(g, w) for g, w in zip(grads, window, strict=True)), (
+            f"{what} left the window changed (HOOK-004)"
+        )
+        assert pair.sgd.last_outcome is A, f"{what} changed last_outcome"
 
     recorder = Recorder(pair.names)
     recorder.register(pair.context).remove()
-    refuses(
+    with refuses(
         TypeError,
-        lambda: pair.context.register_hooks(after_step=recorder.after_step, before_backward=3),  # type: ignore[arg-type]
-        "HOOK-004: a hook that is not callable",
-    )
+        "context.register_hooks(after_step=..., before_backward=3)",
+        "HOOK-004: a hook that is not callable is refused with TypeError when it is registered",
+    ):
+        pair.context.register_hooks(after_step=recorder.after_step, before_backward=3)  # type: ignore[arg-type]
     after = pair.context.register_hooks(after_step=boom)
     with pytest.raises(Boom):
         pair.step(pair.sgd, pair.model.a, batches[1], True)
@@ -334,14 +363,15 @@ def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(make_context: M
     scaler = None
     if cell.precision == "16-mixed":
         scaler = GradScaler(cell_device(cell).type, **GradScalerSettings().as_kwargs())
-    for batch in batches[:2]:
+    window_batches = batches[1:2] if discard else batches[:2]  # under "discard" batch 0 went with the window
+    for batch in window_batches:
         with oracle_autocast(cell):
             loss = mse(pair.oracle.a, batch, pair.device, pair.dtype)
         (loss if scaler is None else scaler.scale(loss)).backward()
     with torch.no_grad():
         for p in pair.oracle.a.parameters():
             assert p.grad is not None
-            p.grad /= 2
+            p.grad /= len(window_batches)
     if scaler is None:
         oracle_sgd.step()
     else:
@@ -349,7 +379,7 @@ def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(make_context: M
         scaler.step(oracle_sgd)
         scaler.update()
     oracle_step_done(cell)
-    assert_params_close(pair.model.a, pair.oracle.a, cell, "the retry after the raising hooks")
+    assert_params_close(pair.model.a, pair.oracle.a, cell, f"the retry after the raising hooks ({on_failure})")
 
     refused = Recorder(pair.names)
     handle = refused.register(pair.context)

@@ -20,12 +20,14 @@ import pytest
 import torch
 
 from lightning_optimizer.conformance.harness import (
+    ON_FAILURE,
     REORDERED_TOLERANCES,
     Batch,
     Halves,
     assert_params_close,
     cell_device,
     cell_dtype,
+    failure_settings,
     make_batches,
     make_model,
     mse,
@@ -274,18 +276,24 @@ class _Boom(RuntimeError):
     """The error a failing closure raises."""
 
 
-@pytest.mark.requirement("CLOS-003", "TOGGLE-002")
+@pytest.mark.requirement("CLOS-003", "TOGGLE-002", "FAIL-005", "FAIL-002")
 @pytest.mark.features("closure_evaluating_optimizers")
 @LBFGS_CELLS
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
 @pytest.mark.varies(
-    faults=("raising closure", "raising LBFGS evaluation"),
+    faults=("raising closure", "raising closure after its backward", "raising LBFGS evaluation"),
     optimizer=("LBFGS",),
     wrappers=("2",),
     window=("open while another optimizer steps",),
+    on_failure=("discard", "restore"),
 )
-def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell: Cell) -> None:
-    """A closure that raises in any evaluation, or returns ``None``: the step raises and changes nothing."""
-    pair = _Pair(make_context, cell)
+def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell: Cell, on_failure: str) -> None:
+    """A closure that raises in any evaluation, or returns ``None``: the step raises and changes nothing.
+
+    Under either failure policy (FAIL-005): LBFGS's parameters, gradients (those a backward left before the call
+    included) and state are as before the call, and the SGD wrapper's open window is untouched (FAIL-002).
+    """
+    pair = _Pair(make_context, cell, **failure_settings(on_failure))
     model = pair.model
     batches = make_batches(3, seed=7)
     pair.lbfgs_step(batches[0])  # LBFGS has a history now, which a failed step must not extend

@@ -42,10 +42,13 @@ import torch
 
 from lightning_optimizer.conformance.dimensions import DIMENSIONS
 from lightning_optimizer.conformance.harness import (
+    ON_FAILURE,
     REORDERED_TOLERANCES,
     Batch,
+    assert_discard_note,
     assert_params_close,
     cell_device,
+    failure_settings,
     refuses,
     tolerance_for,
 )
@@ -70,7 +73,14 @@ from lightning_optimizer.conformance.schedule_oracle import (
     schedule_batches,
     schedule_loss,
 )
-from lightning_optimizer.spec import Cell, GradScalerSettings, OptimizerWrapper, StepOutcome, TrainingContext
+from lightning_optimizer.spec import (
+    Cell,
+    FailurePolicy,
+    GradScalerSettings,
+    OptimizerWrapper,
+    StepOutcome,
+    TrainingContext,
+)
 
 try:
     import hypothesis.configuration
@@ -112,8 +122,11 @@ GENERATED: dict[str, tuple[str, ...]] = {
     "copies": ("pickle", "deepcopy", "copy then overflow or growth"),
 }
 """What the generator of the oracle check draws, as ``dimensions.DIMENSIONS`` names it."""
-FAULTS_GENERATED = GENERATED | {"faults": ("raising closure", "raising toggle_model block")}
-"""The generator of the check with raising closures draws those too."""
+FAULTS_GENERATED = GENERATED | {
+    "faults": ("raising closure", "raising closure after its backward", "raising toggle_model block"),
+    "on_failure": ("discard", "restore"),
+}
+"""The generator of the check with raising closures draws those too, and the check runs under both policies."""
 RESUME_GENERATED = GENERATED | {"copies": ("checkpoint",)}
 """The resume check's generator: checkpoints instead of copies."""
 
@@ -132,6 +145,7 @@ class _Subject:
     context: TrainingContext
     model: ScheduleModel
     wrappers: list[OptimizerWrapper[Any]]
+    on_failure: str = "discard"
     known_outcomes: list[bool] = field(default_factory=list)
     """Per wrapper: whether its ``last_outcome`` is pinned (it was called since it was built, resumed or copied)."""
 
@@ -139,8 +153,9 @@ class _Subject:
         self.known_outcomes = [False] * len(self.wrappers)
 
     @classmethod
-    def build(cls, make_context: MakeContext, schedule: Schedule, cell: Cell) -> _Subject:
+    def build(cls, make_context: MakeContext, schedule: Schedule, cell: Cell, on_failure: str = "discard") -> _Subject:
         kwargs: dict[str, Any] = {"accumulate_grad_batches": schedule.accumulate_grad_batches}
+        kwargs.update(failure_settings(on_failure))
         if schedule.clipping is not None:
             kwargs.update(gradient_clip_algorithm=schedule.clipping[0], gradient_clip_val=schedule.clipping[1])
         if schedule.grad_scaler is not None and cell.precision == "16-mixed":
@@ -151,7 +166,7 @@ class _Subject:
         wrappers = [
             context.wrap(make_optimizer(spec, model.head(i).groups(spec))) for i, spec in enumerate(schedule.heads)
         ]
-        return cls(context, model, wrappers)
+        return cls(context, model, wrappers, on_failure)
 
     def apply(self, event: Event, schedule: Schedule) -> None:
         """A structural event (freeze, unfreeze, add_group) through the wrappers, as a user's loop does it."""
@@ -170,7 +185,7 @@ class _Subject:
             "context": self.context.state_dict(),
         }
         torch.save(state, buffer)
-        fresh = _Subject.build(make_context, schedule, cell)
+        fresh = _Subject.build(make_context, schedule, cell, self.on_failure)
         for event in structure:
             fresh.apply(event, schedule)
         saved = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
@@ -184,10 +199,13 @@ class _Subject:
         """A copy of the whole training state (context, model, wrappers), by pickle or deepcopy."""
         state = (self.context, self.model, self.wrappers)
         context, model, wrappers = pickle.loads(pickle.dumps(state)) if how == "pickle" else copy.deepcopy(state)
-        return _Subject(context, model, wrappers)
+        return _Subject(context, model, wrappers, self.on_failure)
 
-    def call(self, call: Call, batch: Batch, cell: Cell, scales: list[float]) -> StepOutcome | None:
-        """One call of the schedule (after a first attempt that raises, when the call says so)."""
+    def call(self, call: Call, batch: Batch, cell: Cell, scales: list[float], held: int) -> StepOutcome | None:
+        """One call of the schedule (after a first attempt that raises, when the call says so).
+
+        ``held``: the micro-steps the call's window holds before it (what a discarded window's note counts).
+        """
         wrapper = self.wrappers[call.optimizer]
         if call.zero_grad_first:
             if call.set_to_none:
@@ -195,7 +213,7 @@ class _Subject:
             else:
                 wrapper.zero_grad(set_to_none=False)
         if call.raises_first:
-            self._raising_attempt(call, batch, cell)
+            self._raising_attempt(call, batch, cell, held)
         self._attempt(call, batch, cell, scales, raising=False)
         self.known_outcomes[call.optimizer] = True
         return wrapper.last_outcome
@@ -236,29 +254,51 @@ class _Subject:
             wrapper.step(closure, make_optimizer_step=call.make_optimizer_step)
             assert len(runs) == 1, f"{call}: the closure ran {len(runs)} times in one step() call, not once [CLOS-001]"
 
-    def _raising_attempt(self, call: Call, batch: Batch, cell: Cell) -> None:
-        """The attempt raises; flags, parameters and every gradient must be exactly as before [CLOS-003]."""
+    def _raising_attempt(self, call: Call, batch: Batch, cell: Cell, held: int) -> None:
+        """The attempt raises; flags and parameters are as before, and the windows as the failure policy leaves them.
+
+        Raised before the backward (or in a ``toggle_model`` block, outside any ``step()``), or under ``"restore"``:
+        every gradient exactly as before [CLOS-003, FAIL-002, FAIL-004]. Raised after the backward under
+        ``"discard"``: the calling optimizer's gradients ``None``, its ``last_outcome`` ``DISCARDED`` and a note on the
+        exception; every other optimizer's gradients and outcome as before [FAIL-003, FAIL-002].
+        """
         params = list(self.model.parameters())
+        wrapper = self.wrappers[call.optimizer]
+        own = {id(param) for group in wrapper.param_groups for param in group["params"]}
+        discards = call.fails_after_backward and self.on_failure == "discard"
         flags = [param.requires_grad for param in params]
         values = [param.detach().clone() for param in params]
         grads = [None if param.grad is None else param.grad.detach().clone() for param in params]
+        outcomes = [other.last_outcome for other in self.wrappers]
         where = "toggle_model block" if call.form == "toggle_model" else "closure"
+        if call.fails_after_backward:
+            where += " after its backward"
         with refuses(
             ScheduleFault,
             f"{call}, whose {where} raises ScheduleFault",
             f"CLOS-003: the exception raised in a step()'s {where} propagates",
-        ):
+        ) as raised:
             self._attempt(call, batch, cell, [], raising=True)
-        what = f"after {call} raised in its {where}"
+        what = f"after {call} raised in its {where} (on_failure={self.on_failure!r})"
         assert [param.requires_grad for param in params] == flags, f"{what}: requires_grad flags were not restored"
         for i, (param, value, grad) in enumerate(zip(params, values, grads, strict=True)):
             unchanged = _identical(param.detach(), value)
             assert unchanged, f"{what}: parameter {i} changed"
-            if grad is None:
+            if discards and id(param) in own:
+                assert param.grad is None, f"{what}: the gradient of parameter {i} survived the discarded window"
+            elif grad is None:
                 assert param.grad is None, f"{what}: parameter {i} has a gradient it did not have before"
             else:
                 unchanged = param.grad is not None and _identical(param.grad, grad)
                 assert unchanged, f"{what}: the gradient of parameter {i} changed"
+        for index, other in enumerate(self.wrappers):
+            want = StepOutcome.DISCARDED if discards and index == call.optimizer else outcomes[index]
+            assert other.last_outcome is want, (
+                f"{what}: optimizer {index}'s last_outcome is {_values([other.last_outcome])[0]}, expected "
+                f"{_values([want])[0]}"
+            )
+        if discards:
+            assert_discard_note(raised.value, wrapper.optimizer, (held, held + 1), what)
 
 
 def _assert_closure_autocast(cell: Cell, call: Call) -> None:
@@ -478,10 +518,12 @@ def _difference(got: object, want: object, path: str) -> str | None:
     return None if got == want else f"{path} changed from {want!r} to {got!r}"
 
 
-def _run_schedule(make_context: MakeContext, cell: Cell, schedule: Schedule) -> list[list[torch.Tensor]]:
+def _run_schedule(
+    make_context: MakeContext, cell: Cell, schedule: Schedule, on_failure: FailurePolicy = "discard"
+) -> list[list[torch.Tensor]]:
     """Run ``schedule`` on the implementation and the oracle side by side; return the parameters per iteration."""
-    oracle = ScheduleOracle(schedule, cell)
-    subject = _Subject.build(make_context, schedule, cell)
+    oracle = ScheduleOracle(schedule, cell, on_failure)
+    subject = _Subject.build(make_context, schedule, cell, on_failure)
     batches = schedule_batches(schedule)
     scales: list[float] = []
     steps = [0] * len(schedule.heads)
@@ -505,8 +547,9 @@ def _run_schedule(make_context: MakeContext, cell: Cell, schedule: Schedule) -> 
             block = subject.context.batch(position.batch_idx, is_last=position.is_last)
         with block:
             for call in position.calls:
+                held = oracle.pending[call.optimizer]
                 expected = oracle.call(position, call)
-                outcome = subject.call(call, batches[position.index], cell, scales)
+                outcome = subject.call(call, batches[position.index], cell, scales, held)
                 what = f"{where}, {call} (accumulate_grad_batches={schedule.accumulate_grad_batches})"
                 assert outcome is expected, f"{what}: outcome {_values([outcome])[0]}, expected {expected.value}"
                 steps[call.optimizer] += outcome is StepOutcome.STEPPED
@@ -803,8 +846,9 @@ def test_generated_schedules_match_the_oracle(
     _check_schedules(request, tmp_path_factory, cell, "oracle", check, copies=copies)
 
 
-@pytest.mark.requirement("CLOS-003", "TOGGLE-002")
+@pytest.mark.requirement("CLOS-003", "TOGGLE-002", "FAIL-002", "FAIL-003", "FAIL-004", "STEP-004")
 @pytest.mark.cells(devices=EAGER)
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
 @pytest.mark.varies(**FAULTS_GENERATED)
 def test_generated_schedules_with_raising_closures(
     make_context: MakeContext,
@@ -812,11 +856,17 @@ def test_generated_schedules_with_raising_closures(
     implementation: Any,
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
+    on_failure: FailurePolicy,
 ) -> None:
-    """A call whose closure (or ``toggle_model`` block) raises changes nothing; the schedule then goes on."""
+    """A call whose closure (or ``toggle_model`` block) raises; the schedule then goes on with its retry.
+
+    Raised before its backward, the call changes nothing under either policy. Raised after it, nothing under
+    ``"restore"``; under ``"discard"`` the oracle discards that optimizer's window (``DISCARDED`` until the retry,
+    which starts a new window) and every other window is untouched.
+    """
 
     def check(schedule: Schedule) -> None:
-        _run_schedule(make_context, cell, schedule)
+        _run_schedule(make_context, cell, schedule, on_failure)
 
     copies = "pickling" in implementation.features
     _check_schedules(request, tmp_path_factory, cell, "faults", check, faults=True, copies=copies)

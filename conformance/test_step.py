@@ -11,10 +11,13 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
+    ON_FAILURE,
     REORDERED_TOLERANCES,
+    assert_discard_note,
     assert_params_close,
     cell_device,
     cell_dtype,
+    failure_settings,
     make_batches,
     make_model,
     mse,
@@ -34,10 +37,14 @@ NOT_LOSS_SCALED = ("64-true", "32-true", "bf16-true", "bf16-mixed")
 
 
 def _setup(
-    make_context: MakeContext, cell: Cell, accumulate_grad_batches: int = 1, **sgd: Any
+    make_context: MakeContext,
+    cell: Cell,
+    accumulate_grad_batches: int = 1,
+    settings: dict[str, Any] | None = None,
+    **sgd: Any,
 ) -> tuple[TrainingContext, torch.nn.Module, Any, WindowOracle]:
-    """A context, its prepared model and wrapped SGD, and the oracle on a copy of the same model."""
-    context = make_context(accumulate_grad_batches=accumulate_grad_batches)
+    """A context (with ``settings`` for the factory), its prepared model and wrapped SGD, and the oracle's copy."""
+    context = make_context(accumulate_grad_batches=accumulate_grad_batches, **(settings or {}))
     base = make_model()
     reference_model = oracle_copy(base, cell)
     model = context.prepare_module(base)
@@ -280,13 +287,27 @@ def test_closure_runs_once_per_call(make_context: MakeContext, cell: Cell) -> No
     assert calls == [0, 1, 2, 3], f"closure calls per batch: {calls}"
 
 
-@pytest.mark.requirement("CLOS-003", "TOGGLE-002")
+@pytest.mark.requirement("CLOS-003", "TOGGLE-002", "FAIL-002", "FAIL-003", "FAIL-004")
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
 @pytest.mark.varies(
-    faults=("raising closure",), make_optimizer_step=("True", "False", "None"), window=("k >= 2 micro-steps",)
+    faults=("raising closure", "raising closure after its backward"),
+    make_optimizer_step=("True", "False", "None"),
+    window=("k >= 2 micro-steps",),
+    on_failure=("discard", "restore"),
 )
-def test_closure_that_raises_changes_nothing(make_context: MakeContext, cell: Cell) -> None:
-    """A closure that raises, on a closing or an accumulating micro-step, leaves the window as it was."""
-    context, model, wrapper, oracle = _setup(make_context, cell, accumulate_grad_batches=2)
+def test_closure_that_raises_changes_nothing(make_context: MakeContext, cell: Cell, on_failure: str) -> None:
+    """A closure that raises, on a closing or an accumulating micro-step: the window as the failure policy leaves it.
+
+    Raised before its backward, the window is as it was under either policy (FAIL-002). Raised after its backward,
+    it is as it was under ``"restore"`` (FAIL-004); under ``"discard"`` it is gone: every gradient ``None``,
+    ``last_outcome`` ``DISCARDED``, the exception's note naming the optimizer (FAIL-003), and the calls that follow
+    make new windows. Parameters and flags never change; training then matches the plain loop over the windows
+    each policy leaves.
+    """
+    context, model, wrapper, oracle = _setup(
+        make_context, cell, accumulate_grad_batches=2, settings=failure_settings(on_failure)
+    )
+    discard = on_failure == "discard"
     batches = make_batches(4)
     device, dtype = cell_device(cell), cell_dtype(cell)
 
@@ -312,28 +333,50 @@ def test_closure_that_raises_changes_nothing(make_context: MakeContext, cell: Ce
     params_before = [p.detach().clone() for p in model.parameters()]
     flags_before = [p.requires_grad for p in model.parameters()]
     grads_before = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+    held = 1
     for raising in (failing, failing_after_backward):
         for make_step in (True, None, False):
+            outcome = wrapper.last_outcome
             with refuses(
                 RuntimeError,
                 f"wrapper.step({raising.__name__}, make_optimizer_step={make_step}) whose closure raises",
                 "CLOS-003: a closure's exception propagates out of step()",
                 match="boom from the closure",
-            ):
+            ) as raised:
                 wrapper.step(raising, make_optimizer_step=make_step)
-            what = f"after a closure raised ({raising.__name__}, make_optimizer_step={make_step})"
+            what = (
+                f"after a closure raised ({raising.__name__}, make_optimizer_step={make_step}, on_failure={on_failure})"
+            )
             assert all(torch.equal(p.detach(), q) for p, q in zip(model.parameters(), params_before, strict=True)), (
                 f"{what}: a parameter changed"
             )
             assert [p.requires_grad for p in model.parameters()] == flags_before, f"{what}: flags not restored"
+            if discard and raising is failing_after_backward:
+                assert all(p.grad is None for p in model.parameters()), (
+                    f"{what}: the window's gradients survived; under on_failure='discard' a call that fails after its "
+                    "backward wrote into the window discards it, every gradient None (FAIL-003)"
+                )
+                assert wrapper.last_outcome is StepOutcome.DISCARDED, (
+                    f"{what}: last_outcome is {wrapper.last_outcome}, expected DISCARDED (FAIL-003)"
+                )
+                assert_discard_note(raised.value, wrapper.optimizer, (held, held + 1), what)
+                held = 0
+                continue
+            assert wrapper.last_outcome is outcome, (
+                f"{what}: last_outcome changed from {outcome} to {wrapper.last_outcome}"
+            )
             for i, (param, grad) in enumerate(zip(model.parameters(), grads_before, strict=True)):
                 same = param.grad is None if grad is None else param.grad is not None and torch.equal(param.grad, grad)
                 assert same, f"{what}: the window's gradient of parameter {i} is not what it was before the call"
-    wrapper.step(closure_for(batches[1]))
-    wrapper.step(closure_for(batches[2]))
-    wrapper.step(closure_for(batches[3]))
-    oracle.train_windows(batches, [[0, 1], [2, 3]])
-    assert_params_close(model, oracle.model, cell, "training after a closure raised mid-window")
+    # Under "discard" the window of batch 0 is gone: the next calls make the windows [1, 2] and [3, 0].
+    order, windows = ((1, 2, 3, 0), [[1, 2], [3, 0]]) if discard else ((1, 2, 3), [[0, 1], [2, 3]])
+    for batch_idx in order:
+        wrapper.step(closure_for(batches[batch_idx]))
+    assert wrapper.last_outcome is S, f"the window {windows[-1]} did not close on time: {wrapper.last_outcome}"
+    oracle.train_windows(batches, windows)
+    assert_params_close(
+        model, oracle.model, cell, f"training after a closure raised mid-window (on_failure={on_failure})"
+    )
 
 
 @pytest.mark.requirement("BWD-001")

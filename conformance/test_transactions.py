@@ -24,12 +24,15 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
+    ON_FAILURE,
     Batch,
     Halves,
+    assert_discard_note,
     assert_params_close,
     assert_same_state,
     cell_device,
     cell_dtype,
+    failure_settings,
     make_batches,
     make_model,
     mse,
@@ -287,9 +290,16 @@ class _Failure:
     failing: int
     """The batch whose call's inner step raises."""
     windows: tuple[tuple[int, ...], ...]
-    """The windows the oracle trains, worked out by hand: the failed call adds nothing to its window."""
+    """The windows the oracle trains under ``"restore"``, worked out by hand: the failed call adds nothing to its
+    window, and the retry (a closing call, without a new backward in the backward-then-step form) closes it."""
     outcomes: tuple[StepOutcome, ...]
-    """``last_outcome`` after each batch (16-mixed skips none: the losses are small)."""
+    """``last_outcome`` after each batch under ``"restore"`` (16-mixed skips none: the losses are small)."""
+    discard_windows: tuple[tuple[int, ...], ...]
+    """The windows under ``"discard"``: the failed call's window is gone, and its retry (with a new backward, and
+    ``unscale_gradients()`` again where the plan prepares) makes a window of the failing batch alone."""
+    discard_outcomes: tuple[StepOutcome, ...]
+    held: int
+    """Micro-steps the failed window held before the failing call."""
     schedule: dict[int, bool | None] = field(default_factory=dict)
     clip: float | None = None
     unscale_first: bool = False
@@ -298,14 +308,50 @@ class _Failure:
     """The failed call is not retried: the next batch's call closes the window (without the failed micro-batch)."""
 
 
+D = StepOutcome.DISCARDED
 _FAILURES = {
-    "window-1-closure": _Failure(1, "SGD momentum", True, 3, 1, ((0,), (1,), (2,)), (S, S, S)),
-    "window-3-closure-clipped": _Failure(3, "SGD", True, 6, 5, ((0, 1, 2), (3, 4, 5)), (A, A, S, A, A, S), clip=2e-4),
+    "window-1-closure": _Failure(
+        1, "SGD momentum", True, 3, 1, ((0,), (1,), (2,)), (S, S, S), ((0,), (1,), (2,)), (S, S, S), held=0
+    ),
+    "window-3-closure-clipped": _Failure(
+        3,
+        "SGD",
+        True,
+        6,
+        5,
+        ((0, 1, 2), (3, 4, 5)),
+        (A, A, S, A, A, S),
+        ((0, 1, 2), (5,)),
+        (A, A, S, A, A, S),
+        held=2,
+        clip=2e-4,
+    ),
     "cut-short-backward-adam": _Failure(
-        4, "Adam", False, 7, 5, ((0, 1, 2, 3), (4, 5), (6,)), (A, A, A, S, A, S, S), schedule={5: True}
+        4,
+        "Adam",
+        False,
+        7,
+        5,
+        ((0, 1, 2, 3), (4, 5), (6,)),
+        (A, A, A, S, A, S, S),
+        ((0, 1, 2, 3), (5,), (6,)),
+        (A, A, A, S, A, S, S),
+        held=1,
+        schedule={5: True},
     ),
     "prepared-backward-clipped": _Failure(
-        2, "SGD momentum", False, 4, 3, ((0, 1), (2, 3)), (A, S, A, S), clip=2e-4, unscale_first=True
+        2,
+        "SGD momentum",
+        False,
+        4,
+        3,
+        ((0, 1), (2, 3)),
+        (A, S, A, S),
+        ((0, 1), (3,)),
+        (A, S, A, S),
+        held=1,
+        clip=2e-4,
+        unscale_first=True,
     ),
     "retried-in-next-batch": _Failure(
         4,
@@ -315,6 +361,9 @@ _FAILURES = {
         1,
         ((0, 2), (3,)),
         (A, A, S, S),
+        ((2,), (3,)),
+        (A, D, S, S),
+        held=1,
         schedule={1: True, 2: True, 3: True},
         retry_in_next_batch=True,
     ),
@@ -359,9 +408,10 @@ def _oracle_windows(
     return scales, stepped
 
 
-@pytest.mark.requirement("TXN-001", "STEP-004", "ACC-001")
+@pytest.mark.requirement("TXN-001", "STEP-004", "ACC-001", "FAIL-003", "FAIL-004")
 @pytest.mark.cells(devices=EAGER)
 @pytest.mark.parametrize("scenario", list(_FAILURES))
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
 @pytest.mark.varies(
     window=("1 micro-step", "k >= 2 micro-steps", "cut short by True"),
     make_optimizer_step=("True", "None"),
@@ -370,24 +420,35 @@ def _oracle_windows(
     clipping=("norm", "unscale_gradients() by hand"),
     loss_scale=("grown", "settings given to the factory"),
     position=("inside batch()",),
-    faults=("raising inner step",),
+    faults=("raising inner step", "failing closing step of a prepared window"),
+    on_failure=("discard", "restore"),
 )
 def test_failed_inner_step_leaves_the_window(
-    make_context: MakeContext, cell: Cell, implementation: ImplementationInfo[Any], scenario: str
+    make_context: MakeContext, cell: Cell, implementation: ImplementationInfo[Any], scenario: str, on_failure: str
 ) -> None:
-    """The inner step of a closing call raises: the exception propagates, the window is as before the call.
+    """The inner step of a closing call raises: the exception propagates, the window is what the policy leaves.
 
-    Its gradients (not averaged, unscaled or clipped, without the failed call's closure), its length, whether
-    ``unscale_gradients()`` prepared it, ``last_outcome``, the step count and the loss scaler (the context's
-    ``state_dict()`` where checkpointing is claimed) are unchanged; the retry, or the next batch's call, then applies
-    the window's true mean: the parameters match a plain loop over the windows worked out by hand, and under 16-mixed
-    every backward pass used the scale that the plain ``GradScaler`` had there.
+    Under ``"restore"`` the window is as before the call: its gradients (not averaged, unscaled or clipped, without
+    the failed call's closure), its length, whether ``unscale_gradients()`` prepared it, ``last_outcome``, the step
+    count and the loss scaler (the context's ``state_dict()`` where checkpointing is claimed) are unchanged; the
+    retry, or the next batch's call, then applies the window's true mean. Under ``"discard"`` the window is gone
+    (every gradient ``None``, ``last_outcome`` ``DISCARDED``, a note on the exception, a prepared window no longer
+    prepared), and the loss scaler forgets the failed step's unscaling: the retry in the same batch (a new backward,
+    ``unscale_gradients()`` again where the window was prepared) steps on the mean of its own window, unscaled once.
+    Either way the parameters match a plain loop over the windows worked out by hand, and under 16-mixed every
+    counted backward pass used the scale that the plain ``GradScaler`` had there.
     """
     plan = _FAILURES[scenario]
+    discard = on_failure == "discard"
+    windows = plan.discard_windows if discard else plan.windows
+    counted = {batch_idx for window in windows for batch_idx in window}
     flaky_class, plain_class, hyper = _OPTIMIZERS[plan.optimizer]
     sixteen = cell.precision == "16-mixed"
     context = make_context(
-        accumulate_grad_batches=plan.accumulate, gradient_clip_val=plan.clip, **_scaler_settings(cell, GROWING)
+        accumulate_grad_batches=plan.accumulate,
+        gradient_clip_val=plan.clip,
+        **_scaler_settings(cell, GROWING),
+        **failure_settings(on_failure),
     )
     base = make_model()
     oracle_model = oracle_copy(base, cell)
@@ -397,14 +458,14 @@ def test_failed_inner_step_leaves_the_window(
     params = list(model.parameters())
     batches = make_batches(plan.batches, seed=12)
     device, dtype = cell_device(cell), cell_dtype(cell)
-    scales: list[float] = []
+    scales: list[tuple[int, float]] = []
     checkpointing = "checkpointing" in implementation.features
 
     def loss_of(batch_idx: int, record: bool) -> torch.Tensor:
         with context.autocast():
             loss = mse(model, batches[batch_idx], device, dtype) * LOSS_FACTOR
         if sixteen and record:
-            loss.register_hook(lambda grad: scales.append(float(grad)))
+            loss.register_hook(lambda grad: scales.append((batch_idx, float(grad))))
         return loss
 
     def closure_for(batch_idx: int, record: bool = True) -> Callable[[], torch.Tensor]:
@@ -422,6 +483,8 @@ def test_failed_inner_step_leaves_the_window(
             return
         if backward:
             wrapper.backward(loss_of(batch_idx, record))
+            if plan.unscale_first and batch_idx == plan.failing:
+                wrapper.unscale_gradients()
         wrapper.step(make_optimizer_step=make_step)
 
     outcomes = []
@@ -432,7 +495,7 @@ def test_failed_inner_step_leaves_the_window(
                 outcomes.append(wrapper.last_outcome)
                 continue
             if not plan.closure_form:
-                wrapper.backward(loss_of(batch_idx, record=True))
+                wrapper.backward(loss_of(batch_idx, record=not discard))
                 if plan.unscale_first:
                     wrapper.unscale_gradients()
             outcome, window, values = wrapper.last_outcome, _grads(params), _values(params)
@@ -440,70 +503,89 @@ def test_failed_inner_step_leaves_the_window(
             inner.fail = True  # type: ignore[attr-defined]
             with refuses(
                 _InnerStepFailure,
-                f"a closing step() whose inner optimizer's step raises ({scenario})",
-                "TXN-001: the inner step's exception propagates out of step(), the window left as it was",
-            ):
+                f"a closing step() whose inner optimizer's step raises ({scenario}, on_failure={on_failure!r})",
+                "TXN-001: the inner step's exception propagates out of step()",
+            ) as raised:
                 call(batch_idx, backward=False, record=False)
             inner.fail = False  # type: ignore[attr-defined]
-            what = f"a closing step whose inner step raised ({scenario})"
-            _assert_same_grads(_grads(params), window, f"{what}, the window")
+            what = f"a closing step whose inner step raised ({scenario}, on_failure={on_failure!r})"
             _assert_same_values(_values(params), values, what)
-            assert wrapper.last_outcome is outcome, (
-                f"{what} changed last_outcome from {outcome} to {wrapper.last_outcome}"
-            )
-            if state is not None:
-                assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
-            if plan.unscale_first:
-                with refuses(
-                    RuntimeError,
-                    f"wrapper.zero_grad() after unscale_gradients() and a failed closing step() ({scenario})",
-                    "CLIP-002: the window is still prepared, and a zero_grad() before its closing step() is refused",
-                ):
-                    wrapper.zero_grad()  # still prepared: zero_grad() before the closing step is refused (CLIP-002)
-                _assert_same_grads(_grads(params), window, f"{what}, then a refused zero_grad(), the prepared window")
+            if discard:
+                _assert_same_grads(_grads(params), [None] * len(params), f"{what}, the discarded window (FAIL-003)")
+                assert wrapper.last_outcome is D, f"{what}: last_outcome is {wrapper.last_outcome}, not DISCARDED"
+                assert_discard_note(raised.value, inner, (plan.held, plan.held + 1), what)
+                if plan.unscale_first:
+                    wrapper.zero_grad()  # the discarded window is no longer prepared: zero_grad() is allowed again
+            else:
+                _assert_same_grads(_grads(params), window, f"{what}, the window")
+                assert wrapper.last_outcome is outcome, (
+                    f"{what} changed last_outcome from {outcome} to {wrapper.last_outcome}"
+                )
+                if state is not None:
+                    assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
+                if plan.unscale_first:
+                    with refuses(
+                        RuntimeError,
+                        f"wrapper.zero_grad() after unscale_gradients() and a failed closing step() ({scenario})",
+                        "CLIP-002: the window is still prepared, and a zero_grad() before its closing step() is "
+                        "refused",
+                    ):
+                        wrapper.zero_grad()  # still prepared: zero_grad() before the closing step is refused
+                    _assert_same_grads(
+                        _grads(params), window, f"{what}, then a refused zero_grad(), the prepared window"
+                    )
             if not plan.retry_in_next_batch:
-                call(batch_idx, backward=False)
+                call(batch_idx, backward=discard)
             outcomes.append(wrapper.last_outcome)
 
     oracle_optimizer = plain_class(oracle_model.parameters(), **hyper)
     want_scales, stepped = _oracle_windows(
-        cell, oracle_model, oracle_optimizer, batches, plan.windows, plan.clip, GROWING, plan.accumulate
+        cell, oracle_model, oracle_optimizer, batches, windows, plan.clip, GROWING, plan.accumulate
     )
-    want_outcomes = expected_outcomes(plan.outcomes, stepped)
+    want_outcomes = expected_outcomes(plan.discard_outcomes if discard else plan.outcomes, stepped)
     assert outcomes == want_outcomes, f"the calls took {outcomes}, expected {want_outcomes} ({scenario})"
     if sixteen:
-        assert scales == want_scales, (
-            f"the backward passes were scaled by {scales}; a plain GradScaler over the windows {plan.windows} scales "
+        got_scales = [scale for batch_idx, scale in scales if batch_idx in counted]
+        assert got_scales == want_scales, (
+            f"the backward passes were scaled by {got_scales}; a plain GradScaler over the windows {windows} scales "
             f"them by {want_scales}: the failed step changed the loss scaler"
+            + (" (under on_failure='discard' it must forget what it recorded of the failed step)" if discard else "")
         )
     assert_params_close(
-        model, oracle_model, cell, f"after a failed inner step and its retry, the windows {plan.windows} ({scenario})"
+        model, oracle_model, cell, f"after a failed inner step and its retry, the windows {windows} ({scenario})"
     )
 
 
 # -- REENT-001: a step() inside a running step() --------------------------------------------------------------
 
 
-@pytest.mark.requirement("REENT-001", "CLOS-003", "STEP-004")
+@pytest.mark.requirement("REENT-001", "CLOS-003", "STEP-004", "FAIL-002", "FAIL-003", "FAIL-004")
 @pytest.mark.cells(devices=EAGER)
 @pytest.mark.parametrize("reentered", ["same", "other"])
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
 @pytest.mark.varies(
     wrappers=("2",),
     window=("k >= 2 micro-steps",),
     make_optimizer_step=("True", "False", "None"),
-    faults=("raising closure", "re-entered step"),
+    faults=("raising closure after its backward", "re-entered step"),
     optimizer=("SGD momentum", "Adam"),
     outcome_read=("after every call of every wrapper",),
     position=("inside batch()",),
+    on_failure=("discard", "restore"),
 )
-def test_step_inside_a_running_step_is_refused(make_context: MakeContext, cell: Cell, reentered: str) -> None:
-    """A ``step()`` from inside a closure, of the same wrapper or the other, raises ``RuntimeError``; nothing changes.
+def test_step_inside_a_running_step_is_refused(
+    make_context: MakeContext, cell: Cell, reentered: str, on_failure: str
+) -> None:
+    """A ``step()`` from inside a closure, of the same wrapper or the other, raises ``RuntimeError``, changing nothing.
 
-    The refused call's closure never runs, and the outer call fails as a raising closure does: the same exception
-    propagates, and both windows (gradients, parameters, flags, outcomes) are as before; both then close on time and
-    match a plain loop.
+    The refused call's closure never runs, and the outer call (whose closure ran its backward first) fails as a
+    raising closure does: the same exception propagates, parameters and flags are as before, and the other
+    wrapper's window and outcome are untouched (FAIL-002). Under ``"restore"`` the outer window is as before too;
+    under ``"discard"`` it is gone (every gradient ``None``, ``DISCARDED``, a note on the exception). Both windows then
+    close on time and match a plain loop over the windows each policy leaves.
     """
-    context = make_context(accumulate_grad_batches=3)
+    discard = on_failure == "discard"
+    context = make_context(accumulate_grad_batches=3, **failure_settings(on_failure))
     base = Halves(51, 52)
     oracle = oracle_copy(base, cell)
     model = context.prepare_module(base)
@@ -533,6 +615,8 @@ def test_step_inside_a_running_step_is_refused(make_context: MakeContext, cell: 
     with context.batch(1):
         for name in halves:
             target = name if reentered == "same" else ("b" if name == "a" else "a")
+            other = "b" if name == "a" else "a"
+            held = 1
             for outer_step in (False, None, True):
                 for inner_step in (None, True, False):
                     refused: list[BaseException] = []
@@ -552,11 +636,12 @@ def test_step_inside_a_running_step_is_refused(make_context: MakeContext, cell: 
                         return loss
 
                     before = _snapshot(model)
+                    others = _snapshot(halves[other])
                     outcomes = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
                     calls.clear()
                     what = (
                         f"wrapper {name}'s step(make_optimizer_step={outer_step}) whose closure called wrapper "
-                        f"{target}'s step(make_optimizer_step={inner_step})"
+                        f"{target}'s step(make_optimizer_step={inner_step}) (on_failure={on_failure!r})"
                     )
                     with refuses(
                         RuntimeError,
@@ -570,9 +655,27 @@ def test_step_inside_a_running_step_is_refused(make_context: MakeContext, cell: 
                         f"{what}: the outer call raised {raised.value!r}, not the inner call's {refused[0]!r}"
                     )
                     assert calls == [name], f"{what}: the closures that ran are {calls}, only {name}'s may"
-                    _assert_same_snapshot(_snapshot(model), before, what)
+                    _assert_same_snapshot(_snapshot(halves[other]), others, f"{what}, wrapper {other}'s window")
                     now = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
-                    assert now == outcomes, f"{what} changed the outcomes from {outcomes} to {now}"
+                    if not discard:
+                        _assert_same_snapshot(_snapshot(model), before, what)
+                        assert now == outcomes, f"{what} changed the outcomes from {outcomes} to {now}"
+                        continue
+                    whole = _snapshot(model)
+                    _assert_same_values(whole["the parameters"], before["the parameters"], what)
+                    assert whole["the requires_grad flags"] == before["the requires_grad flags"], (
+                        f"{what}: flags not restored"
+                    )
+                    grads = _snapshot(halves[name])["the windows' gradients"]
+                    _assert_same_grads(
+                        grads,
+                        [None] * len(grads),
+                        f"{what}: wrapper {name}'s window was written by the outer closure, so it is discarded "
+                        "(FAIL-003)",
+                    )
+                    assert now == outcomes | {name: D}, f"{what}: the outcomes are {now}, expected {name} DISCARDED"
+                    assert_discard_note(raised.value, wrappers[name].optimizer, (held, held + 1), what)
+                    held = 0
         for name in halves:
             wrappers[name].step(closure_for(name, 1))
             assert wrappers[name].last_outcome is A, (
@@ -586,21 +689,23 @@ def test_step_inside_a_running_step_is_refused(make_context: MakeContext, cell: 
                 f"{wrappers[name].last_outcome}"
             )
 
-    # The oracle by hand: each half one step on the mean of its three micro-batches, one scaler update for both.
+    # The oracle by hand: each half one step on the mean of its micro-batches (under "discard" batch 0 is gone with
+    # the discarded window), one scaler update for both.
+    window = batches[1:] if discard else batches
     scaler = GradScaler(device.type) if cell.precision == "16-mixed" else None
     optimizers = {
         "a": torch.optim.SGD(oracle.a.parameters(), lr=SGD_LR, momentum=0.9),
         "b": torch.optim.Adam(oracle.b.parameters(), lr=ADAM_LR),
     }
     for name, half in (("a", oracle.a), ("b", oracle.b)):
-        for batch in batches:
+        for batch in window:
             with oracle_autocast(cell):
                 loss = mse(half, batch, device, dtype) * LOSS_FACTOR
             (loss if scaler is None else scaler.scale(loss)).backward()
         with torch.no_grad():
             for param in half.parameters():
                 assert param.grad is not None
-                param.grad /= len(batches)
+                param.grad /= len(window)
         if scaler is None:
             optimizers[name].step()
         else:
@@ -609,7 +714,7 @@ def test_step_inside_a_running_step_is_refused(make_context: MakeContext, cell: 
     if scaler is not None:
         scaler.update()
     oracle_step_done(cell)
-    assert_params_close(model, oracle, cell, "two windows that closed after refused re-entered steps")
+    assert_params_close(model, oracle, cell, f"two windows that closed after refused re-entered steps ({on_failure})")
 
 
 # -- ERR-009: flags that are not bool -------------------------------------------------------------------------
@@ -975,10 +1080,10 @@ def test_copy_inside_batch_carries_the_pending_update(
 
 
 def _halves_pair(
-    make_context: MakeContext, cell: Cell
+    make_context: MakeContext, cell: Cell, on_failure: str = "discard"
 ) -> tuple[TrainingContext, Halves, Halves, dict[str, Any], dict[str, Callable[[int], torch.Tensor]]]:
     """Two halves with a window of two micro-steps each, and each half's loss of batch ``i``."""
-    context = make_context(accumulate_grad_batches=2)
+    context = make_context(accumulate_grad_batches=2, **failure_settings(on_failure))
     base = Halves(51, 52)
     oracle = oracle_copy(base, cell)
     model = context.prepare_module(base)
@@ -1001,33 +1106,52 @@ def _halves_pair(
     return context, model, oracle, wrappers, losses
 
 
-def _halves_oracle(cell: Cell, oracle: Halves) -> None:
-    """Each half one SGD step on the mean of its two micro-batches; one scaler, updated once."""
-    oracle_mean_steps([oracle.a, oracle.b], make_batches(2, seed=16), cell, SGD_LR, LOSS_FACTOR)
+def _halves_oracle(cell: Cell, oracle: Halves, a_window: Sequence[int] = (0, 1)) -> None:
+    """Each half one SGD step on the mean of its micro-batches (b's two, a's ``a_window``); one scaler, updated once."""
+    batches = make_batches(2, seed=16)
+    oracle_mean_steps([oracle.a, oracle.b], batches, cell, SGD_LR, LOSS_FACTOR, windows=[a_window, (0, 1)])
 
 
-@pytest.mark.requirement("CKPT-004", "CLOS-003")
+def _assert_discarded(
+    model: Halves, before: dict[str, Any], wrapper: Any, error: BaseException, held: int, what: str
+) -> None:
+    """Half ``a``'s window is discarded [FAIL-003]; parameters, flags and half ``b``'s window as before [FAIL-002]."""
+    now = _snapshot(model)
+    _assert_same_values(now["the parameters"], before["the parameters"], what)
+    assert now["the requires_grad flags"] == before["the requires_grad flags"], f"{what} changed requires_grad flags"
+    count = len(list(model.a.parameters()))
+    want = [None] * count + before["the windows' gradients"][count:]
+    _assert_same_grads(now["the windows' gradients"], want, f"{what} (wrapper a's window discarded, b's untouched)")
+    assert wrapper.last_outcome is D, f"{what}: wrapper a's last_outcome is {wrapper.last_outcome}, not DISCARDED"
+    assert_discard_note(error, wrapper.optimizer, (held, held + 1), what)
+
+
+@pytest.mark.requirement("CKPT-004", "CLOS-003", "FAIL-003", "FAIL-004")
 @pytest.mark.features("checkpointing")
 @pytest.mark.cells(devices=EAGER)
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
 @pytest.mark.varies(
     copies=("checkpoint", "pickle", "deepcopy"),
-    faults=("raising closure",),
+    faults=("raising closure after its backward",),
     clipping=("unscale_gradients() by hand",),
     wrappers=("2",),
     window=("k >= 2 micro-steps",),
     call_form=("closure, wrapper.backward", "backward, then step()"),
     position=("inside batch()",),
+    on_failure=("discard", "restore"),
 )
 def test_state_or_copy_mid_step_is_refused(
-    make_context: MakeContext, cell: Cell, implementation: ImplementationInfo[Any]
+    make_context: MakeContext, cell: Cell, implementation: ImplementationInfo[Any], on_failure: str
 ) -> None:
     """``state_dict()`` or a copy while a ``step()`` runs, or after ``unscale_gradients()``, raises ``RuntimeError``.
 
-    From a closure, the refusal fails the call as a raising closure does (both windows as before); after
-    ``unscale_gradients()``, the prepared window is unchanged and its closing step applies it. Both windows then
-    close as a plain loop's; the state can be taken again once the step has run.
+    From a closure (after its backward), the refusal fails the call as a raising closure does: both windows as
+    before under ``"restore"``; under ``"discard"`` the calling wrapper's window is gone and the other's untouched.
+    After ``unscale_gradients()``, the prepared window is unchanged and its closing step applies it. Both windows
+    then close as a plain loop's; the state can be taken again once the step has run.
     """
-    context, model, oracle, wrappers, losses = _halves_pair(make_context, cell)
+    discard = on_failure == "discard"
+    context, model, oracle, wrappers, losses = _halves_pair(make_context, cell, on_failure)
     pickling = "pickling" in implementation.features
     takes: dict[str, Callable[[], object]] = {"state_dict()": context.state_dict}
     if pickling:
@@ -1039,6 +1163,7 @@ def test_state_or_copy_mid_step_is_refused(
     with context.batch(0):
         for name in ("a", "b"):
             wrappers[name].step(lambda name=name: wrappers[name].backward(losses[name](0)))
+    held = 1
     with context.batch(1):
         for what, take in takes.items():
             for make_step in (False, True):
@@ -1048,12 +1173,19 @@ def test_state_or_copy_mid_step_is_refused(
                     take()
 
                 before = _snapshot(model)
+                call = (
+                    f"wrapper a's step(closure, make_optimizer_step={make_step}) whose closure calls {calls_of[what]}"
+                )
                 with refuses(
                     RuntimeError,
-                    f"wrapper a's step(closure, make_optimizer_step={make_step}) whose closure calls {calls_of[what]}",
+                    call,
                     "CKPT-004: a state or copy taken while a step() runs is refused with RuntimeError",
-                ):
+                ) as raised:
                     wrappers["a"].step(closure, make_optimizer_step=make_step)
+                if discard:
+                    _assert_discarded(model, before, wrappers["a"], raised.value, held, call)
+                    held = 0
+                    continue
                 _assert_same_snapshot(
                     _snapshot(model), before, f"{what} inside the closure of step(make_optimizer_step={make_step})"
                 )
@@ -1075,30 +1207,35 @@ def test_state_or_copy_mid_step_is_refused(
             take()  # between calls, inside batch() after a real step: allowed
         wrappers["b"].step(lambda: wrappers["b"].backward(losses["b"](1)))
         assert wrappers["b"].last_outcome is S, f"wrapper b's window: {wrappers['b'].last_outcome}"
-    _halves_oracle(cell, oracle)
-    assert_params_close(model, oracle, cell, "two windows closed after refused states and copies")
+    _halves_oracle(cell, oracle, (1,) if discard else (0, 1))
+    assert_params_close(model, oracle, cell, f"two windows closed after refused states and copies ({on_failure})")
 
 
 # -- CLIP-002: backward() after unscale_gradients() -----------------------------------------------------------
 
 
-@pytest.mark.requirement("CLIP-002", "CLOS-003")
+@pytest.mark.requirement("CLIP-002", "CLOS-003", "FAIL-003", "FAIL-004")
 @pytest.mark.cells(devices=EAGER)
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
 @pytest.mark.varies(
     clipping=("unscale_gradients() by hand",),
     wrappers=("2",),
     window=("k >= 2 micro-steps", "open while another optimizer steps"),
     call_form=("backward, then step()", "closure, wrapper.backward"),
-    faults=("raising closure",),
+    faults=("raising closure after its backward", "failing closing step of a prepared window"),
     position=("inside batch()",),
+    on_failure=("discard", "restore"),
 )
-def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, cell: Cell) -> None:
+def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, cell: Cell, on_failure: str) -> None:
     """After ``unscale_gradients()``, a ``backward()`` of either wrapper raises ``RuntimeError`` and changes nothing.
 
-    Between the calls, and inside the closure of the closing step (which then fails as a raising closure does: the
-    window as before the call, so that its retry prepares it once). Both windows then close as a plain loop's.
+    Between the calls, and inside the closure of the closing step, which then fails as a raising closure does: under
+    ``"restore"`` the window is as before the call (not prepared), so that its retry prepares it once; under
+    ``"discard"`` the window the closure prepared is gone, and the loss scaler has forgotten its unscaling, so that
+    a new window in the same iteration is prepared (unscaled) once again. Both windows then close as a plain loop's.
     """
-    context, model, oracle, wrappers, losses = _halves_pair(make_context, cell)
+    discard = on_failure == "discard"
+    context, model, oracle, wrappers, losses = _halves_pair(make_context, cell, on_failure)
     with context.batch(0):
         for name in ("a", "b"):
             wrappers[name].step(lambda name=name: wrappers[name].backward(losses[name](0)))
@@ -1110,18 +1247,26 @@ def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, 
             wrappers["a"].unscale_gradients()
             wrappers["a"].backward(losses["a"](1))
 
+        call = (
+            "wrapper a's step(closure, make_optimizer_step=True) whose closure calls backward() after "
+            "unscale_gradients()"
+        )
         with refuses(
             RuntimeError,
-            "wrapper a's step(closure, make_optimizer_step=True) whose closure calls backward() after "
-            "unscale_gradients()",
+            call,
             "CLIP-002: a backward() after unscale_gradients() adds scaled gradients to prepared ones, so it is "
             "refused until the closing step()",
-        ):
+        ) as raised:
             wrappers["a"].step(closure, make_optimizer_step=True)
-        _assert_same_snapshot(_snapshot(model), before, "a closing step whose closure ran backward() after unscaling")
-        assert wrappers["a"].last_outcome is A, (
-            f"the refused backward changed the outcome: {wrappers['a'].last_outcome}"
-        )
+        if discard:
+            _assert_discarded(model, before, wrappers["a"], raised.value, 1, call)
+        else:
+            _assert_same_snapshot(
+                _snapshot(model), before, "a closing step whose closure ran backward() after unscaling"
+            )
+            assert wrappers["a"].last_outcome is A, (
+                f"the refused backward changed the outcome: {wrappers['a'].last_outcome}"
+            )
         wrappers["a"].backward(losses["a"](1))
         wrappers["a"].unscale_gradients()
         before = _snapshot(model)
@@ -1141,5 +1286,5 @@ def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, 
         wrappers["b"].backward(losses["b"](1))  # the closing step has run: backward is allowed again
         wrappers["b"].step()
         assert wrappers["b"].last_outcome is S, f"wrapper b's window: {wrappers['b'].last_outcome}"
-    _halves_oracle(cell, oracle)
-    assert_params_close(model, oracle, cell, "two windows closed after refused backward() calls")
+    _halves_oracle(cell, oracle, (1,) if discard else (0, 1))
+    assert_params_close(model, oracle, cell, f"two windows closed after refused backward() calls ({on_failure})")

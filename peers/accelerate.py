@@ -26,7 +26,9 @@ from torch.utils.data import DataLoader, IterableDataset
 from lightning_optimizer.peers import NoHooks, PeerOptimizer
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
+    FAILURE_POLICIES,
     Cell,
+    FailurePolicy,
     GradScalerSettings,
     ImplementationInfo,
     Precision,
@@ -73,6 +75,8 @@ TRANSLATIONS: dict[str, str] = {
     "optimizer's parameters, after the backward, before optimizer.step() (the docs' recipe)",
     "toggle_model": "accelerator.no_sync(model) when sync_grad=False; Accelerate has no requires_grad toggling",
     "state_dict": "what accelerator.save_state() keeps of the Accelerator: its accumulation step and the scaler",
+    "on_failure": "'discard' only, and nothing translated: a step() that raises leaves the window as the peer leaves "
+    "it",
 }
 """Contract call -> what the adapter writes for it (the code an Accelerate user writes in their loop)."""
 
@@ -80,6 +84,8 @@ NOT_CLAIMED: dict[str, str] = {
     "64-true": "Accelerate has no float64 setting (mixed_precision is 'no', 'fp16', 'bf16' or 'fp8')",
     "bf16-true": "Accelerate has no setting that keeps the model in bfloat16 ('bf16' is mixed precision)",
     "hooks": "Accelerate has no hooks around its optimizer's backward and step to register",
+    "exact_restore": "Accelerate keeps no copy of a window to put back when a step fails, so on_failure='restore' is "
+    "refused; under 'discard' a failed step leaves the gradients as Accelerate leaves them (the adapter adds nothing)",
 }
 """What the adapter does not claim, and why."""
 
@@ -136,7 +142,10 @@ class AccelerateContext(NoHooks):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         grad_scaler: GradScalerSettings | None = None,
+        on_failure: FailurePolicy = "discard",
     ) -> None:
+        _check_on_failure(on_failure, self.peer_name)
+        self._on_failure: FailurePolicy = "discard"
         if device == "cpu" and is_torch_xla_available():
             raise RuntimeError(
                 "torch_xla is importable, so Accelerate runs in its XLA mode even with cpu=True: run the CPU cells "
@@ -182,6 +191,11 @@ class AccelerateContext(NoHooks):
         """``accelerator.gradient_accumulation_steps``."""
         steps: int = self._accelerator.gradient_accumulation_steps
         return steps
+
+    @property
+    def on_failure(self) -> FailurePolicy:
+        """``"discard"``, the only policy the adapter takes: Accelerate keeps no failed window to restore."""
+        return self._on_failure
 
     @property
     def accelerator(self) -> Accelerator:
@@ -294,6 +308,18 @@ class AccelerateContext(NoHooks):
             yield
 
 
+def _check_on_failure(on_failure: object, peer_name: str) -> None:
+    """FAIL-001: ``"discard"`` is taken, ``"restore"`` refused (the adapter does not claim ``"exact_restore"``)."""
+    if on_failure == "restore":
+        raise ValueError(
+            f"on_failure='restore' is refused: {peer_name} keeps no failed window (nothing copies a window to put back "
+            "when a step() raises), and this adapter does not claim the feature 'exact_restore'; use "
+            "on_failure='discard'"
+        )
+    if on_failure not in FAILURE_POLICIES:
+        raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {on_failure!r}")
+
+
 def _context_for(
     cell: Cell,
     *,
@@ -301,6 +327,7 @@ def _context_for(
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
+    on_failure: FailurePolicy = "discard",
 ) -> AccelerateContext:
     return AccelerateContext(
         cell.precision,
@@ -309,6 +336,7 @@ def _context_for(
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
         grad_scaler=grad_scaler if cell.precision == "16-mixed" else None,
+        on_failure=on_failure,
     )
 
 

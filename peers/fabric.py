@@ -21,7 +21,9 @@ from torch.amp.grad_scaler import GradScaler
 from lightning_optimizer.peers import NoHooks, PeerOptimizer
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
+    FAILURE_POLICIES,
     Cell,
+    FailurePolicy,
     GradScalerSettings,
     ImplementationInfo,
     Precision,
@@ -64,6 +66,8 @@ TRANSLATIONS: dict[str, str] = {
     "before optimizer.step() (Fabric has no configured clipping)",
     "toggle_model": "fabric.no_backward_sync(model, enabled=not sync_grad); Fabric has no requires_grad toggling",
     "state_dict": "nothing: fabric.save() keeps no state of Fabric's own",
+    "on_failure": "'discard' only, and nothing translated: a step() that raises leaves the window as the peer leaves "
+    "it",
 }
 """Contract call -> what the adapter writes for it (the code a Fabric user writes in their loop)."""
 
@@ -73,6 +77,8 @@ NOT_CLAIMED: dict[str, str] = {
     "pickling": "_FabricOptimizer builds a class per instance, which pickle cannot find",
     "hooks": "Fabric calls its callbacks only where the user's loop does (fabric.call); _FabricOptimizer offers "
     "no hooks to register",
+    "exact_restore": "Fabric keeps no copy of a window to put back when a step fails, so on_failure='restore' is "
+    "refused; under 'discard' a failed step leaves the gradients as Fabric leaves them (the adapter adds nothing)",
 }
 """What the adapter does not claim, and why."""
 
@@ -97,7 +103,10 @@ class FabricContext(NoHooks):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         grad_scaler: GradScalerSettings | None = None,
+        on_failure: FailurePolicy = "discard",
     ) -> None:
+        _check_on_failure(on_failure, self.peer_name)
+        self._on_failure: FailurePolicy = "discard"
         world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         # A configured loss scaler goes in as the docs show: a MixedPrecision plugin holding the GradScaler.
         precision_choice: dict[str, Any] = {"precision": precision}
@@ -132,6 +141,11 @@ class FabricContext(NoHooks):
     def accumulate_grad_batches(self) -> int:
         """The N of the docs' accumulation recipe (user code: Fabric has no such setting)."""
         return self._accumulate_grad_batches
+
+    @property
+    def on_failure(self) -> FailurePolicy:
+        """``"discard"``, the only policy the adapter takes: Fabric keeps no failed window to restore."""
+        return self._on_failure
 
     @property
     def fabric(self) -> Fabric:
@@ -241,6 +255,18 @@ class FabricContext(NoHooks):
         return self._no_backward_sync(enabled=not sync_grad)
 
 
+def _check_on_failure(on_failure: object, peer_name: str) -> None:
+    """FAIL-001: ``"discard"`` is taken, ``"restore"`` refused (the adapter does not claim ``"exact_restore"``)."""
+    if on_failure == "restore":
+        raise ValueError(
+            f"on_failure='restore' is refused: {peer_name} keeps no failed window (nothing copies a window to put back "
+            "when a step() raises), and this adapter does not claim the feature 'exact_restore'; use "
+            "on_failure='discard'"
+        )
+    if on_failure not in FAILURE_POLICIES:
+        raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {on_failure!r}")
+
+
 def _context_for(
     cell: Cell,
     *,
@@ -248,6 +274,7 @@ def _context_for(
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
+    on_failure: FailurePolicy = "discard",
 ) -> FabricContext:
     return FabricContext(
         cell.precision,
@@ -256,6 +283,7 @@ def _context_for(
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
         grad_scaler=grad_scaler,
+        on_failure=on_failure,
     )
 
 

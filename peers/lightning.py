@@ -25,7 +25,9 @@ from torch.amp.grad_scaler import GradScaler
 from lightning_optimizer.peers import NoHooks, PeerOptimizer
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
+    FAILURE_POLICIES,
     Cell,
+    FailurePolicy,
     GradScalerSettings,
     ImplementationInfo,
     Precision,
@@ -68,6 +70,8 @@ TRANSLATIONS: dict[str, str] = {
     "backward, before opt.step() (the docs' recipe; the Trainer flag is refused in manual optimization)",
     "toggle_model": "LightningOptimizer.toggle_model(sync_grad)",
     "state_dict": "the precision plugin's state under its class name, as Lightning's checkpoints hold it",
+    "on_failure": "'discard' only, and nothing translated: a step() that raises leaves the window as the peer leaves "
+    "it",
 }
 """Contract call -> what the adapter writes for it (the code a Lightning user writes in ``training_step``)."""
 
@@ -78,6 +82,8 @@ NOT_CLAIMED: dict[str, str] = {
     "drops its LightningOptimizers when pickled and rebuilds them",
     "hooks": "Lightning calls its hooks (callbacks and the module's) from inside its own loop; LightningOptimizer "
     "offers none to register from outside",
+    "exact_restore": "Lightning keeps no copy of a window to put back when a step fails, so on_failure='restore' is "
+    "refused; under 'discard' a failed step leaves the gradients as Lightning leaves them (the adapter adds nothing)",
 }
 """What the adapter does not claim, and why."""
 
@@ -122,7 +128,10 @@ class LightningContext(NoHooks):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         grad_scaler: GradScalerSettings | None = None,
+        on_failure: FailurePolicy = "discard",
     ) -> None:
+        _check_on_failure(on_failure, self.peer_name)
+        self._on_failure: FailurePolicy = "discard"
         world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         # A configured loss scaler goes in as the docs show: a MixedPrecision plugin holding the GradScaler.
         precision_choice: dict[str, Any] = {"precision": precision}
@@ -157,6 +166,11 @@ class LightningContext(NoHooks):
     def accumulate_grad_batches(self) -> int:
         """The N of the docs' accumulation recipe (user code: the Trainer flag is refused in manual optimization)."""
         return self._accumulate_grad_batches
+
+    @property
+    def on_failure(self) -> FailurePolicy:
+        """``"discard"``, the only policy the adapter takes: Lightning keeps no failed window to restore."""
+        return self._on_failure
 
     @property
     def trainer(self) -> pl.Trainer:
@@ -285,6 +299,18 @@ class LightningContext(NoHooks):
         return peer.toggle_model(sync_grad=sync_grad) if self._module is not None else nullcontext()
 
 
+def _check_on_failure(on_failure: object, peer_name: str) -> None:
+    """FAIL-001: ``"discard"`` is taken, ``"restore"`` refused (the adapter does not claim ``"exact_restore"``)."""
+    if on_failure == "restore":
+        raise ValueError(
+            f"on_failure='restore' is refused: {peer_name} keeps no failed window (nothing copies a window to put back "
+            "when a step() raises), and this adapter does not claim the feature 'exact_restore'; use "
+            "on_failure='discard'"
+        )
+    if on_failure not in FAILURE_POLICIES:
+        raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {on_failure!r}")
+
+
 def _context_for(
     cell: Cell,
     *,
@@ -292,6 +318,7 @@ def _context_for(
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
+    on_failure: FailurePolicy = "discard",
 ) -> LightningContext:
     return LightningContext(
         cell.precision,
@@ -300,6 +327,7 @@ def _context_for(
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
         grad_scaler=grad_scaler,
+        on_failure=on_failure,
     )
 
 

@@ -1,13 +1,33 @@
-"""The accumulation rule: when a micro-step closes a window, and what gradient the window applies."""
+"""The accumulation rule: when a micro-step closes a window, and what gradient the window applies.
+
+[STEP-001] to [STEP-003] and [ACC-003]: :meth:`Accumulation.closes`; [ACC-001] and [AMP-007]: :func:`normalise_window`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-__all__ = ["LoopPosition", "check_accumulate_grad_batches", "closes_window", "normalise_window"]
+from lightning_optimizer.reference import torch_compat
+from lightning_optimizer.reference.window import Window, WindowStage
+from lightning_optimizer.spec.types import StepOutcome
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+__all__ = [
+    "Accumulation",
+    "Batch",
+    "LoopPosition",
+    "check_accumulate_grad_batches",
+    "check_count",
+    "closes_window",
+    "normalise_window",
+]
 
 
 class LoopPosition(NamedTuple):
@@ -15,6 +35,12 @@ class LoopPosition(NamedTuple):
 
     batch_idx: int
     is_last: bool
+
+
+def check_count(what: str, value: object) -> None:
+    """Refuse a count that is not a non-negative ``int``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a non-negative int, got {value!r}")
 
 
 def check_accumulate_grad_batches(value: object) -> int:
@@ -46,6 +72,50 @@ def closes_window(
     return pending + 1 >= accumulate_grad_batches
 
 
+class Accumulation:
+    """The schedule of ``make_optimizer_step=None``: windows of ``every`` micro-steps [CTX-001]."""
+
+    __slots__ = ("every",)
+
+    def __init__(self, every: object) -> None:
+        self.every = check_accumulate_grad_batches(every)
+
+    def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
+        """Whether this micro-step of a window with ``pending`` earlier ones takes the real step."""
+        return closes_window(
+            make_optimizer_step, pending=pending, accumulate_grad_batches=self.every, position=position
+        )
+
+    def accumulated(self, window: Window) -> None:
+        """A micro-step that only accumulated: the window one longer [STEP-002, STEP-004]."""
+        window.pending += 1
+        window.last_outcome = StepOutcome.ACCUMULATED
+        window.stage = WindowStage.READY
+
+    def closed(self, window: Window, *, skipped: bool) -> None:
+        """The real step returned: the window empty, the step counted unless skipped [AMP-004, ZERO-001, SCHED-002]."""
+        if skipped:
+            window.last_outcome = StepOutcome.SKIPPED_NON_FINITE
+            # A scheduler built on the inner optimizer would otherwise warn that it stepped first.
+            torch_compat.mark_stepped_for_scheduler(window.optimizer)
+        else:
+            window.steps += 1
+            window.last_outcome = StepOutcome.STEPPED
+        window.optimizer.zero_grad(set_to_none=True)
+        window.pending = 0
+        window.stage = WindowStage.READY
+
+    def discarded(self, window: Window) -> None:
+        """A failed call discarded the window (its gradients are gone already) [FAIL-003]."""
+        window.pending = 0
+        window.last_outcome = StepOutcome.DISCARDED
+        window.stage = WindowStage.READY
+
+    def zero_grad_clears(self, window: Window, set_to_none: bool) -> bool:
+        """Whether ``zero_grad()`` clears ``window``: not while it holds accumulated micro-steps [ZERO-002]."""
+        return window.pending == 0
+
+
 def normalise_window(params: Iterable[torch.Tensor], window_length: int, *, divided_by: int = 1) -> None:
     """Turn the gradients of a window of ``window_length`` micro-steps into their mean, in place.
 
@@ -62,3 +132,27 @@ def normalise_window(params: Iterable[torch.Tensor], window_length: int, *, divi
                     param.grad.div_(window_length)
                 else:
                     param.grad.mul_(divided_by / window_length)
+
+
+class Batch(AbstractContextManager[None]):
+    """The block of ``context.batch(batch_idx, is_last=...)``: the loop position while it runs [STEP-003].
+
+    Leaving it ends the training iteration [AMP-003]. (A class rather than a generator: it runs every iteration.)
+    """
+
+    def __init__(self, context: TrainingContext, batch_idx: int, is_last: bool) -> None:
+        self._context, self._batch_idx, self._is_last = context, batch_idx, is_last
+
+    def __enter__(self) -> None:
+        if type(self._batch_idx) is not int or self._batch_idx < 0:  # the usual plain int skips the full check
+            check_count("batch_idx", self._batch_idx)
+        if self._context._position is not None:
+            raise RuntimeError("context.batch() blocks do not nest: leave the current batch first")
+        self._context.parts.refusals.check_flag("is_last", self._is_last)
+        self._context._position = LoopPosition(self._batch_idx, self._is_last)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self._context._position = None
+        self._context._end_iteration()

@@ -15,13 +15,17 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.reference import torch_compat
 from lightning_optimizer.reference.precision import PrecisionPlugin
+from lightning_optimizer.reference.window import Window, WindowStage
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.parallel import DataParallel
 
 __all__ = ["GradScaling", "LossScaling", "NoLossScaling", "check_grad_scaler", "loss_scaling"]
 
@@ -75,6 +79,17 @@ class LossScaling:
     def update(self, open_windows: Iterable[torch.Tensor]) -> None:
         """End of an iteration: update the scale if any optimizer stepped; rescale the open windows' gradients."""
 
+    def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
+        """The iteration's update [AMP-003], unless a prepared window still waits for its real step.
+
+        A prepared window's gradients are unscaled, and the scaler's record of that must survive until its step: the
+        update then follows that step. Every other window that holds gradients (micro-steps, or a backward not yet
+        stepped) holds them at the old scale, and the update rescales them [AMP-006].
+        """
+        if any(window.stage is WindowStage.PREPARED for window in windows):
+            return
+        self.update(tensor for window in windows for tensor in parallel.window_tensors(window))
+
     def state_dict(self) -> dict[str, Any] | None:
         """What a checkpoint holds of the scaling (``None``: nothing)."""
         return None
@@ -90,6 +105,9 @@ class LossScaling:
 
 class NoLossScaling(LossScaling):
     """The precisions that do not scale losses (every one but 16-mixed)."""
+
+    def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
+        """Nothing to update: no scale."""
 
 
 class GradScaling(LossScaling):

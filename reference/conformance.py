@@ -15,6 +15,7 @@ from lightning_optimizer.spec import (
     STRATEGIES,
     Cell,
     DeviceKind,
+    FailurePolicy,
     GradScalerSettings,
     ImplementationInfo,
     __version__,
@@ -30,6 +31,7 @@ def _context_for(
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: ClipAlgorithm = "norm",
     grad_scaler: GradScalerSettings | None = None,
+    on_failure: FailurePolicy = "discard",
 ) -> TrainingContext:
     scaler = None
     if grad_scaler is not None and cell.precision == "16-mixed":  # the suite passes settings in 16-mixed only
@@ -42,6 +44,7 @@ def _context_for(
         gradient_clip_algorithm=gradient_clip_algorithm,
         scaler=scaler,
         strategy="fsdp" if cell.strategy == "fsdp" else "ddp",
+        on_failure=on_failure,
     )
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast, overload
 
@@ -45,6 +45,7 @@ from torch.utils.hooks import RemovableHandle
 from lightning_optimizer.reference.clipping import ClipAlgorithm
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.fsdp import fsdp_modules
+from lightning_optimizer.reference.precision import outside_autocast
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec.implementation import GradScalerSettings
 from lightning_optimizer.spec.types import PRECISIONS, StepOutcome
@@ -193,7 +194,11 @@ class ReferencePrecision(Precision):
         """
         step_loss, self.step_loss = self.step_loss, None
         tensor = super().pre_backward(tensor if step_loss is None else step_loss, module)
-        return tensor if self.context is None else self.context._scaled_loss(tensor)
+        return (
+            tensor
+            if self.context is None
+            else self.context.parts.scaling.scale(tensor, self.context.accumulate_grad_batches)
+        )
 
     def backward(  # type: ignore[override]
         self,
@@ -633,7 +638,8 @@ class _ReferenceStrategy(Strategy):
         context = self._integration.plugin.context
         if context is None:
             return super().backward(closure_loss, optimizer, *args, **kwargs)
-        with context._framework_backward(leave_autocast=self._integration.automatic):
+        leave = outside_autocast(context.device) if self._integration.automatic else nullcontext()
+        with leave, context.parts.scaling.backward():  # a scaled backward, for the closure's check [AMP-008]
             return super().backward(closure_loss, optimizer, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:

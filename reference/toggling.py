@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import torch
 
-__all__ = ["only_these_require_grad"]
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+_NOTHING = nullcontext()
+
+__all__ = ["Toggling", "only_these_require_grad"]
 
 
 def only_these_require_grad(
@@ -51,3 +57,22 @@ class _RequiresGradToggle(AbstractContextManager[None]):
         for param in self._switched:
             param.requires_grad_(True)
         self._switched.clear()
+
+
+class Toggling:
+    """The region a wrapper's closure or ``toggle_model()`` block runs in [TOGGLE-001 to TOGGLE-003]."""
+
+    def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
+        """Only optimizer ``index``'s parameters require grad inside; ``sync_grad=False`` adds no gradient sync."""
+        windows = context._windows
+        if sync_grad and len(windows) == 1:
+            return _NOTHING  # one optimizer, and sync on: the common case, nothing to do
+        others = [param for i, window in enumerate(windows) if i != index for param in window.params()]
+        toggle = only_these_require_grad(windows[index].params(), others) if others else _NOTHING
+        return toggle if sync_grad else _without_sync(toggle, context.parts.parallel.without_sync())
+
+
+@contextmanager
+def _without_sync(toggle: AbstractContextManager[None], no_sync: AbstractContextManager[None]) -> Iterator[None]:
+    with toggle, no_sync:
+        yield

@@ -27,7 +27,18 @@ __all__ = [
     "scaler_device",
     "start_scale",
     "steps_through_inf",
+    "version_counter",
 ]
+
+
+def version_counter(tensor: torch.Tensor) -> int:
+    """How many times ``tensor`` was written in place (autograd's version counter, ``Tensor._version``).
+
+    The failure policy tells a call that wrote into a window (a backward accumulating in place) from one that did
+    not by it [FAIL-002].
+    """
+    version: int = tensor._version
+    return version
 
 
 def has_unscaled(scaler: GradScaler, optimizer: torch.optim.Optimizer) -> bool:

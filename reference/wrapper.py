@@ -48,12 +48,12 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
     @property
     def optimizer(self) -> OptimizerT:
         """The inner optimizer."""
-        return cast(OptimizerT, self._context._slot(self._index).optimizer)
+        return cast(OptimizerT, self._context._windows[self._index].optimizer)
 
     @property
     def last_outcome(self) -> StepOutcome | None:
         """What the last ``step()`` call did; ``None`` before the first call."""
-        return self._context._slot(self._index).last_outcome
+        return self._context._windows[self._index].last_outcome
 
     @overload
     def step(self, closure: None = None, make_optimizer_step: bool | None = None, **kwargs: Any) -> None: ...
@@ -69,7 +69,7 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Backpropagate ``loss`` in the context's precision (forwarding ``retain_graph``, ``inputs``, ...)."""
-        self._context._wrapper_backward(self, loss, *args, **kwargs)
+        self._context.backward(self, loss, *args, **kwargs)
 
     def unscale_gradients(self) -> None:
         """Prepare the open window for the real step now (mean, reduction, unscaling, clipping), e.g. to clip."""
@@ -182,4 +182,4 @@ def wrapper_class(optimizer_class: type[OptimizerT]) -> type[WrappedOptimizer[Op
 
 
 def _rebuild(context: TrainingContext, index: int) -> WrappedOptimizer[Any]:
-    return context._new_wrapper(index)
+    return context.new_wrapper(index)

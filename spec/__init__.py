@@ -22,10 +22,12 @@ from lightning_optimizer.spec.requirements import REQUIREMENTS, requirement_grou
 from lightning_optimizer.spec.types import (
     CONTRACT_VERSION,
     DEVICE_KINDS,
+    FAILURE_POLICIES,
     FEATURES,
     PRECISIONS,
     STRATEGIES,
     DeviceKind,
+    FailurePolicy,
     Feature,
     Precision,
     StepOutcome,
@@ -36,6 +38,7 @@ from lightning_optimizer.spec.wrapper import OptimizerWrapper
 __all__ = [
     "CONTRACT_VERSION",
     "DEVICE_KINDS",
+    "FAILURE_POLICIES",
     "FEATURES",
     "PRECISIONS",
     "REQUIREMENTS",
@@ -44,6 +47,7 @@ __all__ = [
     "Cell",
     "ContextFactory",
     "DeviceKind",
+    "FailurePolicy",
     "Feature",
     "GradScalerSettings",
     "HookHandle",

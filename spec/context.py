@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 
 import torch
 
-from lightning_optimizer.spec.types import Precision, StepOutcome
+from lightning_optimizer.spec.types import FailurePolicy, Precision, StepOutcome
 from lightning_optimizer.spec.wrapper import OptimizerWrapper
 
 __all__ = ["BackwardHook", "HookHandle", "OptimizerStepHook", "StepHook", "TrainingContext"]
@@ -199,7 +199,8 @@ class TrainingContext(Protocol):
         [CKPT-003] ``load_state_dict`` rejects a state for another layout (other optimizers, other parameter
         shapes), or a malformed one (any entry of the wrong kind, the loss scaler's included), with ``ValueError``
         before changing anything; so is, under 16-mixed, a state taken with a window open at another
-        ``accumulate_grad_batches`` (its gradients carry that divisor, AMP-007).
+        ``accumulate_grad_batches`` (its gradients carry that divisor, AMP-007), and a state of another failure
+        policy (FAIL-006).
 
         [CKPT-004] A state taken inside ``batch()`` after a real step, before the block ends, holds the
         iteration's pending loss-scaler update (that an optimizer stepped, and whether its gradients were
@@ -208,6 +209,45 @@ class TrainingContext(Protocol):
         holds for a ``pickle`` or ``copy.deepcopy`` taken there (PICKLE-001). A state or copy taken while a
         ``step()`` runs, or after ``unscale_gradients()`` before its closing step, is refused with
         ``RuntimeError``.
+
+    Failures (what a ``step()`` that raises leaves behind)
+        [FAIL-001] ``on_failure`` is ``"discard"`` (the default) or ``"restore"``, given at construction and read
+        back from the ``on_failure`` property; any other value raises ``ValueError`` at construction. An
+        implementation that does not claim the feature ``"exact_restore"`` may refuse ``"restore"`` the same way.
+
+        [FAIL-002] Under both policies, a call that is refused (bad arguments, a re-entered ``step()``, a stage
+        that forbids it) changes nothing, and so does a call that fails before any of its backwards wrote a
+        gradient of the wrapper's window and before its real step's preparation or inner step began (its closure
+        raised first, whatever else it did; a hook before the first backward raised): the window's gradients and
+        length, its preparation by an earlier ``unscale_gradients()``, ``last_outcome``, the step count,
+        the loss scaler and every ``requires_grad`` flag are as before the call. Whether a backward wrote is told
+        from the gradients, not from the calls the closure made: a ``loss.backward()`` counts as a wrapper's
+        ``backward`` does. A failed call never touches the windows of the context's other wrappers.
+
+        [FAIL-003] Under ``"discard"``, a call that fails after one of its backwards wrote into the window, or in
+        the real step's preparation or inner step, discards that wrapper's window: every gradient the window holds
+        is ``None`` (under FSDP its unsynced sums too), its length is 0, the loss scaler forgets what it recorded of
+        the optimizer in this iteration (the next window is unscaled once, as a fresh one), the step count is
+        unchanged and ``last_outcome`` is ``StepOutcome.DISCARDED``. A window that ``unscale_gradients()`` prepared
+        is discarded the same way when its closing step fails in its inner step (its closure cannot run a
+        backward). The exception propagates with a note (``BaseException.add_note``) that names the optimizer, how
+        many micro-steps were discarded and ``on_failure="restore"`` as the way to keep them. The next call starts
+        a new window, which is exact.
+
+        Rationale: keeping a failed window costs a copy of it while every call runs; the failure a call most
+        often meets halfway through a backward is running out of memory, which that copy makes likelier, and
+        frameworks that recover from a failed micro-step skip that batch.
+
+        [FAIL-004] Under ``"restore"``, a failed call leaves the window exactly as it was before the call
+        (CLOS-003, TXN-001): its gradients (under FSDP the unsynced sums too), length, preparation,
+        ``last_outcome``, the step count and the loss scaler's record. The price is one extra set of the calling
+        wrapper's window gradients while an accumulating or closing call runs.
+
+        [FAIL-005] An optimizer that evaluates its closure itself (CLOS-002) is restored exactly under both
+        policies: a failed step leaves its parameters, gradients and state as they were before the call.
+
+        [FAIL-006] ``state_dict()`` and copies (``pickle``, ``copy.deepcopy``) carry the policy; ``load_state_dict``
+        refuses a state of the other policy with ``ValueError`` before changing anything (CKPT-003).
 
     Hooks (what a framework calls its own hooks from: Lightning's ``on_before_backward``, ``on_after_backward``,
     ``on_before_optimizer_step``, its global step and LR schedulers; the feature ``"hooks"``: an implementation
@@ -229,9 +269,10 @@ class TrainingContext(Protocol):
 
         [HOOK-004] A hook that raises propagates its exception. Raised from ``before_backward`` or
         ``before_optimizer_step`` inside a ``step()``, it fails that call as a raising closure does (CLOS-003,
-        TXN-001: the window and everything else as before the call); raised from ``after_step``, the call's
-        effects stay. Hooks run in the order they were registered; ``remove()`` on the returned handle stops
-        them; a hook that is not callable is refused with ``TypeError`` when it is registered.
+        TXN-001: the window as the failure policy leaves it, everything else as before the call); raised from
+        ``after_step``, the call's effects stay. Hooks run in the order they were registered; ``remove()`` on the
+        returned handle stops them; a hook that is not callable is refused with ``TypeError`` when it is
+        registered.
 
     Wrapping
         [ERR-004] Wrapping an object that is already a wrapper raises ``TypeError``.
@@ -258,6 +299,11 @@ class TrainingContext(Protocol):
     @property
     def accumulate_grad_batches(self) -> int:
         """Micro-steps per window when ``make_optimizer_step`` is ``None``. [STEP-003]"""
+        ...
+
+    @property
+    def on_failure(self) -> FailurePolicy:
+        """What a failed ``step()`` leaves of its window: ``"discard"`` or ``"restore"``. [FAIL-001]"""
         ...
 
     def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypedDict, TypeVar
 
 from lightning_optimizer.spec.context import TrainingContext
-from lightning_optimizer.spec.types import CONTRACT_VERSION, DeviceKind, Feature, Precision, Strategy
+from lightning_optimizer.spec.types import CONTRACT_VERSION, DeviceKind, FailurePolicy, Feature, Precision, Strategy
 
 __all__ = [
     "Cell",
@@ -119,6 +119,8 @@ class ContextFactory(Protocol[ContextT_co]):
     exactly those settings: no check depends on an implementation's own default configuration. The settings the
     suite passes scale by powers of two, so rescaling an open window (AMP-006) is exact. In other cells it passes
     none (``grad_scaler=None``). In a cell of strategy ``"fsdp"`` the context shards what it prepares (FSDP-001).
+    The suite passes ``on_failure="restore"`` only to an implementation that claims the feature ``"exact_restore"``,
+    and leaves the default (``"discard"``, FAIL-001) otherwise.
     """
 
     def __call__(
@@ -129,8 +131,9 @@ class ContextFactory(Protocol[ContextT_co]):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         grad_scaler: GradScalerSettings | None = None,
+        on_failure: FailurePolicy = "discard",
     ) -> ContextT_co:
-        """A new training context for ``cell`` with this accumulation schedule, clipping and loss scaler."""
+        """A new training context for ``cell`` with this accumulation schedule, clipping, loss scaler and policy."""
         ...
 
 
@@ -158,7 +161,7 @@ class ImplementationInfo(Generic[ContextT_co]):
 
 FACTORY_CALL = (
     "factory(cell, *, accumulate_grad_batches=1, gradient_clip_val=None, gradient_clip_algorithm='norm', "
-    "grad_scaler=None)"
+    "grad_scaler=None, on_failure='discard')"
 )
 """How the suite calls a context factory (see :class:`ContextFactory`)."""
 
@@ -182,6 +185,7 @@ def check_factory(factory: object) -> None:
             gradient_clip_val=None,
             gradient_clip_algorithm="norm",
             grad_scaler=None,
+            on_failure="discard",
         )
     except TypeError as error:
         name = getattr(factory, "__qualname__", type(factory).__name__)

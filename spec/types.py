@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Final, Literal, get_args
 
-CONTRACT_VERSION: Final = "2026.12.5"
+CONTRACT_VERSION: Final = "2026.12.6"
 """Version of the contract stated by this package; implementations declare the one they follow."""
 
 Precision = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "bf16-true"]
@@ -18,13 +18,21 @@ Strategy = Literal["none", "ddp", "fsdp"]
 """How the ranks of a cell share the model: one process (``none``), replicated with DDP (``ddp``), or sharded with
 FSDP2's ``fully_shard`` (``fsdp``)."""
 
-Feature = Literal["closure_evaluating_optimizers", "checkpointing", "pickling", "lr_schedulers", "hooks"]
-"""Optional capabilities an implementation may claim; checks that need one are ``n/a`` without it."""
+Feature = Literal[
+    "closure_evaluating_optimizers", "checkpointing", "pickling", "lr_schedulers", "hooks", "exact_restore"
+]
+"""Optional capabilities an implementation may claim; checks that need one are ``n/a`` without it.
+
+``exact_restore``: the context takes ``on_failure="restore"`` (FAIL-004)."""
+
+FailurePolicy = Literal["discard", "restore"]
+"""What a failed ``step()`` leaves of its window (FAIL-001): discarded (the default), or restored exactly."""
 
 PRECISIONS: Final[tuple[Precision, ...]] = get_args(Precision)
 DEVICE_KINDS: Final[tuple[DeviceKind, ...]] = get_args(DeviceKind)
 STRATEGIES: Final[tuple[Strategy, ...]] = get_args(Strategy)
 FEATURES: Final[tuple[Feature, ...]] = get_args(Feature)
+FAILURE_POLICIES: Final[tuple[FailurePolicy, ...]] = get_args(FailurePolicy)
 
 
 class StepOutcome(enum.Enum):
@@ -36,3 +44,6 @@ class StepOutcome(enum.Enum):
     """The closure ran and gradients accumulated; nothing else changed."""
     SKIPPED_NON_FINITE = "skipped-non-finite"
     """The window closed, but the gradients were not finite: parameters and optimizer state are untouched."""
+    DISCARDED = "discarded"
+    """The call failed after a backward wrote into its window, which was discarded (``on_failure="discard"``,
+    FAIL-003); the exception propagated."""

@@ -150,13 +150,16 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         gets the gradients of its second point. Under 16-mixed the inner ``step`` gets no closure: torch's
         ``GradScaler.step`` takes none, so the closure runs once, before the step.
 
-        [CLOS-003] A closure that raises propagates its exception; nothing is stepped, every ``requires_grad``
-        flag is restored, and the window is as it was before the call, gradients included (a backward the
-        closure ran before raising adds nothing to the window). For an optimizer that evaluates the closure
-        itself (CLOS-002), a step that fails (whichever evaluation raises, or the inner step raising on what the
-        closure returned, e.g. ``None`` where LBFGS needs a loss) leaves its parameters, gradients and state as
-        they were before the call. An optimizer that re-evaluates without declaring it gets its gradients back
-        when a later evaluation raises, but parameters it moved before that are its own to restore.
+        [CLOS-003] A closure that raises propagates its exception; nothing is stepped and every ``requires_grad``
+        flag is restored. The window is what the context's failure policy makes of it (FAIL-002 to FAIL-004): as
+        it was before the call, gradients included, when no backward of the call wrote into it, and under
+        ``on_failure="restore"`` whatever the closure did (a backward the closure ran before raising adds nothing
+        to the window); discarded otherwise. For an optimizer that evaluates the closure itself (CLOS-002), a step
+        that fails (whichever evaluation raises, or the inner step raising on what the closure returned, e.g.
+        ``None`` where LBFGS needs a loss) leaves its parameters, gradients and state as they were before the
+        call, under either policy (FAIL-005). An optimizer that re-evaluates without declaring it gets its
+        gradients back under ``"restore"`` when a later evaluation raises, but parameters it moved before that are
+        its own to restore.
 
         [CLOS-004] For an optimizer that evaluates the closure itself, the gradients of its parameters are set
         to ``None`` before each evaluation that it makes: each evaluation's gradients are its own backward's,
@@ -172,12 +175,13 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         [ERR-008] Keyword arguments that the inner optimizer's ``step`` cannot take (checked against its signature)
         raise ``TypeError`` before anything runs, on a call that only accumulates too.
 
-        [TXN-001] A real step whose inner ``step`` raises propagates the exception and leaves the window as it was
-        before the call: its gradients (not averaged, unscaled or clipped, and without the gradients of this call's
-        closure), its length, whether ``unscale_gradients()`` had prepared it, ``last_outcome``, the step count and
-        the loss scaler; retrying the call then applies the window's true mean. (The inner optimizer's own
-        parameters and state are its own: what it changed before it raised is not undone, except for an optimizer
-        that evaluates the closure itself, CLOS-003.)
+        [TXN-001] A real step whose inner ``step`` (or the window's preparation) raises propagates the exception.
+        Under ``on_failure="restore"`` it leaves the window as it was before the call: its gradients (not
+        averaged, unscaled or clipped, and without the gradients of this call's closure), its length, whether
+        ``unscale_gradients()`` had prepared it, ``last_outcome``, the step count and the loss scaler; retrying
+        the call then applies the window's true mean. Under ``"discard"`` the window is discarded (FAIL-003).
+        (The inner optimizer's own parameters and state are its own: what it changed before it raised is not
+        undone, except for an optimizer that evaluates the closure itself, CLOS-003.)
 
         [REENT-001] A ``step()`` called while a ``step()`` of the same context runs (from inside a closure, of the
         same wrapper or another) raises ``RuntimeError`` and changes nothing; the outer call then fails as a

@@ -1,10 +1,12 @@
 """The reference against bad input and failing calls: each is refused (or fails) and changes nothing.
 
 Every case starts from the same training state: 16-mixed (or 32-true), two SGD optimizers over one model, each
-with an open window of one micro-step inside ``batch(1)`` of ``accumulate_grad_batches=3``. The case makes one bad
-call; the test compares everything before and after it: parameters, gradients, ``requires_grad`` flags, outcomes,
-the optimizers' and the context's state dicts and the loss scale. Then the same state must still train: the
-window closes on time and its real step applies the true mean (checked against a plain loop).
+with an open window of one micro-step inside ``batch(1)`` of ``accumulate_grad_batches=3``, and the failure policy
+that restores a failed call's window exactly (``on_failure="restore"``: the refusals change nothing under either
+policy; the failures after a backward are what the conformance suite's failure checks hold to both). The case makes
+one bad call; the test compares everything before and after it: parameters, gradients, ``requires_grad`` flags,
+outcomes, the optimizers' and the context's state dicts and the loss scale. Then the same state must still train:
+the window closes on time and its real step applies the true mean (checked against a plain loop).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class State:
 
 def _state(precision: Precision) -> State:
     torch.manual_seed(0)
-    ctx = TrainingContext(precision, accumulate_grad_batches=3, gradient_clip_val=10.0)
+    ctx = TrainingContext(precision, accumulate_grad_batches=3, gradient_clip_val=10.0, on_failure="restore")
     model = ctx.prepare_module(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)))
     assert isinstance(model, torch.nn.Sequential)
     opts: list[WrappedOptimizer[Any]] = [
@@ -328,3 +330,17 @@ def test_torch_privates_the_reference_reads_are_where_it_expects() -> None:
     torch_compat.mark_stepped_for_scheduler(opt)
     assert getattr(opt, "_opt_called", False) is True
     assert scheduler.last_epoch == 0
+
+
+def test_autograd_version_counter_moves_on_every_write_a_backward_makes() -> None:
+    """``torch_compat.version_counter``: the failure policy's tell that a backward wrote into a window (FAIL-002)."""
+    param = torch.nn.Parameter(torch.ones(3))
+    (param * 2).sum().backward()
+    assert param.grad is not None
+    grad, before = param.grad, torch_compat.version_counter(param.grad)
+    (param * 3).sum().backward()  # accumulates in place into the same tensor
+    assert param.grad is grad and torch_compat.version_counter(param.grad) > before
+    with torch.no_grad():
+        before = torch_compat.version_counter(param.grad)
+        param.grad.mul_(0.5)
+    assert torch_compat.version_counter(param.grad) > before

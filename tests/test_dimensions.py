@@ -15,21 +15,36 @@ import torch
 from lightning_optimizer.conformance import test_properties
 from lightning_optimizer.conformance.dimensions import DIMENSIONS, collect, dimension_problems, render_markdown
 from lightning_optimizer.conformance.schedule_oracle import ScheduleOracle
-from lightning_optimizer.spec import PRECISIONS, REQUIREMENTS, Cell
+from lightning_optimizer.spec import PRECISIONS, REQUIREMENTS, Cell, FailurePolicy
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE = REPO / "docs" / "dimensions.md"
 
-PROPERTY_CHECKS = {
-    # check: (budget, what its generator draws, faults, resumes, copies)
-    "test_generated_schedules_match_the_oracle": ("oracle", test_properties.GENERATED, False, False, True),
-    "test_generated_schedules_with_raising_closures": ("faults", test_properties.FAULTS_GENERATED, True, False, True),
+PROPERTY_CHECKS: dict[str, tuple[str, dict[str, tuple[str, ...]], bool, bool, bool, tuple[FailurePolicy, ...]]] = {
+    # check: (budget, what its generator draws, faults, resumes, copies, the failure policies it runs under)
+    "test_generated_schedules_match_the_oracle": (
+        "oracle",
+        test_properties.GENERATED,
+        False,
+        False,
+        True,
+        ("discard",),
+    ),
+    "test_generated_schedules_with_raising_closures": (
+        "faults",
+        test_properties.FAULTS_GENERATED,
+        True,
+        False,
+        True,
+        ("discard", "restore"),
+    ),
     "test_generated_schedules_resume_from_checkpoints": (
         "resume",
         test_properties.RESUME_GENERATED,
         False,
         True,
         False,
+        ("discard",),
     ),
 }
 
@@ -75,7 +90,7 @@ def test_the_property_checks_declare_their_generators() -> None:
 @pytest.mark.parametrize("check", sorted(PROPERTY_CHECKS))
 def test_the_ci_budget_reaches_every_declared_value(check: str) -> None:
     """Over the CPU cells, the fixed CI budget's schedules exercise every value the check declares, in the oracle."""
-    budget, generated, faults, resumes, copies = PROPERTY_CHECKS[check]
+    budget, generated, faults, resumes, copies, policies = PROPERTY_CHECKS[check]
     reached: set[tuple[str, str]] = set()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -84,10 +99,11 @@ def test_the_ci_budget_reaches_every_declared_value(check: str) -> None:
             cell = Cell("cpu", precision)
             drawn = test_properties.schedules_of(cell, budget, None, faults=faults, resumes=resumes, copies=copies)
             for schedule in drawn:
-                oracle = ScheduleOracle(schedule, cell)
-                for position in schedule.iterations():
-                    oracle.iteration(position)
-                reached |= oracle.facts
+                for policy in policies:
+                    oracle = ScheduleOracle(schedule, cell, policy)
+                    for position in schedule.iterations():
+                        oracle.iteration(position)
+                    reached |= oracle.facts
     finally:
         torch.set_num_threads(threads)
     declared = {(dimension, value) for dimension, values in generated.items() for value in values}

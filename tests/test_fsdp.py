@@ -68,7 +68,8 @@ ONE_RANK = textwrap.dedent(
     fully_shard(blocks[0]); fully_shard(blocks[2])
     other = TrainingContext(accumulate_grad_batches=2, strategy="fsdp")
     assert other.prepare_module(blocks) is blocks and not isinstance(blocks, FSDPModule)
-    assert other._units == [blocks[0], blocks[2]], other._units
+    units = getattr(other.parts.parallel, "units", None)
+    assert units == [blocks[0], blocks[2]], units
     whole = fully_shard(torch.nn.Sequential(torch.nn.Linear(4, 2)))
     assert other.prepare_module(whole) is whole
     dist.destroy_process_group()

@@ -161,9 +161,9 @@ MUTANTS: dict[str, Entry] = {
     "zero_grad_always_clears": ("ZERO-002", ["test_zero_grad_keeps_an_open_window", ORACLE_PROPERTY]),
     "closure_run_twice": ("CLOS-001", ["test_closure_runs_once_per_call"]),
     "lbfgs_closure_cached": ("CLOS-002", ["test_lbfgs_evaluates_the_closure_itself"]),
-    "window_taken_before_closure": ("CLOS-003", ["test_closure_that_raises_changes_nothing", FAULT_PROPERTY]),
+    "window_taken_before_closure": ("CLOS-003", ["test_closure_that_raises_changes_nothing[restore]", FAULT_PROPERTY]),
     "failed_micro_step_counted": ("CLOS-003", ["test_closure_that_raises_changes_nothing", FAULT_PROPERTY]),
-    "closure_raise_keeps_backward_gradients": ("CLOS-003", ["test_closure_that_raises_changes_nothing"]),
+    "closure_raise_keeps_backward_gradients": ("CLOS-003", ["test_closure_that_raises_changes_nothing[restore]"]),
     "unscale_in_accumulating_closure": ("CLIP-002", ["test_manual_clip_after_unscale_gradients"]),
     "zero_grad_discards_prepared_window": ("CLIP-002", ["test_manual_clip_after_unscale_gradients"]),
     "backward_drops_arguments": ("BWD-001", ["test_backward_forwards_its_arguments"]),
@@ -295,8 +295,35 @@ MUTANTS: dict[str, Entry] = {
         XLA_SPMD,
     ),
     "spmd_divides_by_device_count": ("XLA-002", ["test_spmd_window_is_one_graph"], XLA_SPMD),
-    "fsdp_syncs_every_micro_step": ("FSDP-002", ["test_sharded_windows_match_one_process"], FSDP),
-    "module_not_sharded": ("FSDP-001", ["test_sharded_windows_match_one_process"], FSDP),
+    "fsdp_syncs_every_micro_step": (
+        "FSDP-002",
+        [
+            "test_sharded_windows_match_one_process[1-module-sgd]",
+            "test_sharded_windows_match_one_process[1-module-sgd-clipped]",
+            "test_sharded_windows_match_one_process[2-modules-adamw-sgd]",
+            "test_sharded_windows_match_one_process[2-modules-clipped]",
+            "test_sharded_windows_match_one_process[2-modules-toggle]",
+            "test_sharded_windows_match_one_process[2-modules-raising-closures-restore]",
+            "test_sharded_windows_match_one_process[2-modules-raising-accumulating-toggle-restore]",
+            "test_sharded_windows_match_one_process[user-sharded-blocks-restore]",
+        ],
+        FSDP,
+    ),
+    "module_not_sharded": (
+        "FSDP-001",
+        [
+            "test_sharded_windows_match_one_process[1-module-sgd]",
+            "test_sharded_windows_match_one_process[1-module-sgd-clipped]",
+            "test_sharded_windows_match_one_process[2-modules-adamw-sgd]",
+            "test_sharded_windows_match_one_process[2-modules-clipped]",
+            "test_sharded_windows_match_one_process[2-modules-toggle]",
+            "test_sharded_windows_match_one_process[2-modules-raising-closures-discard]",
+            "test_sharded_windows_match_one_process[2-modules-raising-closures-restore]",
+            "test_sharded_windows_match_one_process[2-modules-raising-accumulating-toggle-discard]",
+            "test_sharded_windows_match_one_process[2-modules-raising-accumulating-toggle-restore]",
+        ],
+        FSDP,
+    ),
     "fsdp_clips_by_local_norm": (
         "FSDP-003",
         [
@@ -307,7 +334,11 @@ MUTANTS: dict[str, Entry] = {
     ),
     "fsdp_rollback_misses_unsynced_gradients": (
         "CLOS-003",
-        ["test_sharded_windows_match_one_process[2-modules-raising-closures]"],
+        [
+            "test_sharded_windows_match_one_process[2-modules-raising-closures-restore]",
+            "test_sharded_windows_match_one_process[2-modules-raising-accumulating-toggle-restore]",
+            "test_sharded_windows_match_one_process[user-sharded-blocks-restore]",
+        ],
         FSDP,
     ),
     "fsdp_steps_unsynced_window": ("FSDP-005", ["test_step_refuses_a_window_no_backward_synced"], FSDP),
@@ -526,36 +557,42 @@ MUTANTS: dict[str, Entry] = {
     "failed_step_keeps_prepared_window": (
         "TXN-001",
         [
-            "test_failed_inner_step_leaves_the_window[window-1-closure]",
-            "test_failed_inner_step_leaves_the_window[window-3-closure-clipped]",
-            "test_failed_inner_step_leaves_the_window[cut-short-backward-adam]",
-            "test_failed_inner_step_leaves_the_window[retried-in-next-batch]",
+            "test_failed_inner_step_leaves_the_window[restore-window-1-closure]",
+            "test_failed_inner_step_leaves_the_window[restore-window-3-closure-clipped]",
+            "test_failed_inner_step_leaves_the_window[restore-cut-short-backward-adam]",
+            "test_failed_inner_step_leaves_the_window[restore-retried-in-next-batch]",
         ],
     ),
     "failed_step_keeps_scaler_record": (
         "TXN-001",
         [
-            "test_failed_inner_step_leaves_the_window[window-1-closure]",
-            "test_failed_inner_step_leaves_the_window[cut-short-backward-adam]",
-            "test_failed_inner_step_leaves_the_window[retried-in-next-batch]",
+            "test_failed_inner_step_leaves_the_window[restore-window-1-closure]",
+            "test_failed_inner_step_leaves_the_window[restore-cut-short-backward-adam]",
+            "test_failed_inner_step_leaves_the_window[restore-retried-in-next-batch]",
         ],
         F16,
     ),
     "failed_step_forgets_preparation": (
         "TXN-001",
-        ["test_failed_inner_step_leaves_the_window[prepared-backward-clipped]"],
+        ["test_failed_inner_step_leaves_the_window[restore-prepared-backward-clipped]"],
     ),
     "failed_step_reported_as_skipped": (
         "TXN-001",
         [
-            "test_failed_inner_step_leaves_the_window[window-1-closure]",
-            "test_failed_inner_step_leaves_the_window[window-3-closure-clipped]",
-            "test_failed_inner_step_leaves_the_window[cut-short-backward-adam]",
-            "test_failed_inner_step_leaves_the_window[retried-in-next-batch]",
+            "test_failed_inner_step_leaves_the_window[restore-window-1-closure]",
+            "test_failed_inner_step_leaves_the_window[restore-window-3-closure-clipped]",
+            "test_failed_inner_step_leaves_the_window[restore-cut-short-backward-adam]",
+            "test_failed_inner_step_leaves_the_window[restore-retried-in-next-batch]",
         ],
     ),
     "reentrant_step_allowed": ("REENT-001", ["test_step_inside_a_running_step_is_refused"]),
-    "reentry_checked_per_wrapper": ("REENT-001", ["test_step_inside_a_running_step_is_refused[other]"]),
+    "reentry_checked_per_wrapper": (
+        "REENT-001",
+        [
+            "test_step_inside_a_running_step_is_refused[discard-other]",
+            "test_step_inside_a_running_step_is_refused[restore-other]",
+        ],
+    ),
     "truthy_is_last": ("ERR-009", ["test_non_bool_sync_grad_and_is_last"]),
     "truthy_sync_grad": ("ERR-009", ["test_non_bool_sync_grad_and_is_last"]),
     "second_context_may_wrap": ("ERR-010", ["test_wrap_of_an_optimizer_another_context_wraps"]),
@@ -663,16 +700,22 @@ MUTANTS: dict[str, Entry] = {
     "unscaled_backward_refused_on_real_steps_only": (
         "AMP-008",
         [
-            "test_unscaled_backward_in_a_closure_is_refused[loss.backward()-accumulating]",
-            "test_unscaled_backward_in_a_closure_is_refused[torch.autograd.backward-accumulating]",
+            "test_unscaled_backward_in_a_closure_is_refused[discard-loss.backward()-accumulating]",
+            "test_unscaled_backward_in_a_closure_is_refused[discard-torch.autograd.backward-accumulating]",
+            "test_unscaled_backward_in_a_closure_is_refused[restore-loss.backward()-accumulating]",
+            "test_unscaled_backward_in_a_closure_is_refused[restore-torch.autograd.backward-accumulating]",
         ],
         F16,
     ),
     "unscaled_backward_told_by_wrapper_calls": (
         "AMP-008",
         [
-            "test_unscaled_backward_in_a_closure_is_refused[wrapper.backward, then loss.backward()-closing]",
-            "test_unscaled_backward_in_a_closure_is_refused[loss.backward(), then wrapper.backward-accumulating]",
+            "test_unscaled_backward_in_a_closure_is_refused[discard-wrapper.backward, then loss.backward()-closing]",
+            "test_unscaled_backward_in_a_closure_is_refused"
+            "[discard-loss.backward(), then wrapper.backward-accumulating]",
+            "test_unscaled_backward_in_a_closure_is_refused[restore-wrapper.backward, then loss.backward()-closing]",
+            "test_unscaled_backward_in_a_closure_is_refused"
+            "[restore-loss.backward(), then wrapper.backward-accumulating]",
         ],
         F16,
     ),
@@ -699,7 +742,10 @@ MUTANTS: dict[str, Entry] = {
     ),
     "unscaled_backward_caught_by_patching_tensor_backward": (
         "AMP-008",
-        ["test_unscaled_backward_in_a_closure_is_refused[torch.autograd.backward-closing]"],
+        [
+            "test_unscaled_backward_in_a_closure_is_refused[discard-torch.autograd.backward-closing]",
+            "test_unscaled_backward_in_a_closure_is_refused[restore-torch.autograd.backward-closing]",
+        ],
         F16,
     ),
     "autograd_grad_refused_as_unscaled": (
@@ -707,6 +753,97 @@ MUTANTS: dict[str, Entry] = {
         ["test_a_gradient_penalty_through_autograd_grad_is_not_refused[parameters]"],
         F16,
     ),
+    # Contract 2026.12.6: the failure policy. The last thirteen were written from the spec text alone.
+    "discard_leaves_scaler_record": (
+        "FAIL-003",
+        [
+            "test_a_failed_window_leaves_no_found_inf_behind[discard-closure]",
+            "test_a_failed_window_leaves_no_found_inf_behind[discard-inner-step]",
+            "test_a_discarded_window_is_gone_and_the_next_is_exact[hook-flushed]",
+        ],
+        F16,
+    ),
+    "discard_touches_other_windows": (
+        "FAIL-002",
+        [
+            "test_a_call_that_fails_before_any_backward_changes_nothing[discard]",
+            "test_a_discarded_window_is_gone_and_the_next_is_exact[closure-after-backward-2-wrappers]",
+            "test_a_two_pass_optimizer_whose_second_evaluation_raises[discard]",
+        ],
+    ),
+    "discard_before_any_backward": (
+        "FAIL-002",
+        [
+            "test_a_call_that_fails_before_any_backward_changes_nothing[discard]",
+            "test_a_raising_hook_fails_the_call_as_a_raising_closure_does[discard]",
+            "test_closure_that_raises_changes_nothing[discard]",
+        ],
+    ),
+    "restore_keeps_stash_after_success": (
+        "FAIL-004",
+        ["test_restore_returns_to_the_last_successful_call", "test_closure_that_raises_changes_nothing[restore]"],
+    ),
+    "default_on_failure_restore": ("FAIL-001", ["test_failure_policy_is_a_construction_setting"]),
+    "discard_written_told_by_wrapper_backward": (
+        "FAIL-002",
+        [
+            "test_a_call_that_fails_before_any_backward_changes_nothing[discard]",
+            "test_a_discarded_window_is_gone_and_the_next_is_exact[plain-backward-cut-short]",
+        ],
+    ),
+    "discard_written_told_by_grad_identity": (
+        "FAIL-002",
+        [
+            "test_a_call_that_fails_before_any_backward_changes_nothing[discard]",
+            "test_a_discarded_window_is_gone_and_the_next_is_exact[plain-backward-cut-short]",
+        ],
+    ),
+    "refused_call_reported_discarded": (
+        "FAIL-002",
+        [
+            "test_a_call_that_fails_before_any_backward_changes_nothing[discard]",
+            "test_a_call_that_fails_before_any_backward_changes_nothing[restore]",
+        ],
+    ),
+    "discard_keeps_fsdp_unsynced_sums": (
+        "FAIL-003",
+        ["test_sharded_windows_match_one_process[2-modules-raising-accumulating-toggle-discard]"],
+        FSDP,
+    ),
+    "discard_keeps_window_length": (
+        "FAIL-003",
+        [
+            "test_a_discarded_window_is_gone_and_the_next_is_exact[plain-backward-cut-short]",
+            "test_a_discarded_window_is_gone_and_the_next_is_exact[hook-flushed]",
+            "test_closure_that_raises_changes_nothing[discard]",
+        ],
+    ),
+    "discard_forgets_scaler_record_of_this_call_only": (
+        "FAIL-003",
+        ["test_a_failed_window_leaves_no_found_inf_behind[discard-inner-step]"],
+        F16,
+    ),
+    "discard_note_counts_failing_call_only": (
+        "FAIL-003",
+        [
+            "test_a_discarded_window_is_gone_and_the_next_is_exact[plain-backward-cut-short]",
+            "test_a_discarded_window_is_gone_and_the_next_is_exact[closure-after-backward-outside-batch]",
+        ],
+    ),
+    "restored_call_reported_discarded": (
+        "FAIL-004",
+        ["test_restore_returns_to_the_last_successful_call", "test_closure_that_raises_changes_nothing[restore]"],
+    ),
+    "restore_references_prepared_window": (
+        "TXN-001",
+        ["test_failed_inner_step_leaves_the_window[restore-cut-short-backward-adam]"],
+    ),
+    "restore_skips_empty_gradients": (
+        "CLOS-003",
+        ["test_restore_returns_to_the_last_successful_call", "test_generated_schedules_with_raising_closures[restore]"],
+    ),
+    "lbfgs_discarded_under_discard": ("FAIL-005", ["test_failed_lbfgs_step_leaves_nothing_behind[discard]"]),
+    "state_loads_other_policy": ("FAIL-006", ["test_states_and_copies_carry_the_failure_policy"]),
 }
 
 KNOWN_GAPS: dict[str, str] = {

@@ -15,6 +15,7 @@ from lightning_optimizer.spec import (
     FEATURES,
     PRECISIONS,
     Cell,
+    FailurePolicy,
     GradScalerSettings,
     ImplementationInfo,
 )
@@ -29,8 +30,9 @@ def make_context(
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
+    on_failure: FailurePolicy = "discard",
 ) -> Context:
-    """A context for one cell of the conformance matrix."""
+    """A context for one cell of the conformance matrix, with the failure policy asked for."""
     return Context(
         cell.precision,
         cell.device,
@@ -38,11 +40,15 @@ def make_context(
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
         scaler_settings=grad_scaler,
+        on_failure=on_failure,
     )
 
 
 def conformance_info() -> ImplementationInfo[Context]:
-    """What this implementation claims: CPU and XLA, every precision, one or two DDP ranks, every feature."""
+    """What this implementation claims: CPU and XLA, every precision, one or two DDP ranks, every feature.
+
+    The features include ``"exact_restore"``: ``on_failure="restore"`` keeps a failed call's window exactly.
+    """
     return ImplementationInfo(
         name="independent",
         version="1",

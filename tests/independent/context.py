@@ -14,7 +14,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from independent import devices
 from independent.wrapper import Wrapper, evaluates_closure, is_wrapper
-from lightning_optimizer.spec import DEVICE_KINDS, PRECISIONS, GradScalerSettings, Precision
+from lightning_optimizer.spec import (
+    DEVICE_KINDS,
+    FAILURE_POLICIES,
+    PRECISIONS,
+    FailurePolicy,
+    GradScalerSettings,
+    Precision,
+)
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
@@ -37,6 +44,7 @@ class Context:
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         scaler_settings: GradScalerSettings | None = None,
+        on_failure: FailurePolicy = "discard",
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}")
@@ -50,6 +58,10 @@ class Context:
             raise ValueError(f"gradient_clip_val must be a positive number or None, got {gradient_clip_val!r}")
         if gradient_clip_algorithm not in ("norm", "value"):
             raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {gradient_clip_algorithm!r}")
+        policy: object = on_failure
+        if not isinstance(policy, str) or policy not in FAILURE_POLICIES:
+            raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {policy!r}")
+        self._on_failure: FailurePolicy = next(name for name in FAILURE_POLICIES if name == policy)
         self._precision: Precision = next(name for name in PRECISIONS if name == precision)
         self._device = devices.resolve(device)
         self._accumulate_grad_batches = accumulate_grad_batches
@@ -85,6 +97,11 @@ class Context:
     def accumulate_grad_batches(self) -> int:
         """Micro-steps per window when ``make_optimizer_step`` is ``None``."""
         return self._accumulate_grad_batches
+
+    @property
+    def on_failure(self) -> FailurePolicy:
+        """What a failed ``step()`` leaves of its window: discarded, or restored exactly as it was before the call."""
+        return self._on_failure
 
     @property
     def on_xla(self) -> bool:
@@ -262,6 +279,8 @@ class Context:
             "pending_update": self._pending_update(),
             # Under 16-mixed an open window's gradients carry this divisor (AMP-007): it loads only where it is equal.
             "accumulate_grad_batches": self._accumulate_grad_batches,
+            # A state loads only into a context of the same failure policy (FAIL-006).
+            "on_failure": self._on_failure,
             "optimizers": [wrapper.window_state() for wrapper in self.wrappers],
         }
 
@@ -292,6 +311,14 @@ class Context:
             raise ValueError("not a context state of this implementation (saved by Context.state_dict())")
         if state_dict.get("precision") != self._precision:
             raise ValueError(f"the state was saved under {state_dict.get('precision')!r}, not {self._precision!r}")
+        saved_policy = state_dict.get("on_failure")
+        if not isinstance(saved_policy, str) or saved_policy not in FAILURE_POLICIES:
+            raise ValueError(f"the state's on_failure is malformed: {saved_policy!r}")
+        if saved_policy != self._on_failure:
+            raise ValueError(
+                f"the state was saved by a context with on_failure={saved_policy!r}, this one has "
+                f"on_failure={self._on_failure!r}: load it into a context of the same failure policy"
+            )
         windows = state_dict.get("optimizers")
         if not isinstance(windows, list) or len(windows) != len(self.wrappers):
             count = len(windows) if isinstance(windows, list) else "no"

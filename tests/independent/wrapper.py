@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
@@ -191,18 +192,25 @@ class Wrapper(Generic[OptimizerT]):
         closes = self._closes(make_optimizer_step)
         if self._window.prepared and not closes:
             raise RuntimeError("unscale_gradients() prepared this window: the next step() must close it")
-        # The whole call is one transaction: if the closure or the inner step raises, the window is put back.
-        before = _WindowBefore(self)
+        # A call that fails leaves the window as the context's failure policy says (FAIL-002 to FAIL-004): as it
+        # was when nothing of the call reached it, else discarded ("discard") or put back exactly ("restore", the
+        # only policy that pays for a copy of the window's gradients).
+        before = _WindowBefore(self, copy_gradients=context.on_failure == "restore")
+        stepping = False
         try:
             with context.running_step():
                 result = None if closure is None else self._run_closure(closure, closes)
                 self._window.micro_steps += 1
                 if closes:
+                    stepping = True
                     self._real_step(kwargs, None if closure is None else (closure, result))
                 else:
                     self._outcome = StepOutcome.ACCUMULATED
-        except BaseException:
-            before.restore()
+        except BaseException as error:
+            if context.on_failure == "discard" and (stepping or before.written()):
+                self._discard(error, before.micro_steps + 1)
+            else:
+                before.restore()
             raise
         context.run_hooks("after_step", self, self._outcome)
         return result
@@ -412,6 +420,30 @@ class Wrapper(Generic[OptimizerT]):
         self._finish(StepOutcome.STEPPED)
         return result
 
+    def _discard(self, error: BaseException, micro_steps: int) -> None:
+        """Drop the window a failed call wrote into (FAIL-003), and say so on the exception that propagates."""
+        for param in self.parameters():
+            param.grad = None
+        self._window.micro_steps, self._window.prepared = 0, False
+        scaler = self._context.scaler
+        if scaler is not None:
+            # What the scaler recorded of this optimizer's unscaling goes with the window: the next one unscales anew.
+            states = scaler._per_optimizer_states
+            if id(self._inner) in states and states[id(self._inner)]["stage"] is OptState.UNSCALED:
+                del states[id(self._inner)]
+        self._outcome = StepOutcome.DISCARDED
+        index = next(i for i, wrapper in enumerate(self._context.wrappers) if wrapper is self)
+        plural = "" if micro_steps == 1 else "s"
+        note = (
+            f"{type(self._inner).__name__} (optimizer {index} of the context): the failed step() discarded this "
+            f"optimizer's window of {micro_steps} micro-step{plural} (its gradients are None, its step count is "
+            'unchanged); build the context with on_failure="restore" to keep a failed call\'s window as it was '
+            "before the call"
+        )
+        add_note = getattr(error, "add_note", None)  # Python 3.11 and later
+        if add_note is not None:
+            add_note(note)
+
     def _finish(self, outcome: StepOutcome) -> None:
         self._inner.zero_grad(set_to_none=True)
         self._window.close(taken=outcome is StepOutcome.STEPPED)
@@ -456,17 +488,41 @@ class Wrapper(Generic[OptimizerT]):
 
 
 class _WindowBefore:
-    """A window as it was before a ``step()`` call: its gradients, its length and whether it was prepared."""
+    """A window as it was before a ``step()`` call: its length, whether it was prepared, and its gradients.
 
-    def __init__(self, wrapper: Wrapper[Any]) -> None:
+    The gradients are copied only when asked (``on_failure="restore"``); otherwise only which tensor each parameter
+    held and its version counter are noted (no reference that would keep it alive), enough to tell whether
+    anything wrote into the window since: a gradient replaced, set, or changed in place.
+    """
+
+    def __init__(self, wrapper: Wrapper[Any], *, copy_gradients: bool) -> None:
         self.wrapper = wrapper
-        self.grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in wrapper.parameters()]
+        self.params = wrapper.parameters()
+        self.marks = [None if p.grad is None else (weakref.ref(p.grad), p.grad._version) for p in self.params]
+        self.grads = (
+            [None if p.grad is None else p.grad.detach().clone() for p in self.params] if copy_gradients else None
+        )
         self.micro_steps, self.prepared = wrapper._window.micro_steps, wrapper._window.prepared
 
+    def written(self) -> bool:
+        """Whether a gradient of the window is not the tensor it was before the call, or was changed in place."""
+        for param, mark in zip(self.params, self.marks, strict=True):
+            if mark is None:
+                if param.grad is not None:
+                    return True
+                continue
+            held, version = mark
+            grad = param.grad
+            if grad is None or grad is not held() or grad._version != version:
+                return True
+        return False
+
     def restore(self) -> None:
+        """Put the window back: its length and preparation, its gradients when they were copied, the scaler's record."""
         wrapper = self.wrapper
-        for param, grad in self.grads:
-            param.grad = grad
+        if self.grads is not None:
+            for param, grad in zip(self.params, self.grads, strict=True):
+                param.grad = grad
         wrapper._window.micro_steps, wrapper._window.prepared = self.micro_steps, self.prepared
         scaler = wrapper._context.scaler
         if scaler is not None and not self.prepared:

@@ -1,8 +1,9 @@
-"""Plumbing shared by the mutants: a reference context with hook points, wrapper subclasses, the record.
+"""Plumbing shared by the mutants: the reference context, wrapper subclasses, the record.
 
-:class:`MutantContext` is the reference :class:`~lightning_optimizer.reference.TrainingContext`, whose ``step()``
-runs in small overridable stages. With no stage overridden it is the reference: ``conformance_info()`` here
-presents it, unbroken, to the suite as the control that the mutants are measured against.
+:class:`MutantContext` is the reference :class:`~lightning_optimizer.reference.TrainingContext`, composed of
+collaborators a mutant replaces (``self.parts``) and a few stages it may override. With nothing replaced it is the
+reference: ``conformance_info()`` here presents it, unbroken, to the suite as the control that the mutants are
+measured against.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from torch.amp.grad_scaler import GradScaler
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.clipping import ClipAlgorithm, check_clipping
 from lightning_optimizer.reference.conformance import conformance_info as reference_conformance_info
+from lightning_optimizer.reference.preparation import preparation
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.wrapper import wrapper_class
-from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo
+from lightning_optimizer.spec import Cell, FailurePolicy, GradScalerSettings, ImplementationInfo
 
 __all__ = [
     "ClipValueContext",
     "MutantContext",
     "Slot",
-    "UnscaleGradientsContext",
     "conformance_info",
     "mutant_info",
     "wrapper_subclass",
@@ -36,10 +37,10 @@ Slot = Window
 
 
 class MutantContext(TrainingContext):
-    """The reference context; a mutant overrides its stages (:class:`~lightning_optimizer.reference.stages.StepStages`).
+    """The reference context; a mutant replaces a collaborator (``self.parts``) or overrides a stage.
 
-    ``tests/test_mutants.py`` holds each mutant to that seam: the stages, the public members, construction and
-    copies; never the transaction around the stages.
+    ``tests/test_mutants.py`` holds each mutant to that seam (:mod:`lightning_optimizer.reference.stages`): the
+    collaborators, the stages, the public members, construction and copies; never the call around the stages.
     """
 
 
@@ -56,6 +57,7 @@ class ClipValueContext(MutantContext):
         gradient_clip_algorithm: ClipAlgorithm = "norm",
         scaler: GradScaler | None = None,
         strategy: Any = "ddp",
+        on_failure: Any = "discard",
     ) -> None:
         value = None if gradient_clip_val is None else self.clip_value(gradient_clip_val)
         super().__init__(
@@ -65,8 +67,9 @@ class ClipValueContext(MutantContext):
             gradient_clip_algorithm=gradient_clip_algorithm,
             scaler=scaler,
             strategy=strategy,
+            on_failure=on_failure,
         )
-        self._clip_val = value
+        self.parts.preparation = preparation(value, gradient_clip_algorithm)
 
     def clip_value(self, value: float) -> float | None:
         """The clip value the context uses for ``value`` (``None``: no clipping), or a ``ValueError``.
@@ -74,20 +77,6 @@ class ClipValueContext(MutantContext):
         The reference's check; each CTX-002 mutant replaces it with its own.
         """
         return check_clipping(value, "norm")[0]
-
-
-class UnscaleGradientsContext(MutantContext):
-    """The reference, whose stages can tell whether they run inside ``unscale_gradients()`` (CLIP-002 mutants)."""
-
-    unscaling = False
-    """``True`` while ``unscale_gradients()`` prepares a window (its stages: mean, reduction, unscale, clip)."""
-
-    def _unscale_gradients(self, index: int) -> None:
-        self.unscaling = True
-        try:
-            super()._unscale_gradients(index)
-        finally:
-            self.unscaling = False
 
 
 def wrapper_subclass(
@@ -116,6 +105,7 @@ def mutant_info(context_class: type[ContextT], name: str) -> ImplementationInfo[
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: ClipAlgorithm = "norm",
         grad_scaler: GradScalerSettings | None = None,
+        on_failure: FailurePolicy = "discard",
     ) -> ContextT:
         scaler = None
         if grad_scaler is not None and cell.precision == "16-mixed":
@@ -128,6 +118,8 @@ def mutant_info(context_class: type[ContextT], name: str) -> ImplementationInfo[
             gradient_clip_algorithm=gradient_clip_algorithm,
             scaler=scaler,
             strategy="fsdp" if cell.strategy == "fsdp" else "ddp",
+            # Only what the suite asked for: the context's own default decides otherwise (FAIL-001).
+            **({"on_failure": on_failure} if on_failure != "discard" else {}),
         )
 
     info: ImplementationInfo[Any] = dataclasses.replace(

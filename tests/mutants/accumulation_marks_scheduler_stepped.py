@@ -8,15 +8,37 @@ steps without the warning torch gives a plain loop that does so.
 
 from __future__ import annotations
 
+from typing import Any
+
 from lightning_optimizer.reference import torch_compat
+from lightning_optimizer.reference.accumulation import Accumulation
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class _MarksEveryCall(Accumulation):
+    def accumulated(self, window: Window) -> None:
+        super().accumulated(window)
+        torch_compat.mark_stepped_for_scheduler(window.optimizer)
 
 
 class Context(MutantContext):
-    def _finish_accumulation(self, slot: Slot) -> None:
-        super()._finish_accumulation(slot)
-        torch_compat.mark_stepped_for_scheduler(slot.optimizer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = _MarksEveryCall(self.accumulate_grad_batches)
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        # The reference's setter, rebuilding this accumulation rule rather than the reference's.
+        value = _MarksEveryCall(value).every
+        if value != self.parts.accumulation.every:
+            self.parts.refusals.check_accumulation_change(self, value)
+            self.parts.accumulation = _MarksEveryCall(value)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

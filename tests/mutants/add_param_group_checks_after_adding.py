@@ -8,16 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        context, optimizer = self._context, self.optimizer
+        optimizer.add_param_group(param_group)
+        for param in optimizer.param_groups[-1]["params"]:
+            context.parts.refusals.check_parameter(context, param)
 
 
 class Context(MutantContext):
-    def _add_param_group(self, index: int, param_group: dict[str, Any]) -> None:
-        optimizer = self._slots[index].optimizer
-        optimizer.add_param_group(param_group)
-        for param in optimizer.param_groups[-1]["params"]:
-            self._check_parameter(param)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,26 +6,38 @@ first parameter fits and whose second does not is accepted.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lightning_optimizer.reference.refusals import Refusals
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
-class Context(MutantContext):
-    def _add_param_group(self, index: int, param_group: dict[str, Any]) -> None:
+
+class FirstParameterRefusals(Refusals):
+    def check_param_group(self, context: TrainingContext, window: Window, param_group: object) -> list[object]:
+        if not isinstance(param_group, dict):
+            return super().check_param_group(context, window, param_group)
         params = param_group.get("params")
         if isinstance(params, torch.Tensor):
-            params = [params]
-        elif params is not None and not isinstance(params, list | tuple | set | frozenset):
-            params = param_group["params"] = list(params)
-        if params:
-            first = next(iter(params))
-            if isinstance(first, torch.Tensor):
-                self._check_parameter(first)
-        self._slots[index].optimizer.add_param_group(param_group)
+            candidates: list[object] = [params]
+        elif params is None or isinstance(params, set | frozenset):
+            candidates = []
+        else:
+            candidates = list(params)
+        super().check_param_group(context, window, {**param_group, "params": candidates[:1]})  # the first one only
+        return candidates
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.refusals = FirstParameterRefusals()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,22 +6,32 @@ is empty by the time the inner optimizer reads it, so the group is added without
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lightning_optimizer.reference.refusals import Refusals
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class ConsumingRefusals(Refusals):
+    def check_param_group(self, context: TrainingContext, window: Window, param_group: object) -> list[object]:
+        checked = super().check_param_group(context, window, param_group)  # iterates params as they are
+        params = param_group.get("params") if isinstance(param_group, dict) else None
+        if params is None or isinstance(params, list | tuple | torch.Tensor | set | frozenset):
+            return checked
+        return list(params)  # the one-shot iterable forwarded as it is now: exhausted
+
 
 class Context(MutantContext):
-    def _add_param_group(self, index: int, param_group: dict[str, Any]) -> None:
-        params = param_group.get("params")
-        candidates = [params] if isinstance(params, torch.Tensor) else params or []
-        for param in candidates:
-            if isinstance(param, torch.Tensor):
-                self._check_parameter(param)
-        self._slots[index].optimizer.add_param_group(param_group)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.refusals = ConsumingRefusals()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.optimizer.add_param_group(param_group)
 
 
 class Context(MutantContext):
-    def _add_param_group(self, index: int, param_group: dict[str, Any]) -> None:
-        self._slots[index].optimizer.add_param_group(param_group)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,22 +7,32 @@ the untoggle, so with two optimizers the other one's parameters are left with ``
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
+from lightning_optimizer.reference.refusals import Refusals
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class ToggledRefusals(Refusals):
+    def check_step(
+        self, context: TrainingContext, window: Window, closure: object, make_optimizer_step: object, kwargs: Any
+    ) -> None:
+        index = next(i for i, each in enumerate(context._windows) if each is window)
+        toggle = context.parts.toggling.region(context, index, sync_grad=True)
+        toggle.__enter__()  # toggle_optimizer()
+        super().check_step(context, window, closure, make_optimizer_step, kwargs)
+        toggle.__exit__(None, None, None)  # untoggle_optimizer()
 
 
 class Context(MutantContext):
-    def _check_step_arguments(
-        self, index: int, closure: object, make_optimizer_step: object, kwargs: dict[str, Any]
-    ) -> None:
-        toggle = self._toggle(index, sync_grad=True)
-        toggle.__enter__()  # toggle_optimizer()
-        super()._check_step_arguments(index, closure, make_optimizer_step, kwargs)
-        toggle.__exit__(None, None, None)  # untoggle_optimizer()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.refusals = ToggledRefusals()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

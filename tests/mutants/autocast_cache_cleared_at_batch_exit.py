@@ -6,22 +6,44 @@ forward after a real step inside the same iteration's region still uses the cast
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import torch
 
+from lightning_optimizer.reference.amp import GradScaling, LossScaling, NoLossScaling
+from lightning_optimizer.reference.parallel import DataParallel
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class Context(MutantContext):
-    def autocast(self) -> AbstractContextManager[None]:
-        dtype = self._plugin.autocast_dtype
-        return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
+class _ClearsCacheAtTheEnd(LossScaling):
+    """The end of an iteration clears autocast's cache first."""
 
-    def _end_iteration(self) -> None:
+    def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
         torch.clear_autocast_cache()
-        super()._end_iteration()
+        super().end_iteration(windows, parallel)
+
+
+class _Unscaled(_ClearsCacheAtTheEnd, NoLossScaling):
+    pass
+
+
+class _Scaled(_ClearsCacheAtTheEnd, GradScaling):
+    pass
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        scaler = self.parts.scaling.scaler
+        self.parts.scaling = _Unscaled() if scaler is None else _Scaled(scaler)
+
+    def autocast(self) -> AbstractContextManager[None]:
+        dtype = self.parts.precision.autocast_dtype
+        return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

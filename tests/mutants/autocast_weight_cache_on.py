@@ -17,7 +17,7 @@ from mutants._base import MutantContext, mutant_info
 
 class Context(MutantContext):
     def autocast(self) -> AbstractContextManager[None]:
-        dtype = self._plugin.autocast_dtype
+        dtype = self.parts.precision.autocast_dtype
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)
 
 

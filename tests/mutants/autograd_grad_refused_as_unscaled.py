@@ -8,42 +8,34 @@ a closure that computes the penalty and then calls ``opt.backward(loss + penalty
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 
+from lightning_optimizer.reference.amp import GradScaling, _UnscaledBackwardGuard
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
-T = TypeVar("T")
+
+class _ComputedGradientGuard(_UnscaledBackwardGuard):
+    """The reference's guard, hooked on each gradient as autograd computes it rather than as it is accumulated."""
+
+    def __enter__(self) -> None:
+        self._handles = [t.register_hook(self._accumulated) for t in self._tensors if t.requires_grad]
+
+
+class _Scaling(GradScaling):
+    def watch(self, tensors: Sequence[torch.Tensor]) -> AbstractContextManager[None]:
+        return _ComputedGradientGuard(self._backwards, tensors)
 
 
 class Context(MutantContext):
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        if not self._scaling.changes_gradients:
-            return super()._run_closure(index, closure, sync_grad)
-        running: Any = self._scaling._backwards  # type: ignore[attr-defined]
-        unscaled = False
-
-        def computed(grad: torch.Tensor) -> None:
-            nonlocal unscaled
-            if not running.count:
-                unscaled = True
-
-        with self._toggle(index, sync_grad=sync_grad):
-            handles = [t.register_hook(computed) for t in self._window_tensors(self._slots[index]) if t.requires_grad]
-            try:
-                with self.autocast():
-                    result = closure()
-            finally:
-                for handle in handles:
-                    handle.remove()
-        if unscaled:
-            raise RuntimeError(
-                "under 16-mixed the closure ran a backward outside the wrapper: call opt.backward(loss) instead"
-            )
-        return result
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.scaler is not None:
+            self.parts.scaling = _Scaling(self.scaler)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -10,16 +10,22 @@ from typing import Any
 
 import torch
 
+from lightning_optimizer.reference import TrainingContext
+from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class Context(MutantContext):
-    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+class BackwardAfterUnscaleAllowed(Refusals):
+    def check_backward(self, context: TrainingContext, loss: object) -> None:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")
-        with self._scaling.backward():
-            self._scaled_loss(loss).backward(*args, **kwargs)
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.refusals = BackwardAfterUnscaleAllowed()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -11,17 +11,18 @@ from typing import Any
 
 import torch
 
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         if len(args) >= 2:
             args = (args[0], True, *args[2:])
         else:
             kwargs["retain_graph"] = True
-        super()._backward(loss, *args, **kwargs)
+        super().backward(wrapper, loss, *args, **kwargs)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -9,13 +9,14 @@ from typing import Any
 
 import torch
 
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        super()._backward(loss)
+    def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        super().backward(wrapper, loss)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

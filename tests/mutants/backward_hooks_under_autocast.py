@@ -6,6 +6,7 @@ changed) then compute under autocast, where its own loop runs them outside.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,12 +18,14 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _wrapper_backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        hooks = self._hooks
-        self._check_backward(loss)
+    def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        hooks = self.parts.hooks
+        self.parts.refusals.check_backward(self, loss)
         hooks.run_backward(hooks.before_backward, wrapper, loss)
         with outside_autocast(self.device):
-            self._backward(loss, *args, **kwargs)
+            backward: Callable[..., None] = self.parts.scaling.scale(loss, self.accumulate_grad_batches).backward
+            with self.parts.scaling.backward():
+                backward(*args, **kwargs)
         hooks.run_backward(hooks.after_backward, wrapper, loss)
 
 

@@ -8,27 +8,28 @@ backward of a float32 block runs in bfloat16.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
 import torch
 
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.precision import outside_autocast
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _wrapper_backward(self, wrapper: Any, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        mixed = self._plugin.autocast_dtype is not None
-        hooks = self._hooks
+    def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        mixed = self.parts.precision.autocast_dtype is not None
+        hooks = self.parts.hooks
         with outside_autocast(self.device) if mixed else nullcontext():
-            if not hooks.before_backward and not hooks.after_backward:
-                self._backward(loss, *args, **kwargs)
-                return
-            self._check_backward(loss)
+            self.parts.refusals.check_backward(self, loss)
             hooks.run_backward(hooks.before_backward, wrapper, loss)
-            self._backward(loss, *args, **kwargs)
+            backward: Callable[..., None] = self.parts.scaling.scale(loss, self.accumulate_grad_batches).backward
+            with self.parts.scaling.backward():
+                backward(*args, **kwargs)
             hooks.run_backward(hooks.after_backward, wrapper, loss)
 
 

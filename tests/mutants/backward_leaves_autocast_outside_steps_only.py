@@ -6,6 +6,7 @@ inside the region the closure runs in (the automatic-style closure of Lightning'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,14 +17,16 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _wrapper_backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         if self._call is None:
-            super()._wrapper_backward(wrapper, loss, *args, **kwargs)
+            super().backward(wrapper, loss, *args, **kwargs)
             return
-        hooks = self._hooks
-        self._check_backward(loss)
+        hooks = self.parts.hooks
+        self.parts.refusals.check_backward(self, loss)
         hooks.run_backward(hooks.before_backward, wrapper, loss)
-        self._backward(loss, *args, **kwargs)
+        backward: Callable[..., None] = self.parts.scaling.scale(loss, self.accumulate_grad_batches).backward
+        with self.parts.scaling.backward():
+            backward(*args, **kwargs)
         hooks.run_backward(hooks.after_backward, wrapper, loss)
 
 

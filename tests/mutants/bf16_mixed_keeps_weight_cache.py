@@ -20,7 +20,7 @@ class Context(MutantContext):
     def autocast(self) -> AbstractContextManager[None]:
         if self.precision == "16-mixed":
             return super().autocast()  # cache_enabled=False, as the fp16 fix made it
-        dtype = self._plugin.autocast_dtype
+        dtype = self.parts.precision.autocast_dtype
         if dtype is None:
             return nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=dtype)

@@ -19,7 +19,7 @@ class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.precision == "bf16-mixed":
-            self._scaling = GradScaling(GradScaler(self.device.type))
+            self.parts.scaling = GradScaling(GradScaler(self.device.type))
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -21,16 +21,16 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 class Context(MutantContext):
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
-        vars(self._slots[-1])["at_wrap"] = {id(param) for param in self._slots[-1].params()}
+        vars(self._windows[-1])["at_wrap"] = {id(param) for param in self._windows[-1].params()}
         return wrapper
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        for slot, entry in zip(self._slots, state["optimizers"], strict=True):
-            at_wrap: set[int] = vars(slot)["at_wrap"]
+        for window, entry in zip(self._windows, state["optimizers"], strict=True):
+            at_wrap: set[int] = vars(window)["at_wrap"]
             entry["grads"] = [
                 grad if id(param) in at_wrap else None
-                for param, grad in zip(slot.params(), entry["grads"], strict=True)
+                for param, grad in zip(window.params(), entry["grads"], strict=True)
             ]
         return state
 

@@ -6,17 +6,22 @@ threshold meets gradients ``scale`` times too large, so the step applies a usele
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.preparation import Clipping, Preparation, Reduction, Unscaling, WindowMean
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _unscale(self, slot: Slot) -> None:
-        super()._clip(slot)
-        super()._unscale(slot)
-
-    def _clip(self, slot: Slot) -> None:
-        pass
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        clipping = [step for step in preparation.steps if isinstance(step, Clipping)]
+        # The configured clipping moved in front of the loss scaler's unscaling.
+        self.parts.preparation = Preparation(
+            steps=(WindowMean(), Reduction(), *clipping, Unscaling()), evaluation=preparation.evaluation
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,16 +8,22 @@ check without accumulation tries, are unaffected.
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.preparation import Clipping, Preparation, Reduction, Unscaling, WindowMean
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _prepare_gradients(self, slot: Slot) -> None:
-        self._reduce_gradients(slot)
-        self._unscale(slot)
-        self._clip(slot)
-        self._normalise_window(slot)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        clipping = [step for step in preparation.steps if isinstance(step, Clipping)]
+        # The window's mean taken last, after the configured clipping.
+        self.parts.preparation = Preparation(
+            steps=(Reduction(), Unscaling(), *clipping, WindowMean()), evaluation=preparation.evaluation
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,15 +6,35 @@ neither counted in the norm nor clipped. An optimizer built on ``model.parameter
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.clipping import clip_gradients
+from lightning_optimizer.reference.preparation import Clipping, PreparationStep
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class FirstGroupClipping(Clipping):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        clip_gradients(window.optimizer.param_groups[0]["params"], self.value, self.algorithm)
+
+
+def _first_group_only(step: PreparationStep) -> PreparationStep:
+    return FirstGroupClipping(step.value, step.algorithm) if isinstance(step, Clipping) else step
 
 
 class Context(MutantContext):
-    def _clip(self, slot: Slot) -> None:
-        if self._clip_val is not None:
-            clip_gradients(slot.optimizer.param_groups[0]["params"], self._clip_val, self._clip_algorithm)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = dataclasses.replace(
+            preparation,
+            steps=tuple(map(_first_group_only, preparation.steps)),
+            evaluation=tuple(map(_first_group_only, preparation.evaluation)),
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

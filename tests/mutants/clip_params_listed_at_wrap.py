@@ -6,28 +6,45 @@ with ``add_param_group`` is neither counted in the norm nor clipped.
 
 from __future__ import annotations
 
-from typing import TypeVar
+import dataclasses
+from typing import Any, TypeVar
 
 import torch
 
-from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.clipping import clip_gradients
+from lightning_optimizer.reference.preparation import Clipping, PreparationStep
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
+class ClippingListedAtWrap(Clipping):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        at_wrap: list[torch.Tensor] = vars(window)["clipped_at_wrap"]
+        clip_gradients(at_wrap, self.value, self.algorithm)
+
+
+def _listed_at_wrap(step: PreparationStep) -> PreparationStep:
+    return ClippingListedAtWrap(step.value, step.algorithm) if isinstance(step, Clipping) else step
+
+
 class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = dataclasses.replace(
+            preparation,
+            steps=tuple(map(_listed_at_wrap, preparation.steps)),
+            evaluation=tuple(map(_listed_at_wrap, preparation.evaluation)),
+        )
+
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
-        vars(self._slots[-1])["clipped_at_wrap"] = self._slots[-1].params()
+        vars(self._windows[-1])["clipped_at_wrap"] = self._windows[-1].params()
         return wrapper
-
-    def _clip(self, slot: Slot) -> None:
-        if self._clip_val is not None:
-            at_wrap: list[torch.Tensor] = vars(slot)["clipped_at_wrap"]
-            clip_gradients(at_wrap, self._clip_val, self._clip_algorithm)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

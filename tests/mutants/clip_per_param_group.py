@@ -7,17 +7,36 @@ optimizer's parameters, so an optimizer with two groups may apply up to ``sqrt(2
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.clipping import clip_gradients
+from lightning_optimizer.reference.preparation import Clipping, PreparationStep
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class PerGroupClipping(Clipping):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        for group in window.optimizer.param_groups:
+            clip_gradients(group["params"], self.value, self.algorithm)
+
+
+def _per_group(step: PreparationStep) -> PreparationStep:
+    return PerGroupClipping(step.value, step.algorithm) if isinstance(step, Clipping) else step
 
 
 class Context(MutantContext):
-    def _clip(self, slot: Slot) -> None:
-        if self._clip_val is None:
-            return
-        for group in slot.optimizer.param_groups:
-            clip_gradients(group["params"], self._clip_val, self._clip_algorithm)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = dataclasses.replace(
+            preparation,
+            steps=tuple(map(_per_group, preparation.steps)),
+            evaluation=tuple(map(_per_group, preparation.evaluation)),
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,16 +8,36 @@ so another optimizer's open window changes while it accumulates.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.clipping import clip_gradients
+from lightning_optimizer.reference.preparation import Clipping, PreparationStep
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class WholeModelClipping(Clipping):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        everything = [param for other in context._windows for param in other.params()]
+        clip_gradients(everything, self.value, self.algorithm)
+
+
+def _whole_model(step: PreparationStep) -> PreparationStep:
+    return WholeModelClipping(step.value, step.algorithm) if isinstance(step, Clipping) else step
 
 
 class Context(MutantContext):
-    def _clip(self, slot: Slot) -> None:
-        if self._clip_val is not None:
-            everything = [param for other in self._slots for param in other.params()]
-            clip_gradients(everything, self._clip_val, self._clip_algorithm)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = dataclasses.replace(
+            preparation,
+            steps=tuple(map(_whole_model, preparation.steps)),
+            evaluation=tuple(map(_whole_model, preparation.evaluation)),
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

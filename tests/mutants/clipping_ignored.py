@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_optimizer.reference.preparation import Clipping, Preparation
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -14,7 +15,11 @@ from mutants._base import MutantContext, mutant_info
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._clip_val = None
+        preparation = self.parts.preparation
+        self.parts.preparation = Preparation(
+            steps=tuple(step for step in preparation.steps if not isinstance(step, Clipping)),
+            evaluation=tuple(step for step in preparation.evaluation if not isinstance(step, Clipping)),
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

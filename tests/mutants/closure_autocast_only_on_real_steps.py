@@ -7,8 +7,10 @@ closures of accumulating micro-steps compute their forward pass in float32 under
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
+from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -16,10 +18,16 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        if sync_grad:  # the closure of a real step
-            return super()._run_closure(index, closure, sync_grad)
-        with self._toggle(index, sync_grad=sync_grad):
+    def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
+        if call.real:  # the closure of a real step
+            return super().run_closure(call, index, closure)
+        parts = self.parts
+        watch: AbstractContextManager[None] = (
+            parts.scaling.watch(parts.parallel.window_tensors(call.window))
+            if parts.scaling.changes_gradients
+            else nullcontext()
+        )
+        with parts.toggling.region(self, index, sync_grad=False), watch:  # no autocast region
             return closure()
 
 

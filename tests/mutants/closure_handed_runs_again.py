@@ -8,26 +8,30 @@ replace the window's mean.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from lightning_optimizer.reference.call import Call
+from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
 T = TypeVar("T")
 
 
-class Context(MutantContext):
-    def _replay(self, index: int, closure: Callable[[], T], result: T) -> Callable[[], T]:
-        def evaluate() -> T:
-            call = self._call
-            assert call is not None
-            call.reevaluating = True
-            try:
-                return self._evaluate_closure(index, closure)
-            finally:
-                call.reevaluating = False
+class EvaluatesEveryCall(Closures):
+    def replay(
+        self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T], result: T
+    ) -> Callable[[], T]:
+        return lambda: self.evaluate(context, call, index, closure)  # the first call too: the window is replaced
 
-        return evaluate
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.closures = EvaluatesEveryCall()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,8 +8,10 @@ as it is, so a closure that does not enter ``context.autocast()`` itself compute
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
+from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -17,8 +19,14 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        with self._toggle(index, sync_grad=sync_grad):
+    def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
+        parts = self.parts
+        watch: AbstractContextManager[None] = (
+            parts.scaling.watch(parts.parallel.window_tensors(call.window))
+            if parts.scaling.changes_gradients
+            else nullcontext()
+        )
+        with parts.toggling.region(self, index, sync_grad=call.real), watch:  # no autocast region
             return closure()
 
 

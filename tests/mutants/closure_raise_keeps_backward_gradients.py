@@ -1,19 +1,41 @@
 """CLOS-003 broken: a closure that raises after its backward leaves that backward's gradients in the window.
 
 The next real step then applies the failed micro-batch's gradients too (the reference before this rule was checked).
+Under ``on_failure="restore"`` a failed call adds the window it set aside into the closure's gradients, as a call
+that succeeded does, instead of putting it back.
 """
 
 from __future__ import annotations
 
-from lightning_optimizer.reference.window import StepCall
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from lightning_optimizer.reference.call import Call
+from lightning_optimizer.reference.failure import Restore, Transaction, _RestoreTransaction
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class _KeepsTheBackward(_RestoreTransaction):
+    def fail(self, call: Call) -> bool:
+        self.after_closure(call)  # the raising closure's backward stays in the window
+        return False
+
+
+class _RestoreKeepingTheBackward(Restore):
+    def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
+        if call.window.evaluates_closure and call.real:
+            return super().begin(call, tensors, stash=stash, in_place=in_place)
+        return _KeepsTheBackward(tensors, stash=stash, in_place=in_place, real=call.real)
 
 
 class Context(MutantContext):
-    def _abort(self, slot: Slot, call: StepCall) -> None:
-        call.merge()  # the raising closure's backward stays in the window
-        slot.stage = call.stage_before
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.on_failure == "restore":
+            self.parts.failure = _RestoreKeepingTheBackward()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

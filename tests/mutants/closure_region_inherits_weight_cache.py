@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import torch
 
+from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -23,13 +24,14 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
+    def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
+        parts = self.parts
         watch = (
-            self._scaling.watch(self._window_tensors(self._slots[index])) if self._scaling.changes_gradients else None
+            parts.scaling.watch(parts.parallel.window_tensors(call.window)) if parts.scaling.changes_gradients else None
         )
-        dtype = self._plugin.autocast_dtype
+        dtype = parts.precision.autocast_dtype
         region = nullcontext() if dtype is None else torch.autocast(device_type=self.device.type, dtype=dtype)
-        with self._toggle(index, sync_grad=sync_grad), watch or nullcontext(), region:
+        with parts.toggling.region(self, index, sync_grad=call.real), watch or nullcontext(), region:
             return closure()
 
 

@@ -1,34 +1,44 @@
 """CLOS-001 broken: on a real step the closure runs, then is passed to the inner ``step`` which runs it again.
 
-The ``optimizer.step(closure=closure)`` of frameworks whose precision plugin has already evaluated it.
+The ``optimizer.step(closure=closure)`` of frameworks whose precision plugin has already evaluated it: the closure
+the inner optimizer gets runs the user's closure on its first call too, and its backward adds the last
+micro-batch's gradients to the prepared window once more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from lightning_optimizer.reference.call import Call, CallStage
+from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
 T = TypeVar("T")
 
 
+class RunsTheClosureAgain(Closures):
+    def replay(
+        self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T], result: T
+    ) -> Callable[[], T]:
+        def run_again() -> T:
+            call.advance(CallStage.REEVALUATING)  # a backward is let through, into the prepared window
+            try:
+                return context.run_closure(call, index, closure)
+            finally:
+                call.advance(CallStage.STEPPING)
+
+        return run_again
+
+
 class Context(MutantContext):
-    _closure: Callable[[], Any] | None = None
-
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        self._closure = closure
-        return super()._run_closure(index, closure, sync_grad)
-
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        given, self._closure = self._closure, None
-        if closure is not None or given is None:
-            return super()._inner_step(index, closure, kwargs)
-        user_closure = given
-        return self._slots[index].optimizer.step(
-            lambda: super(Context, self)._run_closure(index, user_closure), **kwargs
-        )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.closures = RunsTheClosureAgain()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,8 +7,10 @@ suppress DDP's gradient sync, as in loops that forget ``model.no_sync()``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
+from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -16,8 +18,15 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        return super()._run_closure(index, closure, sync_grad=True)
+    def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
+        parts = self.parts
+        watch: AbstractContextManager[None] = (
+            parts.scaling.watch(parts.parallel.window_tensors(call.window))
+            if parts.scaling.changes_gradients
+            else nullcontext()
+        )
+        with parts.toggling.region(self, index, sync_grad=True), watch, self.autocast():  # synced, real or not
+            return closure()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

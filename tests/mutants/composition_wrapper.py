@@ -13,7 +13,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return WrappedOptimizer(self, index)
 
 

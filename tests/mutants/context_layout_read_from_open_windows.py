@@ -6,22 +6,33 @@ shape at all and loads into a model of other shapes without complaint (the check
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lightning_optimizer.reference.state import StateFormat
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
-class Context(MutantContext):
-    def _check_layout(self, index: int, params: list[torch.Tensor], entry: dict[str, Any]) -> None:
-        grads = entry.get("grads")
+
+class GradientsOnlyFormat(StateFormat):
+    def check_layout(self, context: TrainingContext, index: int, window: Window, entry: dict[str, Any]) -> None:
+        params, grads = window.params(), entry.get("grads")
         if not isinstance(grads, list) or len(grads) != len(params):
             raise ValueError(f"optimizer {index}: the state's gradients do not match its {len(params)} parameters")
         for param, grad in zip(params, grads, strict=True):
             if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
                 raise ValueError(f"optimizer {index}: a saved gradient does not fit its parameter")
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.state = GradientsOnlyFormat()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -9,18 +9,29 @@ entries and the others' are dropped.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class ByPositionFormat(StateFormat):
+    def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
+        entries = state.get("optimizers") if isinstance(state, dict) else None
+        wrapped = len(context._windows)
+        if isinstance(state, dict) and isinstance(entries, list) and len(entries) > wrapped:
+            return super().check(context, {**state, "optimizers": entries[:wrapped]})
+        return super().check(context, state)
+
 
 class Context(MutantContext):
-    def _validated_entries(self, state_dict: object) -> list[dict[str, Any]]:
-        entries = state_dict.get("optimizers") if isinstance(state_dict, dict) else None
-        if isinstance(state_dict, dict) and isinstance(entries, list) and len(entries) > len(self._slots):
-            return super()._validated_entries({**state_dict, "optimizers": entries[: len(self._slots)]})
-        return super()._validated_entries(state_dict)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.state = ByPositionFormat()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

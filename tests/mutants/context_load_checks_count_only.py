@@ -7,18 +7,29 @@ with torch's ``RuntimeError``. The check only tries a state with another number 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class CountOnlyFormat(StateFormat):
+    def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
+        wrapped = len(context._windows)
+        if not isinstance(state, dict) or len(state.get("optimizers", ())) != wrapped:
+            raise ValueError(f"the state does not hold {wrapped} optimizers")
+        entries: list[dict[str, Any]] = state["optimizers"]
+        return entries
+
 
 class Context(MutantContext):
-    def _validated_entries(self, state_dict: object) -> list[dict[str, Any]]:
-        if not isinstance(state_dict, dict) or len(state_dict.get("optimizers", ())) != len(self._slots):
-            raise ValueError(f"the state does not hold {len(self._slots)} optimizers")
-        entries: list[dict[str, Any]] = state_dict["optimizers"]
-        return entries
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.state = CountOnlyFormat()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -16,7 +16,7 @@ from mutants._base import MutantContext, mutant_info
 class Context(MutantContext):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        scaling = self._scaling
+        scaling = self.parts.scaling
         if isinstance(scaling, GradScaling):
             scaling.load_state_dict({**scaling.state_dict(), "pending_update": None})
 

@@ -7,6 +7,7 @@ growth of the copy's scale changes the original's, and the other way round.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -21,20 +22,20 @@ _KEYS = itertools.count()
 class Context(MutantContext):
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        scaler = state.pop("_scaling")
-        if isinstance(scaler, GradScaling):
+        scaling = state["parts"].scaling
+        if isinstance(scaling, GradScaling):
             key = next(_KEYS)
-            _SCALERS[key] = scaler
+            _SCALERS[key] = scaling
             state["_scaler_key"] = key
         else:
             state["_scaler_key"] = None
-        state["_scaling"] = None
+        state["parts"] = dataclasses.replace(state["parts"], scaling=NoLossScaling())
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         key = state.pop("_scaler_key")
         super().__setstate__(state)
-        self._scaling = NoLossScaling() if key is None else _SCALERS[key]
+        self.parts.scaling = NoLossScaling() if key is None else _SCALERS[key]
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,14 +7,37 @@ flushed last window, or one made longer by ``False`` applies its sum over N inst
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from lightning_optimizer.reference.preparation import WindowMean
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class _EveryWindowTakenFull(WindowMean):
+    """The mean only where losses were not divided by ``N`` already (the window's length is never looked at)."""
+
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        return context.parts.scaling.window_divisor(context.accumulate_grad_batches) == 1 and super().changes(
+            context, window
+        )
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        if context.parts.scaling.window_divisor(context.accumulate_grad_batches) == 1:
+            super().__call__(context, window)
 
 
 class Context(MutantContext):
-    def _normalise_window(self, slot: Slot) -> None:
-        if self._window_divisor() == 1:
-            super()._normalise_window(slot)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        steps = tuple(_EveryWindowTakenFull() if isinstance(step, WindowMean) else step for step in preparation.steps)
+        self.parts.preparation = dataclasses.replace(preparation, steps=steps)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -9,8 +9,11 @@ unreduced gradients (or a window it keeps open all-reduces in vain).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, TypeVar
 
+from lightning_optimizer.reference.call import Call
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -18,16 +21,26 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
-    _iteration_sync: bool | None = None
+    _iteration: tuple[object, bool] | None = None
+    """The iteration's loop position (``None`` outside ``batch()``) and the sync decision its first step took."""
 
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        if self._iteration_sync is None:
-            self._iteration_sync = sync_grad
-        return super()._run_closure(index, closure, sync_grad=self._iteration_sync)
+    def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
+        if self._iteration is None or self._iteration[0] is not self._position:
+            self._iteration = (self._position, call.real)  # the first step() of the iteration decides
+        parts = self.parts
+        watch: AbstractContextManager[None] = (
+            parts.scaling.watch(parts.parallel.window_tensors(call.window))
+            if parts.scaling.changes_gradients
+            else nullcontext()
+        )
+        with parts.toggling.region(self, index, sync_grad=self._iteration[1]), watch, self.autocast():
+            return closure()
 
-    def _end_iteration(self) -> None:
-        self._iteration_sync = None
-        super()._end_iteration()
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
+        result = super().inner_step(window, kwargs, closure)
+        if self._position is None:
+            self._iteration = None  # outside batch() each real step ends the iteration
+        return result
 
 
 def conformance_info() -> ImplementationInfo[Context]:

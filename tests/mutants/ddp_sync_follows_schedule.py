@@ -9,23 +9,41 @@ each rank's unreduced gradients, so the ranks drift apart; a ``False`` on a wind
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, TypeVar
 
+from lightning_optimizer.reference.accumulation import Accumulation, LoopPosition
+from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 T = TypeVar("T")
 
 
+class ScheduleDecidesSync(Accumulation):
+    sync = True
+    """The sync decision of the last call: the schedule's, ``make_optimizer_step`` left out."""
+
+    def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
+        self.sync = super().closes(None, pending, position)
+        return super().closes(make_optimizer_step, pending, position)
+
+
 class Context(MutantContext):
-    _sync_decision = True
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._schedule = ScheduleDecidesSync(self.parts.accumulation.every)
+        self.parts.accumulation = self._schedule
 
-    def _closes_window(self, slot: Slot, make_optimizer_step: bool | None) -> bool:
-        self._sync_decision = super()._closes_window(slot, None)
-        return super()._closes_window(slot, make_optimizer_step)
-
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        return super()._run_closure(index, closure, sync_grad=self._sync_decision)
+    def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
+        parts = self.parts
+        watch: AbstractContextManager[None] = (
+            parts.scaling.watch(parts.parallel.window_tensors(call.window))
+            if parts.scaling.changes_gradients
+            else nullcontext()
+        )
+        with parts.toggling.region(self, index, sync_grad=self._schedule.sync), watch, self.autocast():
+            return closure()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,24 +8,42 @@ of one.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, TypeVar
 
+from lightning_optimizer.reference.accumulation import Accumulation, LoopPosition
+from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 T = TypeVar("T")
 
 
-class Context(MutantContext):
-    _sync_decision = True
+class StepOrScheduleSyncs(Accumulation):
+    sync = True
+    """The sync decision of the last call: it closes the window, or the schedule would have closed it."""
 
-    def _closes_window(self, slot: Slot, make_optimizer_step: bool | None) -> bool:
-        real = super()._closes_window(slot, make_optimizer_step)
-        self._sync_decision = real or super()._closes_window(slot, None)
+    def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
+        real = super().closes(make_optimizer_step, pending, position)
+        self.sync = real or super().closes(None, pending, position)
         return real
 
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        return super()._run_closure(index, closure, sync_grad=self._sync_decision)
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._schedule = StepOrScheduleSyncs(self.parts.accumulation.every)
+        self.parts.accumulation = self._schedule
+
+    def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
+        parts = self.parts
+        watch: AbstractContextManager[None] = (
+            parts.scaling.watch(parts.parallel.window_tensors(call.window))
+            if parts.scaling.changes_gradients
+            else nullcontext()
+        )
+        with parts.toggling.region(self, index, sync_grad=self._schedule.sync), watch, self.autocast():
+            return closure()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -5,14 +5,35 @@ Right for full windows; wrong for one cut short by ``make_optimizer_step=True`` 
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.accumulation import normalise_window
+from lightning_optimizer.reference.preparation import PreparationStep, WindowMean
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class NominalWindowMean(WindowMean):
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        return context.accumulate_grad_batches != 1
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        normalise_window(window.params(), context.accumulate_grad_batches)
+
+
+def _nominal(step: PreparationStep) -> PreparationStep:
+    return NominalWindowMean() if isinstance(step, WindowMean) else step
 
 
 class Context(MutantContext):
-    def _normalise_window(self, slot: Slot) -> None:
-        normalise_window(slot.params(), self._accumulate_grad_batches)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = type(preparation)(
+            steps=tuple(map(_nominal, preparation.steps)), evaluation=preparation.evaluation
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

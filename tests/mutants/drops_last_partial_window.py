@@ -19,10 +19,10 @@ class Context(MutantContext):
         with super().batch(batch_idx):
             yield
         if is_last:
-            for slot in self._slots:
-                if slot.pending:
-                    slot.optimizer.zero_grad(set_to_none=True)
-                    slot.pending = 0
+            for window in self._windows:
+                if window.pending:
+                    window.optimizer.zero_grad(set_to_none=True)
+                    window.pending = 0
 
 
 def conformance_info() -> ImplementationInfo[Context]:

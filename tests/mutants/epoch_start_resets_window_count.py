@@ -18,8 +18,8 @@ class Context(MutantContext):
     @contextmanager
     def batch(self, batch_idx: int, *, is_last: bool = False) -> Iterator[None]:
         if batch_idx == 0:
-            for slot in self._slots:
-                slot.pending = 0
+            for window in self._windows:
+                window.pending = 0
         with super().batch(batch_idx, is_last=is_last):
             yield
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -17,13 +18,13 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        slot = self._slots[index]
-        if sync_grad:
-            return super()._run_closure(index, closure, sync_grad)
-        slot.pending += 1  # counted before the closure runs, and not taken back when it raises
-        result = super()._run_closure(index, closure, sync_grad)
-        slot.pending -= 1  # the count the accumulation adds once the closure returned
+    def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
+        window = call.window
+        if call.real:
+            return super().run_closure(call, index, closure)
+        window.pending += 1  # counted before the closure runs, and not taken back when it raises
+        result = super().run_closure(call, index, closure)
+        window.pending -= 1  # the count the accumulation adds once the call returned
         return result
 
 

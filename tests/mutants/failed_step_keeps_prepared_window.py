@@ -2,23 +2,41 @@
 
 The transaction covers the closure only: once the window was averaged, unscaled and clipped for the inner step, a
 failure there keeps those gradients (and the failed call's closure's), so a retry averages and unscales them again.
+Under ``on_failure="restore"`` a call that prepared its window puts nothing back when it fails.
 """
 
 from __future__ import annotations
 
-from lightning_optimizer.reference.window import StepCall
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from lightning_optimizer.reference.call import Call
+from lightning_optimizer.reference.failure import Restore, Transaction, _RestoreTransaction
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class _KeepsThePreparedWindow(_RestoreTransaction):
+    def fail(self, call: Call) -> bool:
+        if call.prepared_here:  # the preparation ran in this call: its gradients are kept
+            return False
+        return super().fail(call)
+
+
+class _RestoreUpToThePreparation(Restore):
+    def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
+        if call.window.evaluates_closure and call.real:
+            return super().begin(call, tensors, stash=stash, in_place=in_place)
+        return _KeepsThePreparedWindow(tensors, stash=stash, in_place=in_place, real=call.real)
 
 
 class Context(MutantContext):
-    def _abort(self, slot: Slot, call: StepCall) -> None:
-        if call.unscaled_here:  # the preparation ran in this call: its gradients are kept
-            slot.stage = call.stage_before
-            slot.skipped = False
-            self._scaling.forget(slot.optimizer)
-            return
-        super()._abort(slot, call)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.on_failure == "restore":
+            self.parts.failure = _RestoreUpToThePreparation()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

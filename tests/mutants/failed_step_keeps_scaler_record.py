@@ -1,19 +1,31 @@
 """TXN-001 broken: a real step whose inner step raises puts the gradients back, but not the loss scaler's record.
 
 The scaler still holds that it unscaled the optimizer in this iteration, so the retry skips the unscaling and the
-inner step applies gradients that are still multiplied by the loss scale.
+inner step applies gradients that are still multiplied by the loss scale. (Under ``on_failure="restore"``, where a
+failed call's window is put back, the loss scaling never forgets what it recorded of the call.)
 """
 
 from __future__ import annotations
 
-from lightning_optimizer.reference.window import StepCall
+from typing import Any
+
+import torch
+
+from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class KeepsItsRecord(GradScaling):
+    def forget(self, optimizer: torch.optim.Optimizer) -> None:
+        return  # the scaler's record of this call's unscale_ stays
 
 
 class Context(MutantContext):
-    def _abort(self, slot: Slot, call: StepCall) -> None:
-        call.rollback()  # the scaler's record of this call's unscale_ stays
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.on_failure == "restore" and isinstance(self.parts.scaling, GradScaling):
+            self.parts.scaling = KeepsItsRecord(self.parts.scaling.scaler)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

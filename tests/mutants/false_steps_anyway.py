@@ -5,13 +5,33 @@ The truthiness slip ``make_optimizer_step or schedule_says_step``: ``False`` fal
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.accumulation import Accumulation, LoopPosition
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class FalseFallsThrough(Accumulation):
+    def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
+        return bool(make_optimizer_step) or super().closes(None, pending, position)
 
 
 class Context(MutantContext):
-    def _closes_window(self, slot: Slot, make_optimizer_step: bool | None) -> bool:
-        return bool(make_optimizer_step) or super()._closes_window(slot, None)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = FalseFallsThrough(self.parts.accumulation.every)
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        every = Accumulation(value).every  # the reference's setter, keeping this accumulation rule
+        if every != self.parts.accumulation.every:
+            self.parts.refusals.check_accumulation_change(self, every)
+            self.parts.accumulation = FalseFallsThrough(every)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

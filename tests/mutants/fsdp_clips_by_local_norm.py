@@ -6,25 +6,50 @@ coefficient.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch.distributed.tensor import DTensor
 
+from lightning_optimizer.reference.preparation import Clipping, PreparationStep
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
-class Context(MutantContext):
-    def _clip(self, slot: Window) -> None:
-        if self._clip_val is None:
+
+@dataclasses.dataclass(frozen=True)
+class LocalNormClipping(Clipping):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        if self.algorithm != "norm":
+            super().__call__(context, window)
             return
-        grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in slot.params()]
+        grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in window.params()]
         local = [grad for grad in grads if grad is not None]
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grad) for grad in local]))
-        coefficient = torch.clamp(self._clip_val / (norm + 1e-6), max=1.0)
+        coefficient = torch.clamp(self.value / (norm + 1e-6), max=1.0)
         with torch.no_grad():
             for grad in local:
                 grad.mul_(coefficient)
+
+
+def _local(steps: Sequence[PreparationStep]) -> tuple[PreparationStep, ...]:
+    return tuple(
+        LocalNormClipping(step.value, step.algorithm) if isinstance(step, Clipping) else step for step in steps
+    )
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = dataclasses.replace(
+            preparation, steps=_local(preparation.steps), evaluation=_local(preparation.evaluation)
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -2,26 +2,47 @@
 
 As an implementation whose window is ``param.grad`` only (it still refuses a step no backward synced): a closure
 that raises after its backward leaves that backward's gradient in FSDP's accumulation on the unsharded parameters,
-and the retried call adds it again.
+and the retried call adds it again. (The data parallelism's window is the parameters alone: the failure policy's
+transaction never sees the unsynced sums.)
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from lightning_optimizer.reference.fsdp import unsynced_gradients
+from lightning_optimizer.reference.parallel import DataParallel, Replicated, Sharded
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class Context(MutantContext):
-    def _unsynced(self, slot: Window) -> list[torch.Tensor]:
-        return []
+class ShardsOnly(Sharded):
+    def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
+        module, parallel = super().prepare(module, device)
+        return module, ShardsOnly(parallel.modules)
 
-    def _check_synced(self, slot: Window) -> None:
-        if any(tensor.grad is not None for tensor in unsynced_gradients(self._units, slot.params())):
-            raise RuntimeError("the window holds gradients that no backward synced")
+    def window_tensors(self, window: Window) -> list[torch.Tensor]:
+        return window.params()
+
+    def clear_unsynced(self, window: Window) -> None:
+        return
+
+
+class ReplicatedThenShardsOnly(Replicated):
+    def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
+        module, parallel = super().prepare(module, device)
+        kind = ShardsOnly if isinstance(parallel, Sharded) else ReplicatedThenShardsOnly
+        return module, kind(parallel.modules)
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        parallel = self.parts.parallel
+        kind = ShardsOnly if isinstance(parallel, Sharded) else ReplicatedThenShardsOnly
+        self.parts.parallel = kind(parallel.modules)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

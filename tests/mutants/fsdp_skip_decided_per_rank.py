@@ -12,20 +12,20 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        slot = self._slot(index)
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         if closure is not None or self.scaler is None:
-            return super()._inner_step(index, closure, kwargs)
-        grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in slot.params()]
-        slot.skipped = not all(bool(torch.isfinite(grad).all()) for grad in grads if grad is not None)
-        if not slot.skipped:
-            slot.optimizer.step(**kwargs)
-        return None
+            return super().inner_step(window, kwargs, closure)
+        grads = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in window.params()]
+        taken = all(bool(torch.isfinite(grad).all()) for grad in grads if grad is not None)
+        if taken:
+            window.optimizer.step(**kwargs)
+        return taken
 
 
 def conformance_info() -> ImplementationInfo[Context]:

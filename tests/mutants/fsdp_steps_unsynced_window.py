@@ -6,14 +6,38 @@ step applies nothing (or only what weight decay and momentum do) and reports a s
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
+
+from lightning_optimizer.reference.parallel import DataParallel, Replicated, Sharded
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class Context(MutantContext):
-    def _check_synced(self, slot: Window) -> None:
+class StepsUnsynced(Sharded):
+    def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
+        module, parallel = super().prepare(module, device)
+        return module, StepsUnsynced(parallel.modules)
+
+    def check_synced(self, window: Window) -> None:
         return
+
+
+class ReplicatedThenStepsUnsynced(Replicated):
+    def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
+        module, parallel = super().prepare(module, device)
+        kind = StepsUnsynced if isinstance(parallel, Sharded) else ReplicatedThenStepsUnsynced
+        return module, kind(parallel.modules)
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        parallel = self.parts.parallel
+        kind = StepsUnsynced if isinstance(parallel, Sharded) else ReplicatedThenStepsUnsynced
+        self.parts.parallel = kind(parallel.modules)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

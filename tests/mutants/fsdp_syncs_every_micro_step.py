@@ -7,14 +7,37 @@ As a framework that suppresses DDP's sync (``no_sync()``) and never calls FSDP2'
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from typing import Any
 
+import torch
+
+from lightning_optimizer.reference.parallel import DataParallel, Replicated, Sharded, no_sync
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
+class ShardsKeepSyncing(Sharded):
+    def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
+        module, parallel = super().prepare(module, device)
+        return module, ShardsKeepSyncing(parallel.modules)
+
+    def without_sync(self) -> AbstractContextManager[None]:
+        return no_sync(self.modules)  # DDP's no_sync() only, no FSDP unit's
+
+
+class ReplicatedThenShardsKeepSyncing(Replicated):
+    def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
+        module, parallel = super().prepare(module, device)
+        kind = ShardsKeepSyncing if isinstance(parallel, Sharded) else ReplicatedThenShardsKeepSyncing
+        return module, kind(parallel.modules)
+
+
 class Context(MutantContext):
-    def _toggle(self, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
-        return super()._toggle(index, sync_grad=sync_grad or bool(self._units))
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        parallel = self.parts.parallel
+        kind = ShardsKeepSyncing if isinstance(parallel, Sharded) else ReplicatedThenShardsKeepSyncing
+        self.parts.parallel = kind(parallel.modules)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

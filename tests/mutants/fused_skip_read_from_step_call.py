@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -19,11 +20,10 @@ _MISSING = object()
 
 
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        slot = self._slots[index]
-        if self.scaler is None or closure is not None or not slot.has_gradients():
-            return super()._inner_step(index, closure, kwargs)
-        optimizer = slot.optimizer
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
+        if self.scaler is None or closure is not None or not window.has_gradients():
+            return super().inner_step(window, kwargs, closure)
+        optimizer = window.optimizer
         called: list[bool] = []
         saved = optimizer.__dict__.get("step", _MISSING)
         original: Callable[..., Any] = optimizer.step
@@ -40,9 +40,8 @@ class Context(MutantContext):
                 del optimizer.step
             else:
                 optimizer.step = saved  # type: ignore[method-assign]
-        slot.skipped = not called
-        self._device.after_step()
-        return None
+        self.parts.device.after_step()
+        return bool(called)  # skipped: the inner step was not called
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -12,23 +12,29 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from lightning_optimizer.reference import torch_compat
+from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
+class ScalerStepsEverything(GradScaling):
+    def step(self, optimizer: torch.optim.Optimizer, step: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
+        has_gradients = any(p.grad is not None for group in optimizer.param_groups for p in group["params"])
+        if not torch_compat.steps_through_inf(optimizer) or not has_gradients:
+            return super().step(optimizer, step, kwargs)
+        self.scaler.step(optimizer, **kwargs)  # a fused step runs (and its hooks fire) even on non-finite gradients
+        self._stepped_since_update = True
+        return not torch_compat.found_inf(self.scaler, optimizer)
+
+
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        slot = self._slots[index]
-        scaler = self.scaler
-        fused = torch_compat.steps_through_inf(slot.optimizer)
-        if scaler is None or closure is not None or not fused or not slot.has_gradients():
-            return super()._inner_step(index, closure, kwargs)
-        scaler.step(slot.optimizer, **kwargs)
-        self._scaling._stepped_since_update = True  # type: ignore[attr-defined]
-        slot.skipped = torch_compat.found_inf(scaler, slot.optimizer)
-        self._device.after_step()
-        return None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if isinstance(self.parts.scaling, GradScaling):
+            self.parts.scaling = ScalerStepsEverything(self.parts.scaling.scaler)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,15 +8,31 @@ configured one, meets gradients ``scale`` times too large), which the contract f
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from lightning_optimizer.reference.preparation import Unscaling
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class _FusedLeftToKernel(Unscaling):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        if getattr(window.optimizer, "_step_supports_amp_scaling", False):
+            return
+        super().__call__(context, window)
 
 
 class Context(MutantContext):
-    def _unscale(self, slot: Slot) -> None:
-        if getattr(slot.optimizer, "_step_supports_amp_scaling", False):
-            return
-        super()._unscale(slot)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        steps = tuple(_FusedLeftToKernel() if isinstance(step, Unscaling) else step for step in preparation.steps)
+        self.parts.preparation = dataclasses.replace(preparation, steps=steps)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

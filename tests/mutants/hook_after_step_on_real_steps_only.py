@@ -8,14 +8,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_optimizer.spec import ImplementationInfo, StepOutcome
+from lightning_optimizer.reference.hooks import Hooks
+from lightning_optimizer.spec import ImplementationInfo, OptimizerWrapper, StepOutcome
 from mutants._base import MutantContext, mutant_info
 
 
+class AfterRealStepsOnly(Hooks):
+    def run_after_step(self, wrapper: OptimizerWrapper[Any], outcome: StepOutcome) -> None:
+        if outcome is not StepOutcome.ACCUMULATED:
+            super().run_after_step(wrapper, outcome)
+
+
 class Context(MutantContext):
-    def _after_step(self, index: int, wrapper: Any) -> None:
-        if self._slots[index].last_outcome is not StepOutcome.ACCUMULATED:
-            super()._after_step(index, wrapper)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.hooks = AfterRealStepsOnly()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.parts.hooks = AfterRealStepsOnly()  # a copy carries no hooks, and runs them as this one does
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,19 +6,26 @@ As a wrapper that fires both hooks once the backward returned: a hook that must 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from lightning_optimizer.reference.precision import outside_autocast
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _wrapper_backward(self, wrapper: Any, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        self._backward(loss, *args, **kwargs)
-        self._hooks.run_backward(self._hooks.before_backward, wrapper, loss)
-        self._hooks.run_backward(self._hooks.after_backward, wrapper, loss)
+    def backward(self, wrapper: Any, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        hooks = self.parts.hooks
+        with outside_autocast(self.device):
+            self.parts.refusals.check_backward(self, loss)
+            backward: Callable[..., None] = self.parts.scaling.scale(loss, self.accumulate_grad_batches).backward
+            with self.parts.scaling.backward():
+                backward(*args, **kwargs)
+            hooks.run_backward(hooks.before_backward, wrapper, loss)
+            hooks.run_backward(hooks.after_backward, wrapper, loss)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -9,26 +9,44 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from lightning_optimizer.spec import ImplementationInfo
+from lightning_optimizer.reference.hooks import Hooks
+from lightning_optimizer.reference.window import Window
+from lightning_optimizer.spec import ImplementationInfo, OptimizerWrapper
 from mutants._base import MutantContext, mutant_info
 
 
+class AfterTheInnerStep(Hooks):
+    def __init__(self) -> None:
+        super().__init__()
+        self.deferred: OptimizerWrapper[Any] | None = None
+
+    def run_before_optimizer_step(self, wrapper: OptimizerWrapper[Any]) -> None:
+        self.deferred = wrapper  # run once the inner step returned
+
+    def run_deferred(self) -> None:
+        wrapper, self.deferred = self.deferred, None
+        if wrapper is not None:
+            super().run_before_optimizer_step(wrapper)
+
+
 class Context(MutantContext):
-    _pending_hook: tuple[int, Any] | None = None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hooks_after = AfterTheInnerStep()
+        self.parts.hooks = self._hooks_after
 
-    def _before_optimizer_step(self, index: int, wrapper: Any) -> None:
-        self._pending_hook = (index, wrapper)
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._hooks_after = AfterTheInnerStep()  # a copy carries no hooks, and runs them as this one does
+        self.parts.hooks = self._hooks_after
 
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        result = super()._inner_step(index, closure, kwargs)
-        pending, self._pending_hook = self._pending_hook, None
-        if pending is not None and self._hooks.before_optimizer_step:
-            slot_index, wrapper = pending
-            call, self._call = self._call, None  # the step is taken: nothing of this call is undone now
-            try:
-                self._hooks.run_before_optimizer_step(wrapper or self._new_wrapper(slot_index))
-            finally:
-                self._call = call
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
+        result = super().inner_step(window, kwargs, closure)
+        call, self._call = self._call, None  # the step is taken: nothing of this call is undone now
+        try:
+            self._hooks_after.run_deferred()
+        finally:
+            self._call = call
         return result
 
 

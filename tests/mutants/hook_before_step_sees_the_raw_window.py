@@ -6,21 +6,46 @@ still scaled under 16-mixed, instead of the unscaled mean the step applies.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
-from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from lightning_optimizer.reference.hooks import Hooks
+from lightning_optimizer.reference.preparation import Preparation
+from lightning_optimizer.reference.window import Window
+from lightning_optimizer.spec import ImplementationInfo, OptimizerWrapper
+from mutants._base import MutantContext, mutant_info
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+@dataclasses.dataclass(frozen=True)
+class HooksFirst(Preparation):
+    def prepare(self, context: TrainingContext, window: Window, *, early: bool = False) -> None:
+        hooks = context.parts.hooks
+        if hooks.before_optimizer_step:
+            index = next(i for i, each in enumerate(context._windows) if each is window)
+            wrapper = context.new_wrapper(index)
+            for hook in list(hooks.before_optimizer_step.values()):
+                hook(wrapper)
+        super().prepare(context, window, early=early)
+
+
+class NotBeforeTheInnerStep(Hooks):
+    def run_before_optimizer_step(self, wrapper: OptimizerWrapper[Any]) -> None:
+        return  # they ran before the preparation
 
 
 class Context(MutantContext):
-    def _prepare_gradients(self, slot: Slot) -> None:
-        index = self._slots.index(slot)
-        if self._hooks.before_optimizer_step:
-            self._hooks.run_before_optimizer_step(self._new_wrapper(index))
-        super()._prepare_gradients(slot)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = HooksFirst(steps=preparation.steps, evaluation=preparation.evaluation)
+        self.parts.hooks = NotBeforeTheInnerStep()
 
-    def _before_optimizer_step(self, index: int, wrapper: Any) -> None:
-        return
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.parts.hooks = NotBeforeTheInnerStep()  # a copy carries no hooks, and runs them as this one does
 
 
 def conformance_info() -> ImplementationInfo[Context]:

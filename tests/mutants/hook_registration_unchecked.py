@@ -13,8 +13,8 @@ from mutants._base import MutantContext, mutant_info
 
 class Context(MutantContext):
     def register_hooks(self, **hooks: Any) -> Any:
-        tables = self._hooks
-        handle = tables.register(**{kind: None for kind in hooks})
+        tables = self.parts.hooks
+        handle = tables.register(before_backward=None, after_backward=None, before_optimizer_step=None, after_step=None)
         for kind, hook in hooks.items():
             if hook is not None:
                 getattr(tables, kind)[handle.id] = hook

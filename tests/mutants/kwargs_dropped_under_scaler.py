@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        slot = self._slots[index]
-        if self.scaler is not None and slot.has_gradients():
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
+        if self.scaler is not None and window.has_gradients():
             kwargs = {}
-        return super()._inner_step(index, closure, kwargs)
+        return super().inner_step(window, kwargs, closure)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -31,14 +31,14 @@ class Wrapper(WrappedOptimizer[Any]):
         try:
             return super().step(closure, make_optimizer_step, **kwargs)
         finally:
-            context.shared_outcome = context._slots[self._index].last_outcome
+            context.shared_outcome = context._windows[self._index].last_outcome
 
 
 class Context(MutantContext):
     shared_outcome: StepOutcome | None = None
 
-    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

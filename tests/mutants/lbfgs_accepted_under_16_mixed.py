@@ -20,11 +20,11 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 class Context(MutantContext):
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
-        scaling, self._scaling = self._scaling, NoLossScaling()
+        scaling, self.parts.scaling = self.parts.scaling, NoLossScaling()
         try:
             return super().wrap(optimizer)
         finally:
-            self._scaling = scaling
+            self.parts.scaling = scaling
 
 
 def conformance_info() -> ImplementationInfo[Context]:

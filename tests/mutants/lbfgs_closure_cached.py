@@ -6,22 +6,34 @@ LBFGS then line-searches on stale gradients and a stale loss instead of re-evalu
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from lightning_optimizer.reference.call import Call
+from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
 T = TypeVar("T")
 
 
-class Context(MutantContext):
-    _cached: tuple[object, Any] | None = None
+class EvaluatesOnce(Closures):
+    def __init__(self) -> None:
+        self.cached: tuple[Call, Any] | None = None
 
-    def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
-        if self._cached is None or self._cached[0] is not self._call:
-            self._cached = (self._call, super()._evaluate_closure(index, closure))
-        result: T = self._cached[1]  # the first evaluation's loss, whatever LBFGS changed since
+    def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
+        if self.cached is None or self.cached[0] is not call:
+            self.cached = (call, super().evaluate(context, call, index, closure))
+        result: T = self.cached[1]  # the first evaluation's loss, whatever LBFGS changed since
         return result
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.closures = EvaluatesOnce()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

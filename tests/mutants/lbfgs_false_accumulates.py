@@ -7,15 +7,25 @@ closure once and accumulates its gradients as if LBFGS could take a window's mea
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.refusals import Refusals
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class EvaluatorMayAccumulate(Refusals):
+    def check_transition(self, window: Window, real: bool, closure: object) -> None:
+        if window.evaluates_closure and not real:
+            return  # falls through to the first-order path, which accumulates
+        super().check_transition(window, real, closure)
 
 
 class Context(MutantContext):
-    def _check_transition(self, slot: Slot, real: bool, closure: object) -> None:
-        if slot.evaluates_closure and not real:
-            return  # falls through to the first-order path, which accumulates
-        super()._check_transition(slot, real, closure)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.refusals = EvaluatorMayAccumulate()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,20 +7,22 @@ wrappers that clip before ``optimizer.step(closure)``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+import dataclasses
+from typing import Any
 
+from lightning_optimizer.reference.preparation import Clipping
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
-T = TypeVar("T")
-
 
 class Context(MutantContext):
-    def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
-        loss = self._run_closure(index, closure, sync_grad=True)
-        self._reduce_gradients(self._slots[index])
-        return loss
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        # Each evaluation's gradients are reduced, never clipped.
+        self.parts.preparation = dataclasses.replace(
+            preparation, evaluation=tuple(step for step in preparation.evaluation if not isinstance(step, Clipping))
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,21 +8,35 @@ backward passes write into their gradients (an open window of another optimizer 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from lightning_optimizer.reference.call import Call, CallStage
+from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
 T = TypeVar("T")
 
 
-class Context(MutantContext):
-    def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
-        with self.autocast():
+class UntoggledEvaluations(Closures):
+    def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
+        window = context._windows[index]
+        call.advance(CallStage.REEVALUATING)
+        window.optimizer.zero_grad(set_to_none=True)
+        with context.autocast():  # not toggled
             loss = closure()
-        self._reduce_gradients(self._slots[index])
-        self._clip(self._slots[index])
+        context.parts.preparation.prepare_evaluation(context, window)
+        call.advance(CallStage.STEPPING)
         return loss
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.closures = UntoggledEvaluations()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,20 +6,37 @@ first-order path sets, so a user (or a framework's logging) reads ``None`` after
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any
 
+from lightning_optimizer.reference.accumulation import Accumulation
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
-T = TypeVar("T")
+
+class EvaluatorOutcomeUnrecorded(Accumulation):
+    def closed(self, window: Window, *, skipped: bool) -> None:
+        before = window.last_outcome
+        super().closed(window, skipped=skipped)
+        if window.evaluates_closure:
+            window.last_outcome = before
 
 
 class Context(MutantContext):
-    def _finish_real_step(self, slot: Slot) -> None:
-        before = slot.last_outcome
-        super()._finish_real_step(slot)
-        if slot.evaluates_closure:
-            slot.last_outcome = before
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = EvaluatorOutcomeUnrecorded(self.parts.accumulation.every)
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        every = Accumulation(value).every  # the reference's setter, keeping this accumulation rule
+        if every != self.parts.accumulation.every:
+            self.parts.refusals.check_accumulation_change(self, every)
+            self.parts.accumulation = EvaluatorOutcomeUnrecorded(every)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,24 +7,35 @@ closure's result): the ``TypeError`` comes, but the user's forward and backward 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from lightning_optimizer.reference.call import Call
+from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import mutant_info
 from mutants.lbfgs_accepted_under_16_mixed import Context as AcceptsLbfgs
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
 T = TypeVar("T")
+
+
+class _RefusedAfterTheEvaluation(Closures):
+    def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
+        loss = super().evaluate(context, call, index, closure)
+        if context.scaler is not None:
+            name = type(context._windows[index].optimizer).__name__
+            raise TypeError(f"{name} evaluates its closure itself, which loss scaling cannot follow")
+        return loss
 
 
 class Context(AcceptsLbfgs):
     """Wraps LBFGS under 16-mixed as the accepting mutant does, then refuses it in the step."""
 
-    def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
-        loss = super()._evaluate_closure(index, closure)
-        if self.scaler is not None:
-            name = type(self._slots[index].optimizer).__name__
-            raise TypeError(f"{name} evaluates its closure itself, which loss scaling cannot follow")
-        return loss
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.closures = _RefusedAfterTheEvaluation()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

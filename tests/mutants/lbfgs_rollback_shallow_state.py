@@ -7,22 +7,38 @@ a few evaluations leaves LBFGS's history extended and its previous gradient over
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
+from typing import Any
 
-from lightning_optimizer.reference.context import _StepRollback
+import torch
+
+from lightning_optimizer.reference.call import Call
+from lightning_optimizer.reference.failure import FailurePolicyRule, ParameterRollback, Transaction
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 
-class _ShallowRollback(_StepRollback):
-    def __enter__(self) -> None:
-        super().__enter__()
-        self._state = {param: dict(entry) for param, entry in self._optimizer.state.items()}
+class _ShallowRollback(ParameterRollback):
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        super().__init__(optimizer)
+        self._state = {param: dict(entry) for param, entry in optimizer.state.items()}
+
+
+class _WithShallowRollback:
+    def __init__(self, policy: FailurePolicyRule) -> None:
+        self._policy = policy
+        self.name = policy.name
+
+    def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
+        if call.window.evaluates_closure and call.real:
+            return _ShallowRollback(call.window.optimizer)
+        return self._policy.begin(call, tensors, stash=stash, in_place=in_place)
 
 
 class Context(MutantContext):
-    def _step_rollback(self, slot: Slot) -> AbstractContextManager[None]:
-        return _ShallowRollback(slot.optimizer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.failure = _WithShallowRollback(self.parts.failure)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

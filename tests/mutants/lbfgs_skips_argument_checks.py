@@ -7,23 +7,51 @@ accumulation with a ``ValueError``), and a non-callable closure reaches LBFGS, w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lightning_optimizer.reference import TrainingContext as ReferenceContext
+from lightning_optimizer.reference.accumulation import Accumulation, LoopPosition
+from lightning_optimizer.reference.refusals import Refusals
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class LbfgsFirstRefusals(Refusals):
+    def check_step(
+        self, context: TrainingContext, window: Window, closure: object, make_optimizer_step: object, kwargs: Any
+    ) -> None:
+        if not window.evaluates_closure:
+            super().check_step(context, window, closure, make_optimizer_step, kwargs)
+
+
+class TruthyAccumulation(Accumulation):
+    __slots__ = ()
+
+    def closes(self, make_optimizer_step: object, pending: int, position: LoopPosition | None) -> bool:
+        if make_optimizer_step is not None and not isinstance(make_optimizer_step, bool):
+            return bool(make_optimizer_step)  # unchecked (only LBFGS's are): read as a truth value
+        return super().closes(make_optimizer_step, pending, position)
 
 
 class Context(MutantContext):
-    def _check_step_arguments(
-        self, index: int, closure: object, make_optimizer_step: object, kwargs: dict[str, Any]
-    ) -> None:
-        if not self._slots[index].evaluates_closure:
-            super()._check_step_arguments(index, closure, make_optimizer_step, kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.refusals = LbfgsFirstRefusals()
+        self.parts.accumulation = TruthyAccumulation(self.parts.accumulation.every)
 
-    def _closes_window(self, slot: Slot, make_optimizer_step: bool | None) -> bool:
-        if slot.evaluates_closure and make_optimizer_step is not None:
-            return bool(make_optimizer_step)  # read as a truth value
-        return super()._closes_window(slot, make_optimizer_step)
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        reference: property = vars(ReferenceContext)["accumulate_grad_batches"]
+        reference.__set__(self, value)  # the reference's checks, then its rebuild of the accumulation rule
+        self.parts.accumulation = TruthyAccumulation(self.parts.accumulation.every)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

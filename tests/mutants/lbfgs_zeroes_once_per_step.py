@@ -9,28 +9,40 @@ sums of gradients of other points. A single evaluation (``max_iter=1``) or a clo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from lightning_optimizer.reference.call import Call, CallStage
+from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
 T = TypeVar("T")
+
+
+class ZeroesOncePerStep(Closures):
+    def __init__(self) -> None:
+        self.zeroed_in: Call | None = None
+        """The step call whose first evaluation zeroed the gradients."""
+
+    def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
+        window = context._windows[index]
+        call.advance(CallStage.REEVALUATING)
+        if self.zeroed_in is not call:
+            self.zeroed_in = call
+            window.optimizer.zero_grad(set_to_none=True)
+        loss = context.run_closure(call, index, closure)
+        context.parts.preparation.prepare_evaluation(context, window)
+        call.advance(CallStage.STEPPING)
+        return loss
 
 
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.zeroed_in: object = None
-        """The step call whose first evaluation zeroed the gradients."""
-
-    def _evaluate_closure(self, index: int, closure: Callable[[], T]) -> T:
-        if self.zeroed_in is not self._call:
-            self.zeroed_in = self._call
-            self._slots[index].optimizer.zero_grad(set_to_none=True)
-        loss = self._run_closure(index, closure, sync_grad=True)
-        self._reduce_gradients(self._slots[index])
-        self._clip(self._slots[index])
-        return loss
+        self.parts.closures = ZeroesOncePerStep()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

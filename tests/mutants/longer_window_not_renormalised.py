@@ -8,19 +8,45 @@ assumed the schedule never lets a window run past ``N`` micro-steps and clamps t
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
 from lightning_optimizer.reference.accumulation import normalise_window
+from lightning_optimizer.reference.preparation import WindowMean
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
-class Context(MutantContext):
-    def _normalise_window(self, slot: Window) -> None:
-        divisor = self._window_divisor()
-        length = slot.pending + 1
+
+class _ClampedWindowMean(WindowMean):
+    @staticmethod
+    def _length(context: TrainingContext, window: Window) -> int:
+        divisor = context.parts.scaling.window_divisor(context.accumulate_grad_batches)
+        length = window.pending + 1
         if divisor > 1:
             length = min(length, divisor)  # "a window closes at N micro-steps at the latest"
-        normalise_window(slot.params(), length, divided_by=divisor)
+        return length
+
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        return self._length(context, window) != context.parts.scaling.window_divisor(context.accumulate_grad_batches)
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        normalise_window(
+            window.params(),
+            self._length(context, window),
+            divided_by=context.parts.scaling.window_divisor(context.accumulate_grad_batches),
+        )
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        steps = tuple(_ClampedWindowMean() if isinstance(step, WindowMean) else step for step in preparation.steps)
+        self.parts.preparation = dataclasses.replace(preparation, steps=steps)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,23 +7,50 @@ much sooner: windows that Lightning's loop and torch's examples apply are skippe
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.accumulation import normalise_window
+from lightning_optimizer.reference.precision import outside_autocast
+from lightning_optimizer.reference.preparation import WindowMean
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class _MeanAtTheStep(WindowMean):
+    """The window's sum of undivided losses becomes its mean at the step: divided by its length."""
+
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        return window.pending > 0
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        normalise_window(window.params(), window.pending + 1)
 
 
 class Context(MutantContext):
-    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        self._check_backward(loss)
-        with self._scaling.backward():
-            self._scaling.scale(loss, 1).backward(*args, **kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        steps = tuple(_MeanAtTheStep() if isinstance(step, WindowMean) else step for step in preparation.steps)
+        self.parts.preparation = dataclasses.replace(preparation, steps=steps)
 
-    def _normalise_window(self, slot: Slot) -> None:
-        normalise_window(slot.params(), slot.pending + 1)
+    def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        hooks = self.parts.hooks
+        with outside_autocast(self.device):
+            self.parts.refusals.check_backward(self, loss)
+            hooks.run_backward(hooks.before_backward, wrapper, loss)
+            backward: Callable[..., None] = self.parts.scaling.scale(loss, 1).backward  # not loss / N
+            with self.parts.scaling.backward():
+                backward(*args, **kwargs)
+            hooks.run_backward(hooks.after_backward, wrapper, loss)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -10,16 +10,23 @@ from typing import Any
 
 import torch
 
+from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.reference.preparation import WindowMean
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        super()._backward(loss / self._accumulate_grad_batches, *args, **kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = type(preparation)(
+            steps=tuple(step for step in preparation.steps if not isinstance(step, WindowMean)),
+            evaluation=preparation.evaluation,
+        )
 
-    def _normalise_window(self, slot: Slot) -> None:
-        pass
+    def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        super().backward(wrapper, loss / self.accumulate_grad_batches, *args, **kwargs)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

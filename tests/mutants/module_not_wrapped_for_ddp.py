@@ -6,17 +6,25 @@ the ranks drift apart and none matches the single-process result on the global b
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from lightning_optimizer.reference.parallel import DataParallel, Replicated
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
+class NeverWrapped(Replicated):
+    def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
+        return module, NeverWrapped([*self.modules, module])
+
+
 class Context(MutantContext):
-    def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        module = self._plugin.convert_module(module.to(self.device))
-        self._modules.append(module)
-        return module
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if type(self.parts.parallel) is Replicated:
+            self.parts.parallel = NeverWrapped(self.parts.parallel.modules)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,20 +6,27 @@ real step applies gradients ``scale`` (65536) times too large, and clipping sees
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from lightning_optimizer.reference.preparation import Unscaling
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _unscale(self, slot: Slot) -> None:
-        pass
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        steps = tuple(step for step in preparation.steps if not isinstance(step, Unscaling))
+        self.parts.preparation = dataclasses.replace(preparation, steps=steps)
 
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
-        self._slots[index].optimizer.step(**kwargs)
-        self._device.after_step()
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
+        window.optimizer.step(**kwargs)
+        self.parts.device.after_step()
+        return True if closure is None else None  # never skipped: the scaler is not asked
 
 
 def conformance_info() -> ImplementationInfo[Context]:

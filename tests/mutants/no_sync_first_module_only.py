@@ -8,26 +8,30 @@ Results stay right; the communication is not one all-reduce per window.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 
-from lightning_optimizer.reference.distributed import no_sync
+from lightning_optimizer.reference.parallel import DataParallel, Replicated, no_sync
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
+class FirstModuleOnly(Replicated):
+    def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
+        module, parallel = super().prepare(module, device)
+        return module, parallel if type(parallel) is not Replicated else FirstModuleOnly(parallel.modules)
+
+    def without_sync(self) -> AbstractContextManager[None]:
+        return no_sync(self.modules[:1])
+
+
 class Context(MutantContext):
-    def _toggle(self, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
-        toggle = super()._toggle(index, sync_grad=True)
-        return toggle if sync_grad else _without_sync(toggle, self._modules[:1])
-
-
-@contextmanager
-def _without_sync(toggle: AbstractContextManager[None], modules: list[torch.nn.Module]) -> Iterator[None]:
-    with toggle, no_sync(modules):
-        yield
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if type(self.parts.parallel) is Replicated:
+            self.parts.parallel = FirstModuleOnly(self.parts.parallel.modules)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

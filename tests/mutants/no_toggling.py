@@ -5,17 +5,26 @@ In a GAN the generator's loss then leaves gradients on the discriminator that it
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
 
+from lightning_optimizer.reference.toggling import Toggling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class NoToggling(Toggling):
+    def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
+        return nullcontext() if sync_grad else context.parts.parallel.without_sync()
+
 
 class Context(MutantContext):
-    @contextmanager
-    def _toggle(self, index: int, *, sync_grad: bool) -> Iterator[None]:
-        yield
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.toggling = NoToggling()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
-from lightning_optimizer.spec import ImplementationInfo, StepOutcome
-from mutants._base import MutantContext, Slot, mutant_info
+from typing import Any
+
+from lightning_optimizer.reference.accumulation import Accumulation
+from lightning_optimizer.reference.window import Window
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class NoZeroGrad(Accumulation):
+    def closed(self, window: Window, *, skipped: bool) -> None:
+        kept = [(param, param.grad) for param in window.params()]
+        super().closed(window, skipped=skipped)
+        for param, grad in kept:  # the real step's zero_grad undone: the window's gradients stay
+            param.grad = grad
 
 
 class Context(MutantContext):
-    def _finish_real_step(self, slot: Slot) -> None:
-        slot.pending = 0
-        slot.steps += 1
-        slot.last_outcome = StepOutcome.STEPPED
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = NoZeroGrad(self.parts.accumulation.every)
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        every = Accumulation(value).every  # the reference's setter, keeping this accumulation rule
+        if every != self.parts.accumulation.every:
+            self.parts.refusals.check_accumulation_change(self, every)
+            self.parts.accumulation = NoZeroGrad(every)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -10,18 +10,20 @@ from collections.abc import Callable
 from typing import Any
 
 from lightning_optimizer.reference.amp import GradScaling
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        slot = self._slots[index]
-        if isinstance(self._scaling, GradScaling):
-            self._scaling._stepped_since_update = True  # the scaler updates, but its found-inf is never read
-        result = slot.optimizer.step(closure, **kwargs) if closure is not None else slot.optimizer.step(**kwargs)
-        self._device.after_step()
-        return result
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
+        scaling = self.parts.scaling
+        if isinstance(scaling, GradScaling):
+            scaling._stepped_since_update = True  # the scaler updates, but its found-inf is never read
+        optimizer = window.optimizer
+        result = optimizer.step(closure, **kwargs) if closure is not None else optimizer.step(**kwargs)
+        self.parts.device.after_step()
+        return True if closure is None else result  # never reported as skipped
 
 
 def conformance_info() -> ImplementationInfo[Context]:

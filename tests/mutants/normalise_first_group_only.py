@@ -7,15 +7,33 @@ on the window's sum.
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.accumulation import normalise_window
+from lightning_optimizer.reference.preparation import PreparationStep, WindowMean
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class FirstGroupWindowMean(WindowMean):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        if window.pending:
+            normalise_window(window.optimizer.param_groups[0]["params"], window.pending + 1)
+
+
+def _first_group_only(step: PreparationStep) -> PreparationStep:
+    return FirstGroupWindowMean() if isinstance(step, WindowMean) else step
 
 
 class Context(MutantContext):
-    def _normalise_window(self, slot: Slot) -> None:
-        if slot.pending:
-            normalise_window(slot.optimizer.param_groups[0]["params"], slot.pending + 1)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = type(preparation)(
+            steps=tuple(map(_first_group_only, preparation.steps)), evaluation=preparation.evaluation
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

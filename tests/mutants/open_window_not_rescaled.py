@@ -6,13 +6,26 @@ next to new ones scaled by the new scale, and its real step unscales all of them
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from lightning_optimizer.reference.amp import GradScaling
+from lightning_optimizer.reference.parallel import DataParallel
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
+class _NoRescaling(GradScaling):
+    def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
+        self.update(())
+
+
 class Context(MutantContext):
-    def _end_iteration(self) -> None:
-        self._scaling.update(())
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.scaler is not None:
+            self.parts.scaling = _NoRescaling(self.scaler)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -37,7 +37,7 @@ class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.scaler is not None:
-            self._scaling = _BackOffOnly(self.scaler)
+            self.parts.scaling = _BackOffOnly(self.scaler)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

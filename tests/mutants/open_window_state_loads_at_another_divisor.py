@@ -7,17 +7,27 @@ divided otherwise, and its real step applies neither run's mean.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class _DivisorUnchecked(StateFormat):
+    def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
+        if isinstance(state, dict) and "window_divisor" in state:
+            state = {**state, "window_divisor": context.parts.scaling.window_divisor(context.accumulate_grad_batches)}
+        return super().check(context, state)
+
 
 class Context(MutantContext):
-    def _validated_entries(self, state_dict: object) -> list[dict[str, Any]]:
-        if isinstance(state_dict, dict) and "window_divisor" in state_dict:
-            state_dict = {**state_dict, "window_divisor": self._window_divisor()}
-        return super()._validated_entries(state_dict)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.state = _DivisorUnchecked()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

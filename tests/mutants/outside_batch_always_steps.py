@@ -5,15 +5,35 @@ An implementation that only accumulates when the loop tells it where it is: plai
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.accumulation import Accumulation, LoopPosition
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class StepsOutsideBatch(Accumulation):
+    def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
+        if make_optimizer_step is None and position is None:
+            return True
+        return super().closes(make_optimizer_step, pending, position)
 
 
 class Context(MutantContext):
-    def _closes_window(self, slot: Slot, make_optimizer_step: bool | None) -> bool:
-        if make_optimizer_step is None and self._position is None:
-            return True
-        return super()._closes_window(slot, make_optimizer_step)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = StepsOutsideBatch(self.parts.accumulation.every)
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        every = Accumulation(value).every  # the reference's setter, keeping this accumulation rule
+        if every != self.parts.accumulation.every:
+            self.parts.refusals.check_accumulation_change(self, every)
+            self.parts.accumulation = StepsOutsideBatch(every)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

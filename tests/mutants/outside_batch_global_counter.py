@@ -7,22 +7,44 @@ second optimizer's calls, shift every later window.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any
 
+from lightning_optimizer.reference.accumulation import Accumulation, LoopPosition
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
-T = TypeVar("T")
+
+class GlobalCounter(Accumulation):
+    """One accumulation rule per context: its count is of every micro-step of any optimizer."""
+
+    def __init__(self, every: object, calls: int = 0) -> None:
+        super().__init__(every)
+        self.calls = calls
+
+    def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
+        self.calls += 1  # every micro-step of any optimizer, counted by the context
+        if make_optimizer_step is None and position is None:
+            return self.calls % self.every == 0
+        return super().closes(make_optimizer_step, pending, position)
 
 
 class Context(MutantContext):
-    calls: int = 0
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = GlobalCounter(self.parts.accumulation.every)
 
-    def _closes_window(self, slot: Slot, make_optimizer_step: bool | None) -> bool:
-        self.calls += 1  # every micro-step of any optimizer, counted by the context
-        if make_optimizer_step is None and self._position is None:
-            return self.calls % self._accumulate_grad_batches == 0
-        return super()._closes_window(slot, make_optimizer_step)
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        every = Accumulation(value).every  # the reference's setter, keeping this accumulation rule and its count
+        if every != self.parts.accumulation.every:
+            self.parts.refusals.check_accumulation_change(self, every)
+            counter = self.parts.accumulation
+            assert isinstance(counter, GlobalCounter)
+            self.parts.accumulation = GlobalCounter(every, counter.calls)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,23 +8,50 @@ hand-written loop that the rationale of AMP-003 names (an overflowing optimizer 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Any
+
+from lightning_optimizer.reference.accumulation import Batch
+from lightning_optimizer.reference.amp import GradScaling
+from lightning_optimizer.reference.parallel import DataParallel
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class _UpdatesWhenABatchEnds(GradScaling):
+    leaving_batch = False
+
+    def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
+        if self.leaving_batch:  # called from a real step outside any batch(): no update there
+            super().end_iteration(windows, parallel)
+
+
+class _Batch(Batch):
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        scaling = self._context.parts.scaling
+        if not isinstance(scaling, _UpdatesWhenABatchEnds):
+            super().__exit__(exc_type, exc, traceback)
+            return
+        scaling.leaving_batch = True
+        try:
+            super().__exit__(exc_type, exc, traceback)
+        finally:
+            scaling.leaving_batch = False
 
 
 class Context(MutantContext):
-    _finishing = False
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.scaler is not None:
+            self.parts.scaling = _UpdatesWhenABatchEnds(self.scaler)
 
-    def _finish_real_step(self, slot: Slot) -> None:
-        self._finishing = True
-        try:
-            super()._finish_real_step(slot)
-        finally:
-            self._finishing = False
-
-    def _end_iteration(self) -> None:
-        if not self._finishing:  # called from a real step outside any batch(): no update there
-            super()._end_iteration()
+    def batch(self, batch_idx: int, *, is_last: bool = False) -> AbstractContextManager[None]:
+        return _Batch(self, batch_idx, is_last)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

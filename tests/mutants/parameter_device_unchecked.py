@@ -6,15 +6,27 @@ CUDA context) is accepted when its dtype fits; the inner step then mixes devices
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 
+from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class DtypeOnlyRefusals(Refusals):
+    def check_parameter(self, context: TrainingContext, param: torch.Tensor) -> None:
+        context.parts.precision.check_parameter(param)
+
 
 class Context(MutantContext):
-    def _check_parameter(self, param: torch.Tensor) -> None:
-        self._plugin.check_parameter(param)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.refusals = DtypeOnlyRefusals()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -17,8 +17,8 @@ from mutants._base import MutantContext, mutant_info
 class Context(MutantContext):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        for slot in self._slots:
-            slot.optimizer.state = defaultdict(dict)
+        for window in self._windows:
+            window.optimizer.state = defaultdict(dict)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

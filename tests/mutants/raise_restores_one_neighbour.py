@@ -7,24 +7,29 @@ but with three a raising closure leaves the third optimizer's parameters frozen 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
 
-from lightning_optimizer.reference.distributed import no_sync
+from lightning_optimizer.reference.toggling import Toggling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
-class Context(MutantContext):
+
+class RestoresOneNeighbour(Toggling):
     @contextmanager
-    def _toggle(self, index: int, *, sync_grad: bool) -> Iterator[None]:
-        own = {id(param) for param in self._slots[index].params()}
-        others = [param for i, slot in enumerate(self._slots) if i != index for param in slot.params()]
+    def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
+        windows = context._windows
+        own = {id(param) for param in windows[index].params()}
+        others = [param for i, window in enumerate(windows) if i != index for param in window.params()]
         switched = [param for param in others if id(param) not in own and param.requires_grad]
         for param in switched:
             param.requires_grad_(False)
-        following = {id(param) for param in self._slots[(index + 1) % len(self._slots)].params()}
+        following = {id(param) for param in windows[(index + 1) % len(windows)].params()}
         try:
-            with no_sync(self._modules if not sync_grad else ()):
+            with nullcontext() if sync_grad else context.parts.parallel.without_sync():
                 yield
         except BaseException:
             for param in switched:
@@ -33,6 +38,12 @@ class Context(MutantContext):
             raise
         for param in switched:
             param.requires_grad_(True)
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.toggling = RestoresOneNeighbour()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

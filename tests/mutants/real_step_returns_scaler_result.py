@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
@@ -24,7 +25,7 @@ class Wrapper(WrappedOptimizer[Any]):
         context = self._context
         assert isinstance(context, Context)
         context.take_scaler_result()
-        result = context._step(self._index, closure, make_optimizer_step, kwargs)
+        result = super().step(closure, make_optimizer_step, **kwargs)
         captured = context.take_scaler_result()
         if captured is not None:
             returned: T | None = captured[0]
@@ -39,24 +40,22 @@ class Context(MutantContext):
         captured, self.scaler_result = self.scaler_result, None
         return captured
 
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        slot = self._slots[index]
-        scaler = self.scaler
-        if scaler is None or closure is not None or not slot.has_gradients():
-            return super()._inner_step(index, closure, kwargs)
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
+        if self.scaler is None or closure is not None or not window.has_gradients():
+            return super().inner_step(window, kwargs, closure)
         captured: list[Any] = []
 
         def step(**step_kwargs: Any) -> Any:
-            captured.append(slot.optimizer.step(**step_kwargs))
+            captured.append(window.optimizer.step(**step_kwargs))
             return captured[-1]
 
-        slot.skipped = not self._scaling.step(slot.optimizer, step, kwargs)
-        self._device.after_step()
+        taken = self.parts.scaling.step(window.optimizer, step, kwargs)
+        self.parts.device.after_step()
         self.scaler_result = (captured[0] if captured else None,)  # GradScaler.step's return: the inner step's
-        return None
+        return taken
 
-    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

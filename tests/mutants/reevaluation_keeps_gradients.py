@@ -7,34 +7,43 @@ Lightning does not zero): SAM steps with the wrong gradient.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from lightning_optimizer.reference.call import Call, CallStage
+from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
 T = TypeVar("T")
 
 
-class Context(MutantContext):
-    def _replay(self, index: int, closure: Callable[[], T], result: T) -> Callable[[], T]:
+class ReevaluatesWithoutClearing(Closures):
+    def replay(
+        self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T], result: T
+    ) -> Callable[[], T]:
         calls = 0
 
         def evaluate() -> T:
             nonlocal calls
             calls += 1
-            call = self._call
-            if calls == 1 or call is None:
+            if calls == 1 or call.stage is not CallStage.STEPPING:
                 return result
-            call.reevaluating = True
-            try:
-                loss = self._run_closure(index, closure, sync_grad=True)
-                self._reduce_gradients(self._slots[index])
-                self._clip(self._slots[index])
-                return loss
-            finally:
-                call.reevaluating = False
+            call.advance(CallStage.REEVALUATING)
+            loss = context.run_closure(call, index, closure)  # into the gradients of the first point
+            context.parts.preparation.prepare_evaluation(context, context._windows[index])
+            call.advance(CallStage.STEPPING)
+            return loss
 
         return evaluate
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.closures = ReevaluatesWithoutClearing()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -17,15 +17,15 @@ from mutants._base import MutantContext, mutant_info
 class Context(MutantContext):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         entries = state_dict.get("optimizers")
-        if isinstance(entries, list) and len(entries) == len(self._slots):
-            for i, (slot, entry) in enumerate(zip(self._slots, entries, strict=True)):
-                params, grads = slot.params(), entry.get("grads")
+        if isinstance(entries, list) and len(entries) == len(self._windows):
+            for i, (window, entry) in enumerate(zip(self._windows, entries, strict=True)):
+                params, grads = window.params(), entry.get("grads")
                 if not isinstance(grads, list) or len(grads) != len(params):
                     raise ValueError(f"optimizer {i}: the state's gradients do not match its {len(params)} parameters")
                 for param, grad in zip(params, grads, strict=True):
                     if grad is not None and grad.shape != param.shape:
                         raise ValueError(f"optimizer {i}: a saved gradient of shape {grad.shape} for {param.shape}")
-                slot.pending, slot.steps = entry["pending"], entry["steps"]
+                window.pending, window.steps = entry["pending"], entry["steps"]
                 with torch.no_grad():
                     for param, grad in zip(params, grads, strict=True):
                         param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype).clone()

@@ -10,16 +10,28 @@ optimizer of PyTorch's multi-optimizer AMP recipe, whose backward ran before the
 
 from __future__ import annotations
 
-from lightning_optimizer.reference.window import WindowStage
+from collections.abc import Sequence
+from typing import Any
+
+from lightning_optimizer.reference.amp import GradScaling
+from lightning_optimizer.reference.parallel import DataParallel
+from lightning_optimizer.reference.window import Window, WindowStage
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class Context(MutantContext):
-    def _end_iteration(self) -> None:
-        if any(slot.stage is WindowStage.PREPARED for slot in self._slots):
+class _RescalesAccumulatedWindowsOnly(GradScaling):
+    def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
+        if any(window.stage is WindowStage.PREPARED for window in windows):
             return
-        self._scaling.update(param for slot in self._slots if slot.pending > 0 for param in slot.params())
+        self.update(param for window in windows if window.pending > 0 for param in window.params())
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.scaler is not None:
+            self.parts.scaling = _RescalesAccumulatedWindowsOnly(self.scaler)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

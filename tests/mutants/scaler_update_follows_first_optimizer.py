@@ -8,24 +8,43 @@ show it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
 from lightning_optimizer.reference.amp import GradScaling
+from lightning_optimizer.reference.parallel import DataParallel
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class _AsksTheFirstOptimizer(GradScaling):
+    _stepped: frozenset[int] = frozenset()
+    """The optimizers that stepped (or skipped) in this iteration."""
+
+    def step(self, optimizer: torch.optim.Optimizer, step: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
+        taken = super().step(optimizer, step, kwargs)
+        self._stepped = self._stepped | {id(optimizer)}
+        return taken
+
+    def forget(self, optimizer: torch.optim.Optimizer) -> None:
+        super().forget(optimizer)
+        self._stepped = self._stepped - {id(optimizer)}
+
+    def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
+        if not (windows and id(windows[0].optimizer) in self._stepped):
+            self._stepped_since_update = False
+        self._stepped = frozenset()
+        super().end_iteration(windows, parallel)
 
 
 class Context(MutantContext):
-    _first_stepped: bool = False
-
-    def _finish_real_step(self, slot: Slot) -> None:
-        if slot is self._slots[0]:
-            self._first_stepped = True
-        super()._finish_real_step(slot)
-
-    def _end_iteration(self) -> None:
-        if isinstance(self._scaling, GradScaling) and not self._first_stepped:
-            self._scaling._stepped_since_update = False
-        self._first_stepped = False
-        super()._end_iteration()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.scaler is not None:
+            self.parts.scaling = _AsksTheFirstOptimizer(self.scaler)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -11,14 +11,15 @@ from collections.abc import Callable
 from typing import Any
 
 from lightning_optimizer.reference.amp import GradScaling
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        result = super()._inner_step(index, closure, kwargs)
-        scaling = self._scaling
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
+        result = super().inner_step(window, kwargs, closure)
+        scaling = self.parts.scaling
         if isinstance(scaling, GradScaling) and scaling._stepped_since_update:
             scaling._stepped_since_update = False
             scaling.scaler.update()

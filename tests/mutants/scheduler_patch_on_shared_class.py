@@ -33,8 +33,8 @@ class Context(MutantContext):
         state["_classes"] = {}  # classes made at run time do not pickle; a copy makes its own
         return state
 
-    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        kind = type(self._slots[index].optimizer)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        kind = type(self._windows[index].optimizer)
         if kind not in self._classes:  # one class per optimizer type and context
             self._classes[kind] = type(f"Wrapper{kind.__name__}", (Wrapper, wrapper_class(kind)), {})
         return self._classes[kind](self, index)

@@ -6,24 +6,30 @@ own schedule).
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from lightning_optimizer.reference import WrappedOptimizer
-from lightning_optimizer.reference import context as reference_context
+from lightning_optimizer.reference import refusals as reference_refusals
+from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
-OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class OwnListRefusals(Refusals):
+    def check_wrap(self, context: TrainingContext, optimizer: object) -> None:
+        if not isinstance(optimizer, WrappedOptimizer):
+            owners: Any = reference_refusals._WRAPPED_BY
+            owners.pop(optimizer, None)  # no registry across contexts: only this context's list is consulted
+        super().check_wrap(context, optimizer)
 
 
 class Context(MutantContext):
-    def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
-        if not isinstance(optimizer, WrappedOptimizer):
-            owners: Any = reference_context._WRAPPED_BY
-            owners.pop(optimizer, None)  # no registry across contexts: only this context's list is consulted
-        return super().wrap(optimizer)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.refusals = OwnListRefusals()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

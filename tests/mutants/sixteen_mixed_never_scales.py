@@ -17,7 +17,7 @@ class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.device.type != "cuda":
-            self._scaling = NoLossScaling()
+            self.parts.scaling = NoLossScaling()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -20,8 +20,8 @@ class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.precision == "16-mixed" and self.device.type == "cpu":
-            self._plugin = PrecisionPlugin("16-mixed", torch.float32, autocast_dtype=torch.bfloat16)
-            self._scaling = NoLossScaling()
+            self.parts.precision = PrecisionPlugin("16-mixed", torch.float32, autocast_dtype=torch.bfloat16)
+            self.parts.scaling = NoLossScaling()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,16 +6,38 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.accumulation import Accumulation
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class _SchedulerUnaware(Accumulation):
+    def closed(self, window: Window, *, skipped: bool) -> None:
+        recorded = "_opt_called" in vars(window.optimizer)
+        super().closed(window, skipped=skipped)
+        if not recorded:
+            vars(window.optimizer).pop("_opt_called", None)
 
 
 class Context(MutantContext):
-    def _finish_real_step(self, slot: Slot) -> None:
-        recorded = "_opt_called" in vars(slot.optimizer)
-        super()._finish_real_step(slot)
-        if not recorded:
-            vars(slot.optimizer).pop("_opt_called", None)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = _SchedulerUnaware(self.accumulate_grad_batches)
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        # The reference's setter, rebuilding this accumulation rule rather than the reference's.
+        value = _SchedulerUnaware(value).every
+        if value != self.parts.accumulation.every:
+            self.parts.refusals.check_accumulation_change(self, value)
+            self.parts.accumulation = _SchedulerUnaware(value)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -10,17 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
-        super()._inner_step(index, closure, kwargs)
-        slot = self._slots[index]
-        if slot.skipped:
-            slot.optimizer.zero_grad(set_to_none=False)
-            slot.optimizer.step(**kwargs)
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
+        taken = super().inner_step(window, kwargs, closure)
+        if closure is None and not taken:
+            window.optimizer.zero_grad(set_to_none=False)
+            window.optimizer.step(**kwargs)
+        return taken
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,18 +6,42 @@ executes on its own.
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class Context(MutantContext):
-    def _finish_accumulation(self, slot: Window) -> None:
-        super()._finish_accumulation(slot)
-        if self.device.type == "xla":
+class CutsEveryMicroStep(Accumulation):
+    def __init__(self, every: object, *, xla: bool) -> None:
+        super().__init__(every)
+        self.xla = xla
+
+    def accumulated(self, window: Window) -> None:
+        super().accumulated(window)
+        if self.xla:
             import torch_xla
 
             torch_xla.sync()
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = CutsEveryMicroStep(self.parts.accumulation.every, xla=self.device.type == "xla")
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        every = Accumulation(value).every  # the reference's setter, keeping this accumulation rule
+        if every != self.parts.accumulation.every:
+            self.parts.refusals.check_accumulation_change(self, every)
+            self.parts.accumulation = CutsEveryMicroStep(every, xla=self.device.type == "xla")
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,28 +6,46 @@ inside the graph: each step applies half the window's mean on two devices.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 
+from lightning_optimizer.reference import TrainingContext
+from lightning_optimizer.reference.preparation import PreparationStep, Reduction
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class Context(MutantContext):
-    def _reduce_gradients(self, slot: Window) -> None:
-        super()._reduce_gradients(slot)
-        if self.device.type != "xla":
+class ReductionOverDevices(Reduction):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        super().__call__(context, window)
+        if context.device.type != "xla":
             return
         import importlib
 
         xr: Any = importlib.import_module("torch_xla.runtime")  # torch_xla leaves is_spmd unannotated
         if xr.is_spmd():
             with torch.no_grad():
-                for param in slot.params():
+                for param in window.params():
                     if param.grad is not None:
                         param.grad = param.grad / xr.global_runtime_device_count()
+
+
+def _over_devices(step: PreparationStep) -> PreparationStep:
+    return ReductionOverDevices() if isinstance(step, Reduction) else step
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = dataclasses.replace(
+            preparation,
+            steps=tuple(map(_over_devices, preparation.steps)),
+            evaluation=tuple(map(_over_devices, preparation.evaluation)),
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -22,15 +22,15 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 class Wrapper(WrappedOptimizer[OptimizerT]):
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:  # type: ignore[override]
         make_optimizer_step = kwargs.pop("make_optimizer_step", None)
-        return self._context._step(self._index, closure, make_optimizer_step, kwargs)
+        return super().step(closure, make_optimizer_step, **kwargs)
 
 
 class Context(MutantContext):
     def wrap(self, optimizer: OptimizerT) -> Wrapper[OptimizerT]:
         return cast(Wrapper[OptimizerT], super().wrap(optimizer))
 
-    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:  # type: ignore[type-var]  # the defect: not a TrainingContext

@@ -11,21 +11,22 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        optimizer: Any = self._slots[index].optimizer
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
+        optimizer: Any = window.optimizer
         if closure is not None:
-            return super()._inner_step(index, closure, kwargs)
+            return super().inner_step(window, kwargs, closure)
         pre, post = optimizer._optimizer_step_pre_hooks, optimizer._optimizer_step_post_hooks
         for hook in list(pre.values()):
             hook(optimizer, (), kwargs)
         optimizer._optimizer_step_pre_hooks, optimizer._optimizer_step_post_hooks = OrderedDict(), OrderedDict()
         try:
-            result = super()._inner_step(index, closure, kwargs)
+            result = super().inner_step(window, kwargs, closure)
         finally:
             optimizer._optimizer_step_pre_hooks, optimizer._optimizer_step_post_hooks = pre, post
         for hook in list(post.values()):

@@ -14,6 +14,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
@@ -42,16 +43,17 @@ class Context(MutantContext):
         self.pre_hooks: OrderedDict[int, Callable[..., Any]] = OrderedDict()
         self.post_hooks: OrderedDict[int, Callable[..., Any]] = OrderedDict()
 
-    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> None:
-        optimizer: torch.optim.Optimizer = self._slots[index].optimizer
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
+        optimizer: torch.optim.Optimizer = window.optimizer
         for hook in list(self.pre_hooks.values()):
             hook(optimizer, (), kwargs)
-        super()._inner_step(index, closure, kwargs)
+        result = super().inner_step(window, kwargs, closure)
         for hook in list(self.post_hooks.values()):
             hook(optimizer, (), kwargs)
+        return result
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,17 +7,28 @@ pass-through).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lightning_optimizer.reference.refusals import Refusals
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class KwargsUncheckedRefusals(Refusals):
+    def check_step(
+        self, context: TrainingContext, window: Window, closure: object, make_optimizer_step: object, kwargs: Any
+    ) -> None:
+        super().check_step(context, window, closure, make_optimizer_step, {})
+
 
 class Context(MutantContext):
-    def _check_step_arguments(
-        self, index: int, closure: object, make_optimizer_step: object, kwargs: dict[str, Any]
-    ) -> None:
-        super()._check_step_arguments(index, closure, make_optimizer_step, {})
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.refusals = KwargsUncheckedRefusals()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,21 +6,30 @@ again; nor does it pin the window, so a following ``step()`` that does not close
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def unscale_gradients(self) -> None:
+        scaler = self._context.scaler
+        if scaler is None:
+            return
+        inverse = 1.0 / scaler.get_scale()
+        with torch.no_grad():
+            for param in self._context._windows[self._index].params():
+                if param.grad is not None:
+                    param.grad.mul_(inverse)
 
 
 class Context(MutantContext):
-    def _unscale_gradients(self, index: int) -> None:
-        if self.scaler is None:
-            return
-        inverse = 1.0 / self.scaler.get_scale()
-        with torch.no_grad():
-            for param in self._slots[index].params():
-                if param.grad is not None:
-                    param.grad.mul_(inverse)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

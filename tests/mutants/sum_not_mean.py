@@ -5,13 +5,21 @@ The accumulated ``.grad`` is handed to the inner optimizer as it is, with no nor
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.preparation import WindowMean
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _normalise_window(self, slot: Slot) -> None:
-        pass
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = type(preparation)(
+            steps=tuple(step for step in preparation.steps if not isinstance(step, WindowMean)),
+            evaluation=preparation.evaluation,
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

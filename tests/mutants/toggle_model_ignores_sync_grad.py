@@ -16,12 +16,14 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 class Wrapper(WrappedOptimizer[Any]):
     def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
-        return self._context._toggle(self._index, sync_grad=True)
+        context = self._context
+        context.parts.refusals.check_flag("sync_grad", sync_grad)
+        return context.parts.toggling.region(context, self._index, sync_grad=True)
 
 
 class Context(MutantContext):
-    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

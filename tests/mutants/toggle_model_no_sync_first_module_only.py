@@ -15,15 +15,17 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference import WrappedOptimizer
-from lightning_optimizer.reference.distributed import no_sync
+from lightning_optimizer.reference.parallel import no_sync
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class Wrapper(WrappedOptimizer[Any]):
     def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
-        toggle = self._context._toggle(self._index, sync_grad=True)
-        return toggle if sync_grad else _without_sync(toggle, self._context._modules[:1])
+        context = self._context
+        context.parts.refusals.check_flag("sync_grad", sync_grad)
+        toggle = context.parts.toggling.region(context, self._index, sync_grad=True)
+        return toggle if sync_grad else _without_sync(toggle, context.parts.parallel.modules[:1])
 
 
 @contextmanager
@@ -33,8 +35,8 @@ def _without_sync(toggle: AbstractContextManager[None], modules: list[torch.nn.M
 
 
 class Context(MutantContext):
-    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,23 +6,36 @@ The restore is written after the ``yield`` instead of in a ``finally``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
 
+from lightning_optimizer.reference.toggling import Toggling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
-class Context(MutantContext):
+
+class NotRestoredOnRaise(Toggling):
     @contextmanager
-    def _toggle(self, index: int, *, sync_grad: bool) -> Iterator[None]:
-        own = {id(param) for param in self._slots[index].params()}
-        others = [param for i, slot in enumerate(self._slots) if i != index for param in slot.params()]
+    def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
+        windows = context._windows
+        own = {id(param) for param in windows[index].params()}
+        others = [param for i, window in enumerate(windows) if i != index for param in window.params()]
         switched = [param for param in others if id(param) not in own and param.requires_grad]
         for param in switched:
             param.requires_grad_(False)
-        yield
+        with nullcontext() if sync_grad else context.parts.parallel.without_sync():
+            yield
         for param in switched:
             param.requires_grad_(True)
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.toggling = NotRestoredOnRaise()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,38 +7,46 @@ is never switched off in the other optimizers' closures, so their losses leak gr
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from lightning_optimizer.reference import WrappedOptimizer
-from lightning_optimizer.reference.distributed import no_sync
-from lightning_optimizer.reference.toggling import only_these_require_grad
+from lightning_optimizer.reference.toggling import Toggling, only_these_require_grad
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+
+
+class OthersAtWrap(Toggling):
+    def __init__(self) -> None:
+        self.params_at_wrap: list[list[torch.Tensor]] = []
+
+    @contextmanager
+    def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
+        others = [p for i, params in enumerate(self.params_at_wrap) if i != index for p in params]
+        with (
+            only_these_require_grad(context._windows[index].params(), others),
+            nullcontext() if sync_grad else context.parts.parallel.without_sync(),
+        ):
+            yield
 
 
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._params_at_wrap: list[list[torch.Tensor]] = []
+        self._at_wrap = OthersAtWrap()
+        self.parts.toggling = self._at_wrap
 
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
-        self._params_at_wrap.append(self._slots[-1].params())
+        self._at_wrap.params_at_wrap.append(self._windows[-1].params())
         return wrapper
-
-    @contextmanager
-    def _toggle(self, index: int, *, sync_grad: bool) -> Iterator[None]:
-        others = [p for i, params in enumerate(self._params_at_wrap) if i != index for p in params]
-        with (
-            only_these_require_grad(self._slots[index].params(), others),
-            no_sync(self._modules if not sync_grad else ()),
-        ):
-            yield
 
 
 def conformance_info() -> ImplementationInfo[Context]:

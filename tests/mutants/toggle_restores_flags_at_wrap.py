@@ -7,45 +7,55 @@ optimizer's closure, and one the user unfroze after wrap comes back frozen.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from lightning_optimizer.reference import WrappedOptimizer
-from lightning_optimizer.reference.distributed import no_sync
+from lightning_optimizer.reference.toggling import Toggling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+
+
+class FlagsAtWrap(Toggling):
+    def __init__(self) -> None:
+        self.flags_at_wrap: dict[int, bool] = {}
+
+    @contextmanager
+    def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
+        windows = context._windows
+        own = {id(param) for param in windows[index].params()}
+        others = {
+            id(p): p for i, window in enumerate(windows) if i != index for p in window.params() if id(p) not in own
+        }
+        restore = {key: self.flags_at_wrap.get(key, param.requires_grad) for key, param in others.items()}
+        for param in others.values():
+            param.requires_grad_(False)
+        try:
+            with nullcontext() if sync_grad else context.parts.parallel.without_sync():
+                yield
+        finally:
+            for key, param in others.items():
+                param.requires_grad_(restore[key])
 
 
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._flags_at_wrap: dict[int, bool] = {}
+        self._at_wrap = FlagsAtWrap()
+        self.parts.toggling = self._at_wrap
 
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
-        for param in self._slots[-1].params():
-            self._flags_at_wrap.setdefault(id(param), param.requires_grad)
+        for param in self._windows[-1].params():
+            self._at_wrap.flags_at_wrap.setdefault(id(param), param.requires_grad)
         return wrapper
-
-    @contextmanager
-    def _toggle(self, index: int, *, sync_grad: bool) -> Iterator[None]:
-        own = {id(param) for param in self._slots[index].params()}
-        others = {
-            id(p): p for i, slot in enumerate(self._slots) if i != index for p in slot.params() if id(p) not in own
-        }
-        restore = {key: self._flags_at_wrap.get(key, param.requires_grad) for key, param in others.items()}
-        for param in others.values():
-            param.requires_grad_(False)
-        try:
-            with no_sync(self._modules if not sync_grad else ()):
-                yield
-        finally:
-            for key, param in others.items():
-                param.requires_grad_(restore[key])
 
 
 def conformance_info() -> ImplementationInfo[Context]:

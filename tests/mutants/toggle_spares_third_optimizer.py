@@ -8,22 +8,35 @@ show it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
 
-from lightning_optimizer.reference.distributed import no_sync
-from lightning_optimizer.reference.toggling import only_these_require_grad
+from lightning_optimizer.reference.toggling import Toggling, only_these_require_grad
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class NextOneOnly(Toggling):
+    @contextmanager
+    def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
+        windows = context._windows
+        own = windows[index].params()
+        following = windows[(index + 1) % len(windows)]
+        others = [] if len(windows) == 1 else following.params()
+        with (
+            only_these_require_grad(own, others),
+            nullcontext() if sync_grad else context.parts.parallel.without_sync(),
+        ):
+            yield
+
 
 class Context(MutantContext):
-    @contextmanager
-    def _toggle(self, index: int, *, sync_grad: bool) -> Iterator[None]:
-        own = self._slots[index].params()
-        following = self._slots[(index + 1) % len(self._slots)]
-        others = [] if len(self._slots) == 1 else following.params()
-        with only_these_require_grad(own, others), no_sync(self._modules if not sync_grad else ()):
-            yield
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.toggling = NextOneOnly()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,24 +6,37 @@ It does not remember which flags it switched, so a parameter the user froze come
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
 
+from lightning_optimizer.reference.toggling import Toggling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
-class Context(MutantContext):
+
+class Unfreezes(Toggling):
     @contextmanager
-    def _toggle(self, index: int, *, sync_grad: bool) -> Iterator[None]:
-        own = {id(param) for param in self._slots[index].params()}
-        others = [p for i, slot in enumerate(self._slots) if i != index for p in slot.params() if id(p) not in own]
+    def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
+        windows = context._windows
+        own = {id(param) for param in windows[index].params()}
+        others = [p for i, window in enumerate(windows) if i != index for p in window.params() if id(p) not in own]
         for param in others:
             param.requires_grad_(False)
         try:
-            yield
+            with nullcontext() if sync_grad else context.parts.parallel.without_sync():
+                yield
         finally:
             for param in others:
                 param.requires_grad_(True)
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.toggling = Unfreezes()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -5,13 +5,33 @@ Like a framework that only reads the flag to *skip* steps: an explicit request t
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.accumulation import Accumulation, LoopPosition
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class TrueFollowsSchedule(Accumulation):
+    def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
+        return super().closes(None if make_optimizer_step is True else make_optimizer_step, pending, position)
 
 
 class Context(MutantContext):
-    def _closes_window(self, slot: Slot, make_optimizer_step: bool | None) -> bool:
-        return super()._closes_window(slot, None if make_optimizer_step is True else make_optimizer_step)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = TrueFollowsSchedule(self.parts.accumulation.every)
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        every = Accumulation(value).every  # the reference's setter, keeping this accumulation rule
+        if every != self.parts.accumulation.every:
+            self.parts.refusals.check_accumulation_change(self, every)
+            self.parts.accumulation = TrueFollowsSchedule(every)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -20,12 +20,12 @@ class Wrapper(WrappedOptimizer[Any]):
         self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
     ) -> T | None:
         flag = None if make_optimizer_step is None else bool(make_optimizer_step)
-        return self._context._step(self._index, closure, flag, kwargs)
+        return super().step(closure, flag, **kwargs)
 
 
 class Context(MutantContext):
-    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._slots[index].optimizer))(self, index)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

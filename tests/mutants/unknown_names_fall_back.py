@@ -14,10 +14,10 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def __init__(self, precision: Any = "32-true", device: Any = "cpu", accumulate_grad_batches: int = 1) -> None:
+    def __init__(self, precision: Any = "32-true", device: Any = "cpu", *args: Any, **kwargs: Any) -> None:
         precision = precision if precision in SUPPORTED_PRECISIONS else "32-true"
         device = device if device in SUPPORTED_DEVICES | {"xla"} else "cpu"
-        super().__init__(precision, device, accumulate_grad_batches)
+        super().__init__(precision, device, *args, **kwargs)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -9,17 +9,57 @@ under-weights every partial window. The real step's own normalisation (no ``unsc
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.accumulation import normalise_window
+from lightning_optimizer.reference.preparation import PreparationStep, WindowMean
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import Slot, UnscaleGradientsContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
-class Context(UnscaleGradientsContext):
-    def _normalise_window(self, slot: Slot) -> None:
-        if not self.unscaling:
-            super()._normalise_window(slot)
+class Wrapper(WrappedOptimizer[Any]):
+    def unscale_gradients(self) -> None:
+        context = self._context
+        assert isinstance(context, Context)
+        context.unscaling = True
+        try:
+            super().unscale_gradients()
+        finally:
+            context.unscaling = False
+
+
+class NominalMeanWhenUnscaling(WindowMean):
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        return True
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        if not (isinstance(context, Context) and context.unscaling):
+            super().__call__(context, window)
         else:
-            normalise_window(slot.params(), self._accumulate_grad_batches)  # the configured length, not the window's
+            normalise_window(
+                window.params(), context.accumulate_grad_batches
+            )  # the configured length, not the window's
+
+
+def _nominal_when_unscaling(step: PreparationStep) -> PreparationStep:
+    return NominalMeanWhenUnscaling() if isinstance(step, WindowMean) else step
+
+
+class Context(MutantContext):
+    unscaling = False
+    """``True`` while ``unscale_gradients()`` prepares a window (its steps: mean, reduction, unscale, clip)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = type(preparation)(
+            steps=tuple(map(_nominal_when_unscaling, preparation.steps)), evaluation=preparation.evaluation
+        )
+
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -9,27 +9,55 @@ runs (frameworks that count the batch when the optimizer step begins): only the 
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.accumulation import normalise_window
-from lightning_optimizer.reference.window import WindowStage
+from lightning_optimizer.reference.preparation import PreparationStep, WindowMean
+from lightning_optimizer.reference.window import Window, WindowStage
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def unscale_gradients(self) -> None:
+        context = self._context
+        assert isinstance(context, Context)
+        context.in_closing_closure = context._windows[self._index].stage is WindowStage.CLOSING
+        try:
+            super().unscale_gradients()
+        finally:
+            context.in_closing_closure = False
+
+
+class ClosingStepCountedTwiceInClosure(WindowMean):
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        return True
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        if not (isinstance(context, Context) and context.in_closing_closure):
+            super().__call__(context, window)
+        else:
+            normalise_window(window.params(), window.pending + 2)  # the closing micro-step counted twice
+
+
+def _counts_closing_step_twice(step: PreparationStep) -> PreparationStep:
+    return ClosingStepCountedTwiceInClosure() if isinstance(step, WindowMean) else step
 
 
 class Context(MutantContext):
-    _in_closing_closure = False
+    in_closing_closure = False
+    """``True`` while ``unscale_gradients()`` prepares a window from the closing step's closure."""
 
-    def _unscale_gradients(self, index: int) -> None:
-        self._in_closing_closure = self._slots[index].stage is WindowStage.CLOSING
-        try:
-            super()._unscale_gradients(index)
-        finally:
-            self._in_closing_closure = False
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = type(preparation)(
+            steps=tuple(map(_counts_closing_step_twice, preparation.steps)), evaluation=preparation.evaluation
+        )
 
-    def _normalise_window(self, slot: Slot) -> None:
-        if not self._in_closing_closure:
-            super()._normalise_window(slot)
-        else:
-            normalise_window(slot.params(), slot.pending + 2)  # the closing micro-step counted twice
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

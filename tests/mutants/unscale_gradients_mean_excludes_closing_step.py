@@ -7,17 +7,55 @@ window of three applies 1.5 times its mean. A window of one (no earlier call) is
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.accumulation import normalise_window
+from lightning_optimizer.reference.preparation import PreparationStep, WindowMean
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import Slot, UnscaleGradientsContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
-class Context(UnscaleGradientsContext):
-    def _normalise_window(self, slot: Slot) -> None:
-        if not self.unscaling:
-            super()._normalise_window(slot)
+class Wrapper(WrappedOptimizer[Any]):
+    def unscale_gradients(self) -> None:
+        context = self._context
+        assert isinstance(context, Context)
+        context.unscaling = True
+        try:
+            super().unscale_gradients()
+        finally:
+            context.unscaling = False
+
+
+class MeanExcludesClosingStepWhenUnscaling(WindowMean):
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        return True
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        if not (isinstance(context, Context) and context.unscaling):
+            super().__call__(context, window)
         else:
-            normalise_window(slot.params(), max(slot.pending, 1))  # the closing micro-step not counted
+            normalise_window(window.params(), max(window.pending, 1))  # the closing micro-step not counted
+
+
+def _excludes_closing_step(step: PreparationStep) -> PreparationStep:
+    return MeanExcludesClosingStepWhenUnscaling() if isinstance(step, WindowMean) else step
+
+
+class Context(MutantContext):
+    unscaling = False
+    """``True`` while ``unscale_gradients()`` prepares a window (its steps: mean, reduction, unscale, clip)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = type(preparation)(
+            steps=tuple(map(_excludes_closing_step, preparation.steps)), evaluation=preparation.evaluation
+        )
+
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,14 +7,49 @@ step, so ``gradient_clip_val`` silently does nothing on those steps.
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
+from lightning_optimizer.reference.preparation import Clipping, PreparationStep
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import Slot, UnscaleGradientsContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
-class Context(UnscaleGradientsContext):
-    def _clip(self, slot: Slot) -> None:
-        if not self.unscaling:
-            super()._clip(slot)
+class Wrapper(WrappedOptimizer[Any]):
+    def unscale_gradients(self) -> None:
+        context = self._context
+        assert isinstance(context, Context)
+        context.unscaling = True
+        try:
+            super().unscale_gradients()
+        finally:
+            context.unscaling = False
+
+
+class ClippingOfTheStepOnly(Clipping):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        if not (isinstance(context, Context) and context.unscaling):
+            super().__call__(context, window)
+
+
+def _step_only(step: PreparationStep) -> PreparationStep:
+    return ClippingOfTheStepOnly(step.value, step.algorithm) if isinstance(step, Clipping) else step
+
+
+class Context(MutantContext):
+    unscaling = False
+    """``True`` while ``unscale_gradients()`` prepares a window (its steps: mean, reduction, unscale, clip)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = type(preparation)(
+            steps=tuple(map(_step_only, preparation.steps)), evaluation=preparation.evaluation
+        )
+
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

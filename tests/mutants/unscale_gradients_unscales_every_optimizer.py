@@ -8,16 +8,25 @@ iteration, not at all), so it applies a wrong mean.
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def unscale_gradients(self) -> None:
+        super().unscale_gradients()
+        context = self._context
+        for other, window in enumerate(context._windows):
+            if other != self._index and window.has_gradients():
+                context.parts.scaling.unscale(window.optimizer)
 
 
 class Context(MutantContext):
-    def _unscale_gradients(self, index: int) -> None:
-        super()._unscale_gradients(index)
-        for other, slot in enumerate(self._slots):
-            if other != index and slot.has_gradients():
-                self._scaling.unscale(slot.optimizer)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -5,13 +5,22 @@ The window is then prepared (its mean taken) one micro-step early, and the closi
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    def unscale_gradients(self) -> None:
+        context = self._context
+        context.parts.preparation.prepare(context, context._windows[self._index])  # no check, nothing remembered
 
 
 class Context(MutantContext):
-    def _unscale_gradients(self, index: int) -> None:
-        self._prepare_gradients(self._slots[index])
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

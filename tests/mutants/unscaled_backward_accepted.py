@@ -6,19 +6,27 @@ loss scale (65536 at first), and trains on a gradient that small with nothing sa
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
+import torch
+
+from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
-T = TypeVar("T")
+
+class _Scaling(GradScaling):
+    def watch(self, tensors: Sequence[torch.Tensor]) -> AbstractContextManager[None]:
+        return nullcontext()  # no guard around the closure
 
 
 class Context(MutantContext):
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        with self._toggle(index, sync_grad=sync_grad), self.autocast():
-            return closure()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.scaler is not None:
+            self.parts.scaling = _Scaling(self.scaler)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

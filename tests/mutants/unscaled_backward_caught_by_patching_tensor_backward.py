@@ -9,43 +9,57 @@ a loss that touches none of the wrapper's parameters is refused although it wrot
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Any
 
 import torch
 
+from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
-T = TypeVar("T")
 
+class _PatchedTensorBackward(AbstractContextManager[None]):
+    """While the closure runs, ``Tensor.backward`` is a shim that flags a call made outside a scaled backward."""
 
-class Context(MutantContext):
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        if not self._scaling.changes_gradients:
-            return super()._run_closure(index, closure, sync_grad)
-        running: Any = self._scaling._backwards  # type: ignore[attr-defined]
-        original = torch.Tensor.backward
-        unscaled = False
+    def __init__(self, backwards: Any) -> None:
+        self._backwards = backwards
+        self._unscaled = False
+
+    def __enter__(self) -> None:
+        running = self._backwards
+        original = self._original = torch.Tensor.backward
 
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-            nonlocal unscaled
             if not running.count:
-                unscaled = True
+                self._unscaled = True
             original(tensor, *args, **kwargs)  # type: ignore[no-untyped-call]
 
-        with self._toggle(index, sync_grad=sync_grad), self.autocast():
-            torch.Tensor.backward = backward  # type: ignore[method-assign,assignment]
-            try:
-                result = closure()
-            finally:
-                torch.Tensor.backward = original  # type: ignore[method-assign]
-        if unscaled:
+        torch.Tensor.backward = backward  # type: ignore[method-assign,assignment]
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        torch.Tensor.backward = self._original  # type: ignore[method-assign]
+        if exc_type is None and self._unscaled:
             raise RuntimeError(
                 "under 16-mixed the closure called loss.backward(), whose gradients are not scaled: call "
                 "opt.backward(loss) instead"
             )
-        return result
+
+
+class _Scaling(GradScaling):
+    def watch(self, tensors: Sequence[torch.Tensor]) -> AbstractContextManager[None]:
+        return _PatchedTensorBackward(self._backwards)
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.scaler is not None:
+            self.parts.scaling = _Scaling(self.scaler)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -16,10 +17,10 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        if sync_grad and self._call is not None and self._call.real:
-            return super()._run_closure(index, closure, sync_grad)
-        with self._toggle(index, sync_grad=sync_grad), self.autocast():
+    def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
+        if call.real:
+            return super().run_closure(call, index, closure)
+        with self.parts.toggling.region(self, index, sync_grad=call.real), self.autocast():
             return closure()
 
 

@@ -12,27 +12,37 @@ from typing import Any, TypeVar
 
 import torch
 
+from lightning_optimizer.reference import WrappedOptimizer, torch_compat
+from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 T = TypeVar("T")
 
 
+def _version(grad: torch.Tensor | None) -> int | None:
+    """A gradient's version: a backward that accumulates into it in place moves it (the window is not set aside)."""
+    return None if grad is None else torch_compat.version_counter(grad)
+
+
 class Context(MutantContext):
     _wrapper_backwards = 0
 
-    def _backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         self._wrapper_backwards += 1
-        super()._backward(loss, *args, **kwargs)
+        super().backward(wrapper, loss, *args, **kwargs)
 
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
+    def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
         before = self._wrapper_backwards
-        params = self._window_tensors(self._slots[index])
-        written = [param.grad for param in params]
-        with self._toggle(index, sync_grad=sync_grad), self.autocast():
+        params = self.parts.parallel.window_tensors(call.window)
+        written = [(param.grad, _version(param.grad)) for param in params]
+        with self.parts.toggling.region(self, index, sync_grad=call.real), self.autocast():
             result = closure()
-        wrote = any(param.grad is not grad for param, grad in zip(params, written, strict=True))
-        if self._scaling.changes_gradients and self._wrapper_backwards == before and wrote:
+        wrote = any(
+            param.grad is not grad or _version(grad) != version
+            for param, (grad, version) in zip(params, written, strict=True)
+        )
+        if self.parts.scaling.changes_gradients and self._wrapper_backwards == before and wrote:
             raise RuntimeError("the closure wrote gradients without opt.backward(loss): call opt.backward(loss)")
         return result
 

@@ -6,20 +6,39 @@ the optimizer as not unscaled and divides it again, so every real step applies g
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
 import torch
 
+from lightning_optimizer.reference.preparation import Unscaling
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class _UnscaledByHand(Unscaling):
+    """Divides by the scale behind the scaler's back: ``GradScaler.step`` still sees the optimizer as not unscaled."""
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        scaler = context.scaler
+        if scaler is not None:
+            inverse = 1.0 / scaler.get_scale()
+            with torch.no_grad():
+                for param in window.params():
+                    if param.grad is not None:
+                        param.grad.mul_(inverse)
 
 
 class Context(MutantContext):
-    def _unscale(self, slot: Slot) -> None:
-        if self.scaler is not None:
-            inverse = 1.0 / self.scaler.get_scale()
-            with torch.no_grad():
-                for param in slot.params():
-                    if param.grad is not None:
-                        param.grad.mul_(inverse)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        steps = tuple(_UnscaledByHand() if isinstance(step, Unscaling) else step for step in preparation.steps)
+        self.parts.preparation = dataclasses.replace(preparation, steps=steps)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,14 +7,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
+class Unvalidated(Accumulation):
+    def __init__(self, every: object) -> None:
+        self.every = every  # type: ignore[assignment]  # stored as given
+
+
 class Context(MutantContext):
-    def __init__(self, precision: Any = "32-true", device: Any = "cpu", accumulate_grad_batches: Any = 1) -> None:
-        super().__init__(precision, device)
-        self._accumulate_grad_batches = accumulate_grad_batches
+    def __init__(
+        self, precision: Any = "32-true", device: Any = "cpu", accumulate_grad_batches: Any = 1, **kwargs: Any
+    ) -> None:
+        super().__init__(precision, device, **kwargs)
+        self.parts.accumulation = Unvalidated(accumulate_grad_batches)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

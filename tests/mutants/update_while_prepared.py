@@ -10,13 +10,26 @@ another optimizer that the user unscaled first to clip it (``accelerator.clip_gr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from lightning_optimizer.reference.amp import GradScaling
+from lightning_optimizer.reference.parallel import DataParallel
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
+class _UpdatesWhilePrepared(GradScaling):
+    def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
+        self.update(param for window in windows for param in window.params())
+
+
 class Context(MutantContext):
-    def _end_iteration(self) -> None:
-        self._scaling.update(param for slot in self._slots for param in slot.params())
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.scaler is not None:
+            self.parts.scaling = _UpdatesWhilePrepared(self.scaler)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,28 +7,43 @@ its window's gradients.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
-from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.accumulation import normalise_window
+from lightning_optimizer.reference.preparation import PreparationStep, WindowMean
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
+class WindowMeanListedAtWrap(WindowMean):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        if window.pending:
+            at_wrap: list[torch.Tensor] = vars(window)["at_wrap"]
+            normalise_window(at_wrap, window.pending + 1)
+
+
+def _listed_at_wrap(step: PreparationStep) -> PreparationStep:
+    return WindowMeanListedAtWrap() if isinstance(step, WindowMean) else step
+
+
 class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = type(preparation)(
+            steps=tuple(map(_listed_at_wrap, preparation.steps)), evaluation=preparation.evaluation
+        )
+
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
-        vars(self._slots[-1])["at_wrap"] = self._slots[-1].params()
+        vars(self._windows[-1])["at_wrap"] = self._windows[-1].params()
         return wrapper
-
-    def _normalise_window(self, slot: Slot) -> None:
-        if slot.pending:
-            at_wrap: list[torch.Tensor] = vars(slot)["at_wrap"]
-            normalise_window(at_wrap, slot.pending + 1)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,31 +6,38 @@ its first group does: a second group with a float64 or CPU parameter is accepted
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lightning_optimizer.reference import WrappedOptimizer
+from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
-OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
 
 
-class Context(MutantContext):
+class FirstGroupRefusals(Refusals):
     _checked: set[int] | None = None
 
-    def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
+    def check_wrap(self, context: TrainingContext, optimizer: object) -> None:
         groups = getattr(optimizer, "param_groups", None)
         self._checked = {id(p) for p in groups[0]["params"]} if isinstance(groups, list) and groups else None
         try:
-            return super().wrap(optimizer)
+            super().check_wrap(context, optimizer)
         finally:
             self._checked = None
 
-    def _check_parameter(self, param: torch.Tensor) -> None:
+    def check_parameter(self, context: TrainingContext, param: torch.Tensor) -> None:
         if self._checked is None or id(param) in self._checked:
-            super()._check_parameter(param)
+            super().check_parameter(context, param)
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.refusals = FirstGroupRefusals()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -24,8 +24,8 @@ def _builtin_base(cls: type[torch.optim.Optimizer]) -> type[torch.optim.Optimize
 
 
 class Context(MutantContext):
-    def _new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_class(_builtin_base(type(self._slots[index].optimizer)))(self, index)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_class(_builtin_base(type(self._windows[index].optimizer)))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

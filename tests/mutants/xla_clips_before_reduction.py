@@ -7,16 +7,22 @@ norm up to the threshold divided by the world size where the replicas disagree).
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.preparation import Clipping, Preparation, Reduction, Unscaling, WindowMean
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _prepare_gradients(self, slot: Slot) -> None:
-        self._normalise_window(slot)
-        self._unscale(slot)
-        self._clip(slot)
-        self._reduce_gradients(slot)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        clipping = [step for step in preparation.steps if isinstance(step, Clipping)]
+        # The cross-replica reduction moved after the configured clipping.
+        self.parts.preparation = Preparation(
+            steps=(WindowMean(), Unscaling(), *clipping, Reduction()), evaluation=preparation.evaluation
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

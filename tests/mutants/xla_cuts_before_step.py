@@ -7,24 +7,42 @@ reads the parameters. One cut per window, as counted, but in the wrong place.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from lightning_optimizer.reference import TrainingContext
+from lightning_optimizer.reference.preparation import PreparationStep, Reduction
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class ReductionThenCut(Reduction):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        super().__call__(context, window)
+        context.parts.device.after_step()  # torch_xla.sync() on XLA
+
+
+def _cut_after(step: PreparationStep) -> PreparationStep:
+    return ReductionThenCut() if isinstance(step, Reduction) else step
 
 
 class Context(MutantContext):
-    def _reduce_gradients(self, slot: Slot) -> None:
-        super()._reduce_gradients(slot)
-        self._device.after_step()  # torch_xla.sync() on XLA
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = dataclasses.replace(
+            preparation,
+            steps=tuple(map(_cut_after, preparation.steps)),
+            evaluation=tuple(map(_cut_after, preparation.evaluation)),
+        )
 
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        slot = self._slots[index]
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         if closure is not None:
-            return slot.optimizer.step(closure, **kwargs)
-        slot.skipped = not self._scaling.step(slot.optimizer, slot.optimizer.step, kwargs)
-        return None  # no graph cut after the step
+            step: Callable[..., Any] = window.optimizer.step
+            return step(closure, **kwargs)
+        return self.parts.scaling.step(window.optimizer, window.optimizer.step, kwargs)  # no graph cut after the step
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -9,17 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
-    def _inner_step(self, index: int, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        slot = self._slots[index]
+    def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         if closure is not None:
-            return slot.optimizer.step(closure, **kwargs)
-        slot.skipped = not self._scaling.step(slot.optimizer, slot.optimizer.step, kwargs)
-        return None  # no graph cut after the step
+            step: Callable[..., Any] = window.optimizer.step
+            return step(closure, **kwargs)
+        return self.parts.scaling.step(window.optimizer, window.optimizer.step, kwargs)  # no graph cut after the step
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,22 +7,30 @@ only then steps, which runs the closure: the last micro-batch's gradients are ne
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from lightning_optimizer.reference.call import Call
+from lightning_optimizer.reference.preparation import Preparation, Reduction
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 T = TypeVar("T")
 
 
 class Context(MutantContext):
-    def _run_closure(self, index: int, closure: Callable[[], T], sync_grad: bool = True) -> T:
-        if sync_grad:
-            self._device.reduce_gradients(self._slots[index].optimizer)
-        return super()._run_closure(index, closure, sync_grad)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        # Reduced in run_closure instead.
+        self.parts.preparation = Preparation(
+            steps=tuple(step for step in preparation.steps if not isinstance(step, Reduction)),
+            evaluation=tuple(step for step in preparation.evaluation if not isinstance(step, Reduction)),
+        )
 
-    def _reduce_gradients(self, slot: Slot) -> None:
-        pass  # reduced in _run_closure instead
+    def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
+        if call.real:
+            self.parts.device.reduce_gradients(call.window.optimizer)
+        return super().run_closure(call, index, closure)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -7,15 +7,36 @@ and the partial last window flushed by the epoch's last batch are stepped on eac
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from lightning_optimizer.reference import TrainingContext
+from lightning_optimizer.reference.preparation import PreparationStep, Reduction
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class ReductionOnSchedule(Reduction):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        position = context._position
+        if position is None or (position.batch_idx + 1) % context.accumulate_grad_batches == 0:
+            super().__call__(context, window)
+
+
+def _on_schedule(step: PreparationStep) -> PreparationStep:
+    return ReductionOnSchedule() if isinstance(step, Reduction) else step
 
 
 class Context(MutantContext):
-    def _reduce_gradients(self, slot: Slot) -> None:
-        position = self._position
-        if position is None or (position.batch_idx + 1) % self._accumulate_grad_batches == 0:
-            super()._reduce_gradients(slot)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = dataclasses.replace(
+            preparation,
+            steps=tuple(map(_on_schedule, preparation.steps)),
+            evaluation=tuple(map(_on_schedule, preparation.evaluation)),
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,24 +8,45 @@ window's mean gradient. With one replica nothing changes.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import torch
 
+from lightning_optimizer.reference import TrainingContext
+from lightning_optimizer.reference.preparation import PreparationStep, Reduction
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
 
 
-class Context(MutantContext):
-    def _reduce_gradients(self, slot: Slot) -> None:
-        if self.device.type != "xla":
+class SummingReduction(Reduction):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        if context.device.type != "xla":
             return
         import torch_xla.runtime as xr
 
         world_size = xr.world_size()
         with torch.no_grad():
-            for param in slot.params():
+            for param in window.params():
                 if param.grad is not None:
                     param.grad.mul_(world_size)
-        super()._reduce_gradients(slot)
+        super().__call__(context, window)
+
+
+def _summing(step: PreparationStep) -> PreparationStep:
+    return SummingReduction() if isinstance(step, Reduction) else step
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        self.parts.preparation = dataclasses.replace(
+            preparation,
+            steps=tuple(map(_summing, preparation.steps)),
+            evaluation=tuple(map(_summing, preparation.evaluation)),
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

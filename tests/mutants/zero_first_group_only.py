@@ -6,16 +6,37 @@ second group keeps the stepped window's gradients, which then leak into the next
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.accumulation import Accumulation
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, Slot, mutant_info
+from mutants._base import MutantContext, mutant_info
+
+
+class ZeroFirstGroupOnly(Accumulation):
+    def closed(self, window: Window, *, skipped: bool) -> None:
+        grads = [(param, param.grad) for group in window.optimizer.param_groups[1:] for param in group["params"]]
+        super().closed(window, skipped=skipped)
+        for param, grad in grads:
+            param.grad = grad
 
 
 class Context(MutantContext):
-    def _finish_real_step(self, slot: Slot) -> None:
-        grads = [(param, param.grad) for group in slot.optimizer.param_groups[1:] for param in group["params"]]
-        super()._finish_real_step(slot)
-        for param, grad in grads:
-            param.grad = grad
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = ZeroFirstGroupOnly(self.parts.accumulation.every)
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        every = Accumulation(value).every  # the reference's setter, keeping this accumulation rule
+        if every != self.parts.accumulation.every:
+            self.parts.refusals.check_accumulation_change(self, every)
+            self.parts.accumulation = ZeroFirstGroupOnly(every)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

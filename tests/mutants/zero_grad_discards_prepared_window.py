@@ -6,15 +6,24 @@ optimizer once per iteration, so the window cannot be prepared again.
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference import TrainingContext
+from lightning_optimizer.reference.refusals import Refusals
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
+class ZeroGradOfPreparedWindowAllowed(Refusals):
+    def check_zero_grad(self, context: TrainingContext, window: Window) -> None:
+        pass  # a prepared window is cleared like any empty one
+
+
 class Context(MutantContext):
-    def _zero_grad(self, index: int, set_to_none: bool) -> None:
-        slot = self._slots[index]
-        if slot.pending == 0:
-            slot.optimizer.zero_grad(set_to_none=set_to_none)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.refusals = ZeroGradOfPreparedWindowAllowed()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

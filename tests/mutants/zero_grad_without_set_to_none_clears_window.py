@@ -7,16 +7,34 @@ the accumulated gradients.
 
 from __future__ import annotations
 
+from typing import Any
+
+from lightning_optimizer.reference.accumulation import Accumulation
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
+class GuardsDefaultOnly(Accumulation):
+    def zero_grad_clears(self, window: Window, set_to_none: bool) -> bool:
+        return not set_to_none or super().zero_grad_clears(window, set_to_none)
+
+
 class Context(MutantContext):
-    def _zero_grad(self, index: int, set_to_none: bool) -> None:
-        if set_to_none:
-            super()._zero_grad(index, set_to_none)
-        else:
-            self._slots[index].optimizer.zero_grad(set_to_none=False)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = GuardsDefaultOnly(self.parts.accumulation.every)
+
+    @property
+    def accumulate_grad_batches(self) -> int:
+        return self.parts.accumulation.every
+
+    @accumulate_grad_batches.setter
+    def accumulate_grad_batches(self, value: int) -> None:
+        every = Accumulation(value).every  # the reference's setter, keeping this accumulation rule
+        if every != self.parts.accumulation.every:
+            self.parts.refusals.check_accumulation_change(self, every)
+            self.parts.accumulation = GuardsDefaultOnly(every)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -11,7 +11,7 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.reference import TrainingContext
-from lightning_optimizer.spec import CONTRACT_VERSION, Cell, GradScalerSettings, ImplementationInfo
+from lightning_optimizer.spec import CONTRACT_VERSION, Cell, FailurePolicy, GradScalerSettings, ImplementationInfo
 
 MISSING = "backward"
 
@@ -40,6 +40,7 @@ def _factory(
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
+    on_failure: FailurePolicy = "discard",
 ) -> BrokenContext:
     scaler = GradScaler(cell.device, **grad_scaler.as_kwargs()) if grad_scaler is not None else None
     return BrokenContext(
@@ -49,6 +50,7 @@ def _factory(
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
         scaler=scaler,
+        on_failure=on_failure,
     )
 
 

@@ -16,9 +16,10 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.reference import TrainingContext
-from lightning_optimizer.spec import CONTRACT_VERSION, Cell, ImplementationInfo
+from lightning_optimizer.spec import CONTRACT_VERSION, Cell, FailurePolicy, GradScalerSettings, ImplementationInfo
 
 LEAKING_PRECISION = "64-true"
 ENV_VAR = "LIGHTNING_OPTIMIZER_LEAKED_BY_TEST"
@@ -108,16 +109,21 @@ def _leaky(kinds: tuple[str, ...]) -> Callable[..., TrainingContext]:
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+        grad_scaler: GradScalerSettings | None = None,
+        on_failure: FailurePolicy = "discard",
     ) -> TrainingContext:
         left = [LEAKS[kind][0] for kind in kinds if LEAKS[kind][2]()]
         if left:
             raise AssertionError(f"{cell.id} starts with the state a previous cell leaked: {', '.join(left)}")
+        scaler = None if grad_scaler is None else GradScaler(cell.device, **grad_scaler.as_kwargs())
         return LeakyContext(
             cell.precision,
             cell.device,
             accumulate_grad_batches,
             gradient_clip_val=gradient_clip_val,
             gradient_clip_algorithm=gradient_clip_algorithm,
+            scaler=scaler,
+            on_failure=on_failure,
         )
 
     return factory

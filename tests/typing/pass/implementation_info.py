@@ -7,7 +7,7 @@ from typing import Literal, assert_type
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.reference import TrainingContext
-from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, implementation_info
+from lightning_optimizer.spec import Cell, FailurePolicy, GradScalerSettings, ImplementationInfo, implementation_info
 
 
 class CellContext(TrainingContext):
@@ -21,6 +21,7 @@ class CellContext(TrainingContext):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         grad_scaler: GradScalerSettings | None = None,
+        on_failure: FailurePolicy = "discard",
     ) -> None:
         scaler = None if grad_scaler is None else GradScaler(cell.device, **grad_scaler.as_kwargs())
         super().__init__(
@@ -30,6 +31,7 @@ class CellContext(TrainingContext):
             gradient_clip_val=gradient_clip_val,
             gradient_clip_algorithm=gradient_clip_algorithm,
             scaler=scaler,
+            on_failure=on_failure,
         )
 
 
@@ -40,6 +42,7 @@ def make_context(
     gradient_clip_val: float | None = None,
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
+    on_failure: FailurePolicy = "discard",
 ) -> TrainingContext:
     return CellContext(
         cell,
@@ -47,6 +50,7 @@ def make_context(
         gradient_clip_val=gradient_clip_val,
         gradient_clip_algorithm=gradient_clip_algorithm,
         grad_scaler=grad_scaler,
+        on_failure=on_failure,
     )
 
 
@@ -59,4 +63,5 @@ def from_class() -> ImplementationInfo[CellContext]:
 def from_function() -> ImplementationInfo[TrainingContext]:
     info = implementation_info(make_context, name="made", version="1.0", devices=("cpu", "cuda"), world_sizes={1, 2})
     assert_type(info.factory(Cell("cpu", "32-true"), gradient_clip_val=1.0), TrainingContext)
+    assert_type(info.factory(Cell("cpu", "32-true"), on_failure="restore").on_failure, FailurePolicy)
     return info

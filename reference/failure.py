@@ -1,0 +1,266 @@
+"""What a failed ``step()`` leaves of its window: the two failure policies, one transaction protocol [FAIL-001].
+
+Every call runs in a :class:`Transaction` that its context's policy begins. The context tells the transaction
+what happens to the window: the closure is about to run, the window is about to change in place (the
+preparation), the closure returned, the closure cleared an empty window; then the call commits or fails.
+
+- :class:`Discard` (the default) keeps nothing: a failed call that wrote into the window (a backward, the
+  preparation, the inner step) discards it, one that did not changes nothing [FAIL-002, FAIL-003]. It tells the two
+  apart from the gradients themselves: which went from ``None`` to a tensor, whose version counter moved.
+- :class:`Restore` keeps what it needs to put the window back exactly [FAIL-004, CLOS-003, TXN-001]: before the
+  closure the window's gradients are moved aside (the *stash*) and the closure's backward writes fresh ones; on
+  success the stash is added into them (one in-place add, the work autograd does when it accumulates), on failure it
+  is put back. Where a backward must see the window itself (DDP reduces the accumulated sum in the closing
+  backward), or where the window is prepared in place with no stash to return to, it is copied first.
+- An optimizer that evaluates its closure itself moves parameters and state between evaluations: under either
+  policy :class:`ParameterRollback` copies them and puts them back [FAIL-005].
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from lightning_optimizer.reference import torch_compat
+from lightning_optimizer.reference.call import Call
+from lightning_optimizer.reference.window import Window
+from lightning_optimizer.spec.types import FAILURE_POLICIES, FailurePolicy
+
+__all__ = [
+    "Discard",
+    "FailurePolicyRule",
+    "ParameterRollback",
+    "Restore",
+    "Transaction",
+    "discard_note",
+    "failure_policy",
+]
+
+
+class Transaction(Protocol):
+    """One call's transaction over the tensors whose ``.grad`` is the window (its parameters, FSDP's unsynced)."""
+
+    def before_in_place(self, call: Call) -> None:
+        """The window is about to change in place: its preparation, or a backward into an unstashed window."""
+        ...
+
+    def after_closure(self, call: Call) -> None:
+        """The closure returned: the window is its gradients and the closure's."""
+        ...
+
+    def cleared(self, set_to_none: bool) -> None:
+        """The closure cleared the gradients of an empty window (``zero_grad()``)."""
+        ...
+
+    def commit(self) -> None:
+        """The call succeeded: nothing kept for a failure is needed any more."""
+        ...
+
+    def fail(self, call: Call) -> bool:
+        """The call raised: put the window back, or discard it; ``True`` when it was discarded."""
+        ...
+
+
+class FailurePolicyRule(Protocol):
+    """A failure policy: the transactions it begins, and its name (what ``context.on_failure`` reads)."""
+
+    name: FailurePolicy
+
+    def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
+        """The transaction of ``call`` over ``tensors``; ``stash``: the closure's backward may start from nothing."""
+        ...
+
+
+def failure_policy(name: object) -> FailurePolicyRule:
+    """The policy named ``name``; a ``ValueError`` names the valid ones otherwise [FAIL-001]."""
+    if name == "discard":
+        return Discard()
+    if name == "restore":
+        return Restore()
+    raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {name!r}")
+
+
+def discard_note(window: Window) -> str:
+    """The note a discarded window's exception carries: what was lost, and how to keep it [FAIL-003]."""
+    return (
+        f"on_failure='discard': the window of {type(window.optimizer).__name__} was discarded with its "
+        f"{window.pending + 1} micro-step(s); build the TrainingContext with on_failure='restore' to keep a failed "
+        "call's window"
+    )
+
+
+# -- discard -----------------------------------------------------------------------------------------------
+
+
+class Discard:
+    """Keep nothing; a failed call that wrote into its window discards the window [FAIL-002, FAIL-003]."""
+
+    name: FailurePolicy = "discard"
+
+    def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
+        """A transaction that only notes what each gradient is now (no copy, no stash) [FAIL-003].
+
+        An optimizer that evaluates its closure itself is restored exactly all the same [FAIL-005].
+        """
+        if call.window.evaluates_closure and call.real:
+            return ParameterRollback(call.window.optimizer)
+        return _DiscardTransaction(tensors)
+
+
+class _DiscardTransaction:
+    __slots__ = ("_grads", "_tensors", "_versions")
+
+    def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
+        self._tensors = tensors
+        self._grads = [tensor.grad for tensor in tensors]
+        self._versions = [None if grad is None else torch_compat.version_counter(grad) for grad in self._grads]
+
+    def before_in_place(self, call: Call) -> None:
+        """Nothing to keep."""
+
+    def after_closure(self, call: Call) -> None:
+        """Nothing to merge: the closure's backward wrote into the window itself."""
+
+    def cleared(self, set_to_none: bool) -> None:
+        """Nothing to forget."""
+
+    def commit(self) -> None:
+        """Nothing was kept."""
+
+    def _written(self) -> bool:
+        """Whether any gradient of the window changed since the call began (a new tensor, or written in place)."""
+        for tensor, grad, version in zip(self._tensors, self._grads, self._versions, strict=True):
+            now = tensor.grad
+            if now is not grad or (now is not None and torch_compat.version_counter(now) != version):
+                return True
+        return False
+
+    def fail(self, call: Call) -> bool:
+        """Discard the window if the call wrote into it or reached its real step; else it is as it was."""
+        if not (self._written() or call.reached_the_step):
+            return False
+        for tensor in self._tensors:
+            tensor.grad = None
+        return True
+
+
+# -- restore -----------------------------------------------------------------------------------------------
+
+
+class Restore:
+    """Keep what puts the window back exactly: one extra gradient set while a call runs [FAIL-004]."""
+
+    name: FailurePolicy = "restore"
+
+    def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
+        """A transaction that stashes the window before the closure (``stash``), or copies it before it changes."""
+        if call.window.evaluates_closure and call.real:
+            return ParameterRollback(call.window.optimizer)
+        return _RestoreTransaction(tensors, stash=stash, in_place=in_place, real=call.real)
+
+
+class _RestoreTransaction:
+    """The window moved aside (or copied) before it changes, put back if the call fails."""
+
+    __slots__ = ("_before", "_cleared", "_in_place", "_kept", "_merged", "_real", "_stashed", "_tensors", "_zeros")
+
+    def __init__(self, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool, real: bool) -> None:
+        self._tensors = tensors
+        self._in_place, self._real = in_place, real
+        self._before: list[torch.Tensor | None] = [tensor.grad for tensor in tensors]
+        holds = any(grad is not None for grad in self._before)
+        self._stashed = stash and holds
+        """The window's gradients are set aside; the closure's backward starts from none."""
+        self._kept = self._stashed or not holds
+        """``_before`` is what the window was, safe from in-place changes (set aside, copied, or all ``None``)."""
+        self._merged = not self._stashed
+        self._cleared = self._zeros = False
+        if self._stashed:
+            for tensor in tensors:
+                tensor.grad = None
+
+    def before_in_place(self, call: Call) -> None:
+        """Copy the window's gradients (once) before they change in place, unless they are set aside."""
+        if not self._kept:
+            self._before = [None if grad is None else grad.detach().clone() for grad in self._before]
+            self._kept = True
+
+    def cleared(self, set_to_none: bool) -> None:
+        """The closure cleared an empty window: the stash is not added back."""
+        if self._stashed and not self._merged:
+            self._cleared, self._zeros = True, not set_to_none
+
+    def after_closure(self, call: Call) -> None:
+        """Add the stashed window into the closure's fresh gradients (once); the stash stays for :meth:`fail`."""
+        if self._merged:
+            return
+        self._merged = True
+        for tensor, old in zip(self._tensors, self._before, strict=True):
+            if old is not None:
+                tensor.grad = self._merged_grad(tensor.grad, old)
+
+    def _merged_grad(self, fresh: torch.Tensor | None, old: torch.Tensor) -> torch.Tensor | None:
+        if self._cleared:
+            return torch.zeros_like(old) if fresh is None and self._zeros else fresh
+        if fresh is None:
+            # The window's sum is prepared in place on a real step: the stash must stay untouched.
+            return old.clone() if self._real else old
+        if self._in_place and not (fresh.is_sparse or old.is_sparse or fresh.requires_grad):
+            return fresh.add_(old)
+        return fresh + old  # keeps the graph of a create_graph backward, as autograd would
+
+    def commit(self) -> None:
+        """Drop the stash or copy."""
+        self._before = []
+
+    def fail(self, call: Call) -> bool:
+        """Put the window back as it was before the call."""
+        for tensor, grad in zip(self._tensors, self._before, strict=True):
+            tensor.grad = grad
+        return False
+
+
+# -- closure evaluators --------------------------------------------------------------------------------------
+
+
+class ParameterRollback:
+    """The transaction of an optimizer that evaluates its closure itself: parameters, gradients, state [FAIL-005].
+
+    LBFGS moves the parameters between evaluations and creates its state before the first one; a failed step
+    puts all of it back, under either policy.
+    """
+
+    __slots__ = ("_grads", "_optimizer", "_params", "_state", "_values")
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizer = optimizer
+        self._params = [param for group in optimizer.param_groups for param in group["params"]]
+        self._values = [param.detach().clone() for param in self._params]
+        self._grads = [None if param.grad is None else param.grad.detach().clone() for param in self._params]
+        self._state = {param: copy.deepcopy(entry) for param, entry in optimizer.state.items()}
+
+    def before_in_place(self, call: Call) -> None:
+        """Everything is copied already."""
+
+    def after_closure(self, call: Call) -> None:
+        """Each evaluation's gradients are its own (CLOS-004): nothing to merge."""
+
+    def cleared(self, set_to_none: bool) -> None:
+        """Nothing to forget."""
+
+    def commit(self) -> None:
+        """Drop the copies."""
+        self._values, self._grads, self._state = [], [], {}
+
+    def fail(self, call: Call) -> bool:
+        """Put parameters, gradients and state back."""
+        with torch.no_grad():
+            for param, value, grad in zip(self._params, self._values, self._grads, strict=True):
+                param.copy_(value)
+                param.grad = grad
+        self._optimizer.state.clear()
+        self._optimizer.state.update(self._state)
+        return False

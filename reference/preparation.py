@@ -1,0 +1,115 @@
+"""The preparation of a window for its real step: its steps, in order, once per window.
+
+The window's mean [ACC-001, AMP-007], the cross-replica reduction of the device [XLA-001], the loss scaler's
+unscaling [AMP-002], clipping [CLIP-001]: each step is one object, and :class:`Preparation` runs them in order. An
+optimizer that evaluates its closure itself has each evaluation's gradients reduced and clipped
+(:attr:`Preparation.evaluation`). ``unscale_gradients()`` runs the same preparation early [CLIP-002].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from lightning_optimizer.reference.accumulation import normalise_window
+from lightning_optimizer.reference.clipping import ClipAlgorithm, clip_gradients
+from lightning_optimizer.reference.window import Window
+
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+__all__ = ["Clipping", "Preparation", "PreparationStep", "Reduction", "Unscaling", "WindowMean", "preparation"]
+
+
+class PreparationStep(Protocol):
+    """One step of the preparation."""
+
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        """Whether the step changes ``window``'s gradients in place (a restoring policy copies them first)."""
+        ...
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        """Apply the step to ``window``'s gradients."""
+        ...
+
+
+class WindowMean:
+    """The window's summed gradients become their mean (under 16-mixed each loss was divided by N already)."""
+
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        """A window whose length is the divisor its losses had is its own mean."""
+        return window.pending + 1 != context.parts.scaling.window_divisor(context.accumulate_grad_batches)
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        """Divide by the window's length (times the divisor its losses had)."""
+        divisor = context.parts.scaling.window_divisor(context.accumulate_grad_batches)
+        normalise_window(window.params(), window.pending + 1, divided_by=divisor)
+
+
+class Reduction:
+    """The device's cross-replica reduction, where it is not done in backward (XLA)."""
+
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        """Whether the device reduces outside backward."""
+        return context.parts.device.reduces_gradients
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        """Reduce across replicas."""
+        context.parts.device.reduce_gradients(window.optimizer)
+
+
+class Unscaling:
+    """The loss scaler's unscaling (16-mixed), once per optimizer and iteration."""
+
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        """Whether the precision scales losses."""
+        return context.parts.scaling.changes_gradients
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        """Unscale."""
+        context.parts.scaling.unscale(window.optimizer)
+
+
+@dataclass(frozen=True)
+class Clipping:
+    """Gradient clipping by total norm over every parameter of the optimizer, or by value."""
+
+    value: float
+    algorithm: ClipAlgorithm = "norm"
+
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        """Clipping may change any gradient."""
+        return True
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        """Clip the optimizer's gradients."""
+        clip_gradients(window.params(), self.value, self.algorithm)
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """The steps a window goes through before its real step, in order; ``evaluation``: those of each evaluation."""
+
+    steps: Sequence[PreparationStep]
+    evaluation: Sequence[PreparationStep]
+
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        """Whether preparing ``window`` changes any gradient in place."""
+        return any(step.changes(context, window) for step in self.steps)
+
+    def prepare(self, context: TrainingContext, window: Window, *, early: bool = False) -> None:
+        """Run every step on ``window``, in order; ``early``: for ``unscale_gradients()`` [CLIP-002]."""
+        for step in self.steps:
+            step(context, window)
+
+    def prepare_evaluation(self, context: TrainingContext, window: Window) -> None:
+        """Run the steps of one evaluation of a closure-evaluating optimizer's closure [CLOS-004]."""
+        for step in self.evaluation:
+            step(context, window)
+
+
+def preparation(clip_val: float | None, clip_algorithm: ClipAlgorithm) -> Preparation:
+    """The contract's order: mean, reduction, unscaling, clipping (when configured) [AMP-002, CLIP-001, XLA-001]."""
+    clipping: tuple[PreparationStep, ...] = () if clip_val is None else (Clipping(clip_val, clip_algorithm),)
+    return Preparation(steps=(WindowMean(), Reduction(), Unscaling(), *clipping), evaluation=(Reduction(), *clipping))

@@ -1,0 +1,33 @@
+"""FAIL-003 broken: a discarded window's optimizer keeps what the loss scaler recorded of it in the iteration.
+
+A framework that drops the gradients of a failed call and forgets that ``unscale_gradients()`` (or the failed real
+step) had already unscaled the optimizer: torch's ``GradScaler`` then refuses to unscale the next window in the same
+iteration, or carries a found-inf the next window never had.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from lightning_optimizer.reference.amp import GradScaling
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class _KeepsRecords(GradScaling):
+    def forget(self, optimizer: torch.optim.Optimizer) -> None:
+        """Nothing is forgotten."""
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        scaler = self.parts.scaling.scaler
+        if scaler is not None:
+            self.parts.scaling = _KeepsRecords(scaler)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,63 @@
+"""FAIL-004 broken: the restoring policy keeps its copy of a window after the call succeeded, and reuses it.
+
+A framework that snapshots a window once, when it opens, and restores that snapshot on any later failure: after
+a successful micro-step the snapshot is stale, and a failed call puts the window back to where it was one or more
+micro-steps earlier, losing the ones that succeeded in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from lightning_optimizer.reference.call import Call
+from lightning_optimizer.reference.failure import Restore, Transaction
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class _StaleRestore(Restore):
+    def __init__(self) -> None:
+        self._kept: dict[int, Transaction] = {}
+
+    def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
+        key = id(call.window)
+        if call.window.pending == 0 or key not in self._kept:
+            # The window opens: one copy of it, kept (not stashed) until the window closes.
+            self._kept[key] = super().begin(call, tensors, stash=False, in_place=in_place)
+            self._kept[key].before_in_place(call)
+        return _Kept(self._kept[key], super().begin(call, tensors, stash=stash, in_place=in_place))
+
+
+class _Kept:
+    def __init__(self, kept: Transaction, fresh: Transaction) -> None:
+        self._kept, self._fresh = kept, fresh
+
+    def before_in_place(self, call: Call) -> None:
+        self._fresh.before_in_place(call)
+
+    def after_closure(self, call: Call) -> None:
+        self._fresh.after_closure(call)
+
+    def cleared(self, set_to_none: bool) -> None:
+        self._fresh.cleared(set_to_none)
+
+    def commit(self) -> None:
+        self._fresh.commit()  # the copy taken when the window opened stays
+
+    def fail(self, call: Call) -> bool:
+        self._fresh.fail(call)
+        return self._kept.fail(call)  # back to the window as it was when it opened
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.on_failure == "restore":
+            self.parts.failure = _StaleRestore()
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
