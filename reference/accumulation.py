@@ -25,7 +25,6 @@ __all__ = [
     "LoopPosition",
     "check_accumulate_grad_batches",
     "check_count",
-    "closes_window",
     "normalise_window",
 ]
 
@@ -52,26 +51,6 @@ def check_accumulate_grad_batches(value: object) -> int:
     return value
 
 
-def closes_window(
-    make_optimizer_step: bool | None,
-    *,
-    pending: int,
-    accumulate_grad_batches: int,
-    position: LoopPosition | None,
-) -> bool:
-    """Whether this micro-step takes the real step.
-
-    An explicit ``make_optimizer_step`` decides. ``None`` follows the schedule: inside a loop batch, the batch
-    completes a window of ``accumulate_grad_batches`` or is the last of its epoch (the partial window is
-    flushed); outside a batch, the window (``pending`` earlier micro-steps plus this one) is full.
-    """
-    if make_optimizer_step is not None:
-        return make_optimizer_step
-    if position is not None:
-        return (position.batch_idx + 1) % accumulate_grad_batches == 0 or position.is_last
-    return pending + 1 >= accumulate_grad_batches
-
-
 class Accumulation:
     """The schedule of ``make_optimizer_step=None``: windows of ``every`` micro-steps [CTX-001]."""
 
@@ -81,10 +60,17 @@ class Accumulation:
         self.every = check_accumulate_grad_batches(every)
 
     def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
-        """Whether this micro-step of a window with ``pending`` earlier ones takes the real step."""
-        return closes_window(
-            make_optimizer_step, pending=pending, accumulate_grad_batches=self.every, position=position
-        )
+        """Whether this micro-step of a window with ``pending`` earlier ones takes the real step [STEP-001 to STEP-003].
+
+        An explicit ``make_optimizer_step`` decides. ``None`` follows the schedule: inside a loop batch, the batch
+        completes a window of ``every`` or is the last of its epoch (the partial window is flushed); outside a
+        batch, the window (``pending`` earlier micro-steps plus this one) is full.
+        """
+        if make_optimizer_step is not None:
+            return make_optimizer_step
+        if position is not None:
+            return (position.batch_idx + 1) % self.every == 0 or position.is_last
+        return pending + 1 >= self.every
 
     def accumulated(self, window: Window) -> None:
         """A micro-step that only accumulated: the window one longer [STEP-002, STEP-004]."""

@@ -36,6 +36,8 @@ class CallStage(enum.Enum):
     DONE = "done"
     FAILED = "failed"
 
+    __hash__ = object.__hash__  # members are singletons compared by identity: a C-level hash for _NEXT's lookups
+
 
 _NEXT: dict[CallStage, frozenset[CallStage]] = {
     CallStage.CLOSURE: frozenset({CallStage.PREPARED, CallStage.STEPPING, CallStage.DONE, CallStage.FAILED}),

@@ -154,7 +154,7 @@ class TrainingContext:
 
     def autocast(self) -> AbstractContextManager[None]:
         """The autocast region for forward passes in this context's precision (weight cache off, PREC-004)."""
-        return self.parts.precision.autocast(self.device)
+        return self.parts.precision.autocast(self.parts.device.torch_device)
 
     def batch(self, batch_idx: int, *, is_last: bool = False) -> AbstractContextManager[None]:
         """Mark one training iteration: batch ``batch_idx`` of the epoch, the last one when ``is_last``."""
@@ -212,7 +212,7 @@ class TrainingContext:
         if window.evaluates_closure and call.real:
             assert closure is not None
             call.advance(CallStage.STEPPING)
-            self._before_optimizer_step(wrapper)
+            parts.hooks.run_before_optimizer_step(wrapper)  # [HOOK-002]
             evaluate = lambda: parts.closures.evaluate(self, call, index, closure)  # noqa: E731
             return self.inner_step(window, kwargs, evaluate)  # type: ignore[no-any-return]
         if closure is not None:
@@ -226,7 +226,7 @@ class TrainingContext:
         if closure is not None and window.takes_closure and not parts.scaling.changes_gradients:
             kwargs = {**kwargs, "closure": parts.closures.replay(self, call, index, closure, result)}
         call.advance(CallStage.STEPPING)
-        self._before_optimizer_step(wrapper)
+        parts.hooks.run_before_optimizer_step(wrapper)  # the window prepared [HOOK-002]
         call.skipped = not self.inner_step(window, kwargs)
         return result
 
@@ -238,11 +238,6 @@ class TrainingContext:
             call.transaction.before_in_place(call)
         self.parts.preparation.prepare(self, call.window)
         call.advance(CallStage.PREPARED)
-
-    def _before_optimizer_step(self, wrapper: WrappedOptimizer[Any]) -> None:
-        """The registered ``before_optimizer_step`` hooks, the window prepared, inside the call [HOOK-002]."""
-        if self.parts.hooks.before_optimizer_step:
-            self.parts.hooks.run_before_optimizer_step(wrapper)
 
     def _fail(self, call: Call, error: BaseException) -> None:
         """A call that raised: the failure policy keeps or discards its window [FAIL-002 to FAIL-005]."""
@@ -278,12 +273,15 @@ class TrainingContext:
         Toggled; without gradient sync unless the call closes the window; inside the autocast region; under 16-mixed
         a backward that missed the loss scaling is refused when the closure returns.
         """
-        parts = self.parts
-        sync = call.real
+        parts, scaling = self.parts, self.parts.scaling
+        region = parts.toggling.region(self, index, sync_grad=call.real)
         watch = (
-            parts.scaling.watch(parts.parallel.window_tensors(call.window)) if parts.scaling.changes_gradients else None
+            scaling.watch(parts.parallel.window_tensors(call.window)) if scaling.changes_gradients else nullcontext()
         )
-        with parts.toggling.region(self, index, sync_grad=sync), watch or nullcontext(), self.autocast():
+        autocast = self.autocast()
+        if type(region) is type(watch) is type(autocast) is nullcontext:
+            return closure()  # one optimizer, no autocast, no loss scaling: nothing to enter
+        with region, watch, autocast:
             return closure()
 
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
@@ -313,13 +311,14 @@ class TrainingContext:
         Outside autocast, between the backward hooks, the loss scaled as the precision says, the arguments
         forwarded to autograd.
         """
-        hooks = self.parts.hooks
-        with outside_autocast(self.device):
-            self.parts.refusals.check_backward(self, loss)
+        parts = self.parts
+        hooks = parts.hooks
+        with outside_autocast(parts.device.torch_device):
+            parts.refusals.check_backward(self, loss)
             if hooks.before_backward:
                 hooks.run_backward(hooks.before_backward, wrapper, loss)
-            backward: Callable[..., None] = self.parts.scaling.scale(loss, self.accumulate_grad_batches).backward
-            with self.parts.scaling.backward():
+            backward: Callable[..., None] = parts.scaling.scale(loss, parts.accumulation.every).backward
+            with parts.scaling.backward():
                 backward(*args, **kwargs)
             if hooks.after_backward:
                 hooks.run_backward(hooks.after_backward, wrapper, loss)

@@ -39,12 +39,13 @@ class WindowMean:
 
     def changes(self, context: TrainingContext, window: Window) -> bool:
         """A window whose length is the divisor its losses had is its own mean."""
-        return window.pending + 1 != context.parts.scaling.window_divisor(context.accumulate_grad_batches)
+        return window.pending + 1 != context.parts.scaling.window_divisor(context.parts.accumulation.every)
 
     def __call__(self, context: TrainingContext, window: Window) -> None:
         """Divide by the window's length (times the divisor its losses had)."""
-        divisor = context.parts.scaling.window_divisor(context.accumulate_grad_batches)
-        normalise_window(window.params(), window.pending + 1, divided_by=divisor)
+        divisor = context.parts.scaling.window_divisor(context.parts.accumulation.every)
+        if window.pending + 1 != divisor:  # a full window is its mean as it stands
+            normalise_window(window.params(), window.pending + 1, divided_by=divisor)
 
 
 class Reduction:

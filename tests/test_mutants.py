@@ -1241,10 +1241,11 @@ def test_tables_match_the_mutant_modules() -> None:
 
 
 def test_mutants_override_only_the_declared_seam() -> None:
-    """A mutant's context overrides stages (``StepStages``), public members, construction and copies: nothing else.
+    """A mutant's context overrides the four stages, public members, construction and copies: nothing else.
 
-    The transaction around the stages (``_step`` and the window's stash) is never replaced, so every mutant still
-    puts a failed call back as the reference does, and a renamed stage fails here rather than silently.
+    Everything else a mutant changes, it changes by replacing a collaborator in ``context.parts``. The call around
+    the stages (``_step``: its transitions and its transaction) is never replaced, so every mutant still leaves a
+    failed call as its failure policy says, and a renamed stage fails here rather than silently.
     """
     import ast
 
