@@ -30,6 +30,9 @@ from lightning_optimizer.spec import (
 
 __all__ = [
     "ON_FAILURE",
+    "FlakyAdam",
+    "FlakySGD",
+    "PlannedFailure",
     "Halves",
     "assert_discard_note",
     "assert_same_state",
@@ -361,3 +364,27 @@ def refuses(
     type propagates unchanged, and the ``ExceptionInfo`` given to ``as`` holds the exception caught.
     """
     return _Refusal(expected, call, why, match)
+
+
+class PlannedFailure(RuntimeError):
+    """What a check's closures, hooks and inner steps raise on purpose: the check expects this very exception."""
+
+
+class _Flaky(torch.optim.Optimizer):
+    """An optimizer whose ``step`` raises, before it changes anything, while ``fail`` is set."""
+
+    fail = False
+
+    def step(self, closure: Any = None) -> Any:
+        """Raise :class:`PlannedFailure` while ``fail`` is set; the optimizer's own step otherwise."""
+        if self.fail:
+            raise PlannedFailure("the inner optimizer's step fails (planted by the check)")
+        return super().step(closure)
+
+
+class FlakySGD(_Flaky, torch.optim.SGD):
+    """An SGD whose ``step`` raises, before it changes anything, while ``fail`` is set."""
+
+
+class FlakyAdam(_Flaky, torch.optim.Adam):
+    """An Adam whose ``step`` raises, before it changes anything, while ``fail`` is set."""

@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lightning_optimizer.conformance.harness import (
     Batch,
+    PlannedFailure,
     build_context,
     cell_device,
     cell_dtype,
@@ -421,10 +422,6 @@ def _sharded_batches(
         record["reduce_scatters"].append(counts)
         record["params"].append([_gathered(model) for model in prepared])
     return record
-
-
-class PlannedFailure(RuntimeError):
-    """What a scenario's closure raises on purpose, after its backward."""
 
 
 def _step_that_raises(wrapper: Any, loss_of: Callable[[], Any], make_optimizer_step: bool | None) -> dict[str, Any]:

@@ -30,7 +30,10 @@ from torch.amp.grad_scaler import GradScaler
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     Batch,
+    FlakyAdam,
+    FlakySGD,
     Halves,
+    PlannedFailure,
     assert_discard_note,
     assert_params_close,
     assert_same_state,
@@ -63,36 +66,10 @@ every precision's tolerance."""
 ADAM_LR = 0.01
 
 
-class Planned(RuntimeError):
-    """What the checks' closures, hooks and inner steps raise on purpose: the check expects this very exception."""
-
-
-class _FlakySGD(torch.optim.SGD):
-    """An SGD whose ``step`` raises, before it changes anything, while ``fail`` is set."""
-
-    fail = False
-
-    def step(self, closure: Any = None) -> Any:
-        if self.fail:
-            raise Planned("the inner optimizer's step fails (planted by the check)")
-        return super().step(closure)
-
-
-class _FlakyAdam(torch.optim.Adam):
-    """An Adam whose ``step`` raises, before it changes anything, while ``fail`` is set."""
-
-    fail = False
-
-    def step(self, closure: Any = None) -> Any:
-        if self.fail:
-            raise Planned("the inner optimizer's step fails (planted by the check)")
-        return super().step(closure)
-
-
 _KINDS: dict[str, tuple[type[torch.optim.Optimizer], type[torch.optim.Optimizer], dict[str, Any]]] = {
-    "SGD": (_FlakySGD, torch.optim.SGD, {"lr": SGD_LR}),
-    "SGD momentum": (_FlakySGD, torch.optim.SGD, {"lr": SGD_LR, "momentum": 0.9}),
-    "Adam": (_FlakyAdam, torch.optim.Adam, {"lr": ADAM_LR}),
+    "SGD": (FlakySGD, torch.optim.SGD, {"lr": SGD_LR}),
+    "SGD momentum": (FlakySGD, torch.optim.SGD, {"lr": SGD_LR, "momentum": 0.9}),
+    "Adam": (FlakyAdam, torch.optim.Adam, {"lr": ADAM_LR}),
 }
 """The flaky optimizer of each kind, its plain twin for the oracle, and their hyper-parameters."""
 
@@ -307,7 +284,7 @@ def _planted_hook(rig: _Rig, implementation: ImplementationInfo[Any]) -> Callabl
         return None
 
     def before_backward(wrapper: Any, loss: torch.Tensor) -> None:
-        raise Planned("the before_backward hook fails (planted by the check)")
+        raise PlannedFailure("the before_backward hook fails (planted by the check)")
 
     handle = rig.context.register_hooks(before_backward=before_backward)
     return handle.remove
@@ -360,26 +337,26 @@ def test_a_call_that_fails_before_any_backward_changes_nothing(
     outside = torch.zeros(3, device=rig.device, dtype=rig.dtype, requires_grad=True)
 
     def raise_at_once() -> None:
-        raise Planned("the closure fails at once")
+        raise PlannedFailure("the closure fails at once")
 
     def forward_then_raise() -> None:
         rig.loss("a", batches[1])
-        raise Planned("the closure fails after its forward pass")
+        raise PlannedFailure("the closure fails after its forward pass")
 
     def zero_grad_then_raise() -> None:
         a.zero_grad()
         b.zero_grad(set_to_none=False)
         rig.loss("a", batches[1])
-        raise Planned("the closure fails after zero_grad() of both wrappers (both windows open: no-ops)")
+        raise PlannedFailure("the closure fails after zero_grad() of both wrappers (both windows open: no-ops)")
 
     def autograd_grad_then_raise() -> None:
         loss = rig.loss("a", batches[1])
         torch.autograd.grad(loss, rig.params["a"])
-        raise Planned("the closure fails after torch.autograd.grad, which writes no .grad")
+        raise PlannedFailure("the closure fails after torch.autograd.grad, which writes no .grad")
 
     def backward_elsewhere_then_raise() -> None:
         a.backward((outside * 2.0).sum())
-        raise Planned("the closure fails after a backward that wrote no gradient of the window")
+        raise PlannedFailure("the closure fails after a backward that wrote no gradient of the window")
 
     def reentering() -> None:
         rig.loss("a", batches[1])
@@ -389,16 +366,20 @@ def test_a_call_that_fails_before_any_backward_changes_nothing(
         a.backward(rig.loss("a", batches[1]))
 
     failing: list[tuple[str, Callable[[], Any], type[BaseException]]] = [
-        ("a closure that raises at once", raise_at_once, Planned),
-        ("a closure that raises after its forward pass", forward_then_raise, Planned),
-        ("a closure that raises after zero_grad() of both wrappers", zero_grad_then_raise, Planned),
-        ("a closure that raises after torch.autograd.grad", autograd_grad_then_raise, Planned),
-        ("a closure whose wrapper.backward wrote no gradient of the window", backward_elsewhere_then_raise, Planned),
+        ("a closure that raises at once", raise_at_once, PlannedFailure),
+        ("a closure that raises after its forward pass", forward_then_raise, PlannedFailure),
+        ("a closure that raises after zero_grad() of both wrappers", zero_grad_then_raise, PlannedFailure),
+        ("a closure that raises after torch.autograd.grad", autograd_grad_then_raise, PlannedFailure),
+        (
+            "a closure whose wrapper.backward wrote no gradient of the window",
+            backward_elsewhere_then_raise,
+            PlannedFailure,
+        ),
         ("a closure that re-enters step()", reentering, RuntimeError),
     ]
     remove_hook: list[Callable[[], Any] | None] = [None]
     if "hooks" in implementation.features:
-        failing.append(("a closure whose backward's before_backward hook raises", hooked, Planned))
+        failing.append(("a closure whose backward's before_backward hook raises", hooked, PlannedFailure))
     with rig.context.batch(1):
         for make_step in (False, True):
             for what, closure, raised in failing:
@@ -437,10 +418,10 @@ def test_a_call_that_fails_before_any_backward_changes_nothing(
 
         def plain_then_raise() -> None:
             rig.loss("a", batches[1]).backward()
-            raise Planned("the closure fails after loss.backward()")
+            raise PlannedFailure("the closure fails after loss.backward()")
 
         call = f"wrapper a's step() whose closure raises after loss.backward() (on_failure={on_failure!r})"
-        with refuses(Planned, call, "CLOS-003: the closure's exception propagates") as error:
+        with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates") as error:
             a.step(plain_then_raise, make_optimizer_step=False)
         if discard:
             before.assert_unchanged(rig, f"{call}: loss.backward() wrote into the window (FAIL-003)", discarded="a")
@@ -456,13 +437,13 @@ def test_a_call_that_fails_before_any_backward_changes_nothing(
 
         def forward_then_raise_prepared() -> None:
             rig.loss("a", batches[2])
-            raise Planned("the closing step's closure fails after its forward pass")
+            raise PlannedFailure("the closing step's closure fails after its forward pass")
 
         def backward_refused() -> None:
             a.backward(rig.loss("a", batches[2]))  # refused: the window is prepared (CLIP-002)
 
         for what, closure, raised in (
-            ("a closure that raises after its forward pass", forward_then_raise_prepared, Planned),
+            ("a closure that raises after its forward pass", forward_then_raise_prepared, PlannedFailure),
             ("a closure whose backward is refused", backward_refused, RuntimeError),
         ):
             for closing in (None, True):
@@ -686,14 +667,14 @@ def test_a_discarded_window_is_gone_and_the_next_is_exact(
                     a.backward(loss)
                 if plan.where == "prepared closure":
                     a.unscale_gradients()
-                raise Planned("the closure fails after its backward")
+                raise PlannedFailure("the closure fails after its backward")
 
             a.step(closure, make_optimizer_step=make_step)
         elif plan.where == "hook":
 
             def before_optimizer_step(wrapper: Any) -> None:
                 if wrapper is a:
-                    raise Planned("the before_optimizer_step hook fails")
+                    raise PlannedFailure("the before_optimizer_step hook fails")
 
             handle = rig.context.register_hooks(before_optimizer_step=before_optimizer_step)
             try:
@@ -717,7 +698,7 @@ def test_a_discarded_window_is_gone_and_the_next_is_exact(
             if batch_idx == plan.failing:
                 before = _Snapshot.of(rig, state=False)
                 what = f"{scenario}: wrapper a's failed call in batch {batch_idx}"
-                with refuses(Planned, what, "CLOS-003, TXN-001, HOOK-004: the failure propagates") as raised:
+                with refuses(PlannedFailure, what, "CLOS-003, TXN-001, HOOK-004: the failure propagates") as raised:
                     fail(batch_idx)
                 before.assert_unchanged(rig, what, discarded="a")
                 assert_discard_note(raised.value, a.optimizer, (plan.held, plan.held + 1), what)
@@ -807,11 +788,11 @@ def test_a_failed_window_leaves_no_found_inf_behind(
                 def overflowing(batch: Batch = batch) -> None:
                     b.backward(rig.loss("b", batch) * math.inf)
                     b.unscale_gradients()
-                    raise Planned("the closure fails after unscaling an overflowing window")
+                    raise PlannedFailure("the closure fails after unscaling an overflowing window")
 
                 before = _Snapshot.of(rig, state=False)
                 call = f"wrapper b's closing step() whose closure unscaled an overflow, then raised ({on_failure})"
-                with refuses(Planned, call, "CLOS-003: the closure's exception propagates"):
+                with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
                     b.step(overflowing)
                 before.assert_unchanged(rig, call, discarded="b" if on_failure == "discard" else None)
             elif batch_idx == 1:
@@ -822,12 +803,12 @@ def test_a_failed_window_leaves_no_found_inf_behind(
                 inner = b.optimizer
 
                 def raising(*args: Any, **kwargs: Any) -> None:
-                    raise Planned("the inner step fails on purpose")
+                    raise PlannedFailure("the inner step fails on purpose")
 
                 inner.step = raising
                 call = "wrapper b's closing step() of a window unscale_gradients() prepared, its inner step raising"
                 try:
-                    with refuses(Planned, call, "TXN-001: the inner step's exception propagates"):
+                    with refuses(PlannedFailure, call, "TXN-001: the inner step's exception propagates"):
                         b.step(make_optimizer_step=True)
                 finally:
                     del inner.step
@@ -910,13 +891,13 @@ def test_restore_returns_to_the_last_successful_call(
     def after_backward(batch: Batch) -> Callable[[], None]:
         def closure() -> None:
             a.backward(rig.loss("a", batch))
-            raise Planned("the closure fails after its backward")
+            raise PlannedFailure("the closure fails after its backward")
 
         return closure
 
     def expect(what: str, failing: Callable[[], Any], *, prepared: bool = False) -> None:
         before = _Snapshot.of(rig, state=state and not prepared)
-        with refuses(Planned, what, "CLOS-003, TXN-001, HOOK-004: the failure propagates"):
+        with refuses(PlannedFailure, what, "CLOS-003, TXN-001, HOOK-004: the failure propagates"):
             failing()
         before.assert_unchanged(rig, f"{what}: under on_failure='restore' (FAIL-004)")
 
@@ -933,7 +914,7 @@ def test_restore_returns_to_the_last_successful_call(
     def hook_fails(call: Callable[[], Any]) -> Callable[[], Any]:
         def failing() -> None:
             def before_optimizer_step(wrapper: Any) -> None:
-                raise Planned("the before_optimizer_step hook fails")
+                raise PlannedFailure("the before_optimizer_step hook fails")
 
             handle = rig.context.register_hooks(before_optimizer_step=before_optimizer_step)
             try:
@@ -1095,10 +1076,10 @@ def test_states_and_copies_carry_the_failure_policy(
                 with clone_context.autocast():
                     loss = mse(clone_model, batches[1], cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
                 clone_wrapper.backward(loss)
-                raise Planned("the closure fails after its backward")
+                raise PlannedFailure("the closure fails after its backward")
 
             call = f"a failed call on a {how} of an on_failure={policy!r} training state"
-            with refuses(Planned, call, "CLOS-003: the closure's exception propagates"):
+            with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
                 clone_wrapper.step(failing)
             want: list[torch.Tensor | None] = [None] * len(window) if policy == "discard" else window
             _assert_same_grads(_grads(list(clone_model.parameters())), want, f"{call} (FAIL-006: the copy's policy)")

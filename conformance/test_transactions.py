@@ -26,7 +26,10 @@ from torch.amp.grad_scaler import GradScaler
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     Batch,
+    FlakyAdam,
+    FlakySGD,
     Halves,
+    PlannedFailure,
     assert_discard_note,
     assert_params_close,
     assert_same_state,
@@ -245,36 +248,10 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
 # -- TXN-001: a real step whose inner step raises ------------------------------------------------------------
 
 
-class _InnerStepFailure(RuntimeError):
-    """What the planted inner step raises: the check expects this very exception to propagate."""
-
-
-class _FlakySGD(torch.optim.SGD):
-    """An SGD whose ``step`` raises, before it changes anything, while ``fail`` is set."""
-
-    fail = False
-
-    def step(self, closure: Any = None) -> Any:
-        if self.fail:
-            raise _InnerStepFailure("the inner optimizer's step failed (planted by the check)")
-        return super().step(closure)
-
-
-class _FlakyAdam(torch.optim.Adam):
-    """An Adam whose ``step`` raises, before it changes anything, while ``fail`` is set."""
-
-    fail = False
-
-    def step(self, closure: Any = None) -> Any:
-        if self.fail:
-            raise _InnerStepFailure("the inner optimizer's step failed (planted by the check)")
-        return super().step(closure)
-
-
 _OPTIMIZERS: dict[str, tuple[type[torch.optim.Optimizer], type[torch.optim.Optimizer], dict[str, Any]]] = {
-    "SGD": (_FlakySGD, torch.optim.SGD, {"lr": SGD_LR}),
-    "SGD momentum": (_FlakySGD, torch.optim.SGD, {"lr": SGD_LR, "momentum": 0.9}),
-    "Adam": (_FlakyAdam, torch.optim.Adam, {"lr": ADAM_LR}),
+    "SGD": (FlakySGD, torch.optim.SGD, {"lr": SGD_LR}),
+    "SGD momentum": (FlakySGD, torch.optim.SGD, {"lr": SGD_LR, "momentum": 0.9}),
+    "Adam": (FlakyAdam, torch.optim.Adam, {"lr": ADAM_LR}),
 }
 """The flaky optimizer, its plain twin for the oracle, and their hyper-parameters."""
 
@@ -502,7 +479,7 @@ def test_failed_inner_step_leaves_the_window(
             state = copy.deepcopy(context.state_dict()) if checkpointing and not plan.unscale_first else None
             inner.fail = True  # type: ignore[attr-defined]
             with refuses(
-                _InnerStepFailure,
+                PlannedFailure,
                 f"a closing step() whose inner optimizer's step raises ({scenario}, on_failure={on_failure!r})",
                 "TXN-001: the inner step's exception propagates out of step()",
             ) as raised:

@@ -23,10 +23,10 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 
 import torch
 
-from lightning_optimizer.spec import StepOutcome
+from lightning_optimizer.spec import FAILURE_POLICIES, StepOutcome
 from lightning_optimizer.spec import __version__ as __version__
 
-__all__ = ["NoHooks", "PeerContext", "PeerOptimizer"]
+__all__ = ["NoHooks", "PeerContext", "PeerOptimizer", "check_discard_only"]
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
@@ -54,6 +54,18 @@ class NoHooks:
             f"{self.peer_name} offers no hooks to register around its optimizer wrapper's backward and step; the "
             "adapter does not claim the feature 'hooks'"
         )
+
+
+def check_discard_only(on_failure: object, peer_name: str) -> None:
+    """FAIL-001 for an adapter: ``"discard"`` taken, ``"restore"`` refused (no adapter claims ``"exact_restore"``)."""
+    if on_failure == "restore":
+        raise ValueError(
+            f"on_failure='restore' is refused: {peer_name} keeps no failed window (nothing copies a window to put back "
+            "when a step() raises), and this adapter does not claim the feature 'exact_restore'; use "
+            "on_failure='discard'"
+        )
+    if on_failure not in FAILURE_POLICIES:
+        raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {on_failure!r}")
 
 
 class PeerContext(Protocol):

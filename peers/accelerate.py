@@ -23,10 +23,9 @@ from typing import Any, Literal, TypeVar, cast
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_optimizer.peers import NoHooks, PeerOptimizer
+from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_discard_only
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
-    FAILURE_POLICIES,
     Cell,
     FailurePolicy,
     GradScalerSettings,
@@ -144,7 +143,7 @@ class AccelerateContext(NoHooks):
         grad_scaler: GradScalerSettings | None = None,
         on_failure: FailurePolicy = "discard",
     ) -> None:
-        _check_on_failure(on_failure, self.peer_name)
+        check_discard_only(on_failure, self.peer_name)
         self._on_failure: FailurePolicy = "discard"
         if device == "cpu" and is_torch_xla_available():
             raise RuntimeError(
@@ -306,18 +305,6 @@ class AccelerateContext(NoHooks):
                 for model in self._models:
                     stack.enter_context(self._accelerator.no_sync(model))
             yield
-
-
-def _check_on_failure(on_failure: object, peer_name: str) -> None:
-    """FAIL-001: ``"discard"`` is taken, ``"restore"`` refused (the adapter does not claim ``"exact_restore"``)."""
-    if on_failure == "restore":
-        raise ValueError(
-            f"on_failure='restore' is refused: {peer_name} keeps no failed window (nothing copies a window to put back "
-            "when a step() raises), and this adapter does not claim the feature 'exact_restore'; use "
-            "on_failure='discard'"
-        )
-    if on_failure not in FAILURE_POLICIES:
-        raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {on_failure!r}")
 
 
 def _context_for(

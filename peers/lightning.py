@@ -22,10 +22,9 @@ import torch
 import torch.distributed as dist
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.peers import NoHooks, PeerOptimizer
+from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_discard_only
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
-    FAILURE_POLICIES,
     Cell,
     FailurePolicy,
     GradScalerSettings,
@@ -130,7 +129,7 @@ class LightningContext(NoHooks):
         grad_scaler: GradScalerSettings | None = None,
         on_failure: FailurePolicy = "discard",
     ) -> None:
-        _check_on_failure(on_failure, self.peer_name)
+        check_discard_only(on_failure, self.peer_name)
         self._on_failure: FailurePolicy = "discard"
         world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         # A configured loss scaler goes in as the docs show: a MixedPrecision plugin holding the GradScaler.
@@ -297,18 +296,6 @@ class LightningContext(NoHooks):
     def _peer_toggle_model(self, wrapper: PeerOptimizer[Any], sync_grad: bool) -> AbstractContextManager[None]:
         peer: LightningOptimizer = wrapper.peer
         return peer.toggle_model(sync_grad=sync_grad) if self._module is not None else nullcontext()
-
-
-def _check_on_failure(on_failure: object, peer_name: str) -> None:
-    """FAIL-001: ``"discard"`` is taken, ``"restore"`` refused (the adapter does not claim ``"exact_restore"``)."""
-    if on_failure == "restore":
-        raise ValueError(
-            f"on_failure='restore' is refused: {peer_name} keeps no failed window (nothing copies a window to put back "
-            "when a step() raises), and this adapter does not claim the feature 'exact_restore'; use "
-            "on_failure='discard'"
-        )
-    if on_failure not in FAILURE_POLICIES:
-        raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {on_failure!r}")
 
 
 def _context_for(

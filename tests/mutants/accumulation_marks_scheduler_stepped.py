@@ -28,18 +28,6 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         self.parts.accumulation = _MarksEveryCall(self.accumulate_grad_batches)
 
-    @property
-    def accumulate_grad_batches(self) -> int:
-        return self.parts.accumulation.every
-
-    @accumulate_grad_batches.setter
-    def accumulate_grad_batches(self, value: int) -> None:
-        # The reference's setter, rebuilding this accumulation rule rather than the reference's.
-        value = _MarksEveryCall(value).every
-        if value != self.parts.accumulation.every:
-            self.parts.refusals.check_accumulation_change(self, value)
-            self.parts.accumulation = _MarksEveryCall(value)
-
 
 def conformance_info() -> ImplementationInfo[Context]:
     return mutant_info(Context, __name__)

@@ -27,17 +27,6 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         self.parts.accumulation = EvaluatorOutcomeUnrecorded(self.parts.accumulation.every)
 
-    @property
-    def accumulate_grad_batches(self) -> int:
-        return self.parts.accumulation.every
-
-    @accumulate_grad_batches.setter
-    def accumulate_grad_batches(self, value: int) -> None:
-        every = Accumulation(value).every  # the reference's setter, keeping this accumulation rule
-        if every != self.parts.accumulation.every:
-            self.parts.refusals.check_accumulation_change(self, every)
-            self.parts.accumulation = EvaluatorOutcomeUnrecorded(every)
-
 
 def conformance_info() -> ImplementationInfo[Context]:
     return mutant_info(Context, __name__)
