@@ -768,6 +768,8 @@ MUTANTS: dict[str, Entry] = {
         [
             "test_a_call_that_fails_before_any_backward_changes_nothing[discard]",
             "test_a_discarded_window_is_gone_and_the_next_is_exact[closure-after-backward-2-wrappers]",
+            "test_a_discarded_window_is_gone_and_the_next_is_exact[prepared-in-closure-same-iteration]",
+            "test_a_discarded_window_is_gone_and_the_next_is_exact[prepared-then-accumulated]",
             "test_a_two_pass_optimizer_whose_second_evaluation_raises[discard]",
         ],
     ),
@@ -782,6 +784,17 @@ MUTANTS: dict[str, Entry] = {
     "restore_keeps_stash_after_success": (
         "FAIL-004",
         ["test_restore_returns_to_the_last_successful_call", "test_closure_that_raises_changes_nothing[restore]"],
+    ),
+    "inner_step_discard_keeps_outcome": (
+        "FAIL-003",
+        [
+            "test_failed_inner_step_leaves_the_window[discard-window-1-closure]",
+            "test_failed_inner_step_leaves_the_window[discard-window-3-closure-clipped]",
+            "test_failed_inner_step_leaves_the_window[discard-cut-short-backward-adam]",
+            "test_failed_inner_step_leaves_the_window[discard-prepared-backward-clipped]",
+            "test_failed_inner_step_leaves_the_window[discard-retried-in-next-batch]",
+            "test_a_discarded_window_is_gone_and_the_next_is_exact[inner-step-outside-batch-skipped]",
+        ],
     ),
     "default_on_failure_restore": ("FAIL-001", ["test_failure_policy_is_a_construction_setting"]),
     "discard_written_told_by_wrapper_backward": (
@@ -832,7 +845,11 @@ MUTANTS: dict[str, Entry] = {
     ),
     "restored_call_reported_discarded": (
         "FAIL-004",
-        ["test_restore_returns_to_the_last_successful_call", "test_closure_that_raises_changes_nothing[restore]"],
+        [
+            "test_restore_returns_to_the_last_successful_call",
+            "test_closure_that_raises_changes_nothing[restore]",
+            "test_a_two_pass_optimizer_whose_second_evaluation_raises[restore]",
+        ],
     ),
     "restore_references_prepared_window": (
         "TXN-001",
