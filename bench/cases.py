@@ -154,9 +154,16 @@ FSDP_CASE = "fsdp"
 """The FSDP2 accumulation case (two gloo ranks), run by :mod:`bench.fsdp`."""
 RANK_CASES = (DDP_CASE, FSDP_CASE)
 ALL_CASES = (*TIMED_CASES, *RANK_CASES)
-DEFAULT_CASES = ("small-32-true", "small-16-mixed", "mid-32-true", "mid-16-mixed", TARGET_CASE)
-"""What ``python -m bench`` times without ``--cases`` (about 10 minutes on 2 cores); ``--cases default,ddp,fsdp``
-adds the DDP and FSDP cases, ``--cases all`` runs every case."""
+DEFAULT_CASES = (
+    "small-32-true",
+    "small-16-mixed",
+    "small-adam-acc4-32-true",
+    "small-adam-acc4-16-mixed",
+    TARGET_CASE,
+)
+"""What ``python -m bench`` times without ``--cases`` (about 20 minutes on 2 cores): the per-call cost on a small
+model, with and without accumulation, and the target case; ``--cases default,ddp,fsdp`` adds the DDP and FSDP
+cases, ``--cases all`` runs every case (the mid-size ones too)."""
 
 
 def mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
