@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import atexit
 import os
+import textwrap
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-from lightning_optimizer.conformance import isolation, report
+from lightning_optimizer.conformance import html_report, isolation, report
 from lightning_optimizer.conformance.dimensions import dimension_problems
 from lightning_optimizer.conformance.harness import build_context
 from lightning_optimizer.conformance.outcomes import NotApplicable, Unavailable
@@ -64,8 +65,8 @@ RUN_KEY = pytest.StashKey[tuple[list[report.Declaration], list[str]]]()
 """The declared deviations with their staleness, and what fails the run as a whole."""
 ENTRY_KEY = pytest.StashKey[ExpectedFailure]()
 """On an item: the declared deviation that applies to it."""
-VERDICT_KEY = pytest.StashKey[NotApplicable | Unavailable]()
-"""On an item: why it does not run here, decided at collection and raised when it would set up."""
+VERDICT_KEY = pytest.StashKey[Unavailable]()
+"""On an item: why this machine cannot run it, decided at collection and raised when it would set up."""
 
 ContextT = TypeVar("ContextT", bound=TrainingContext)
 
@@ -97,6 +98,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--report-json", default=None, metavar="PATH", help="write the result matrix as JSON")
     group.addoption("--report-md", default=None, metavar="PATH", help="write the result matrix as Markdown")
+    group.addoption(
+        "--report-html",
+        default=None,
+        metavar="PATH",
+        help="write the result matrix as one self-contained HTML page (no network, no scripts)",
+    )
+    group.addoption(
+        "--matrix",
+        default="summary",
+        choices=report.MATRIX_CHOICES,
+        help="what the terminal shows: per cell and per requirement group (summary, the default; 120 columns), "
+        "or the per-check matrix too (full; as wide as the cells need)",
+    )
     group.addoption(
         "--expected-failures-file",
         default=None,
@@ -191,7 +205,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     examples: int | None = config.getoption("property_examples")
     if examples is not None:
         lines.append(f"conformance: property-based checks run {examples} examples each")
-    return lines
+    return [part for line in lines for part in textwrap.wrap(line, report.TERMINAL_WIDTH, subsequent_indent="  ")]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -278,12 +292,20 @@ def _cell_of(item: pytest.Item) -> Cell | None:
     return cell if isinstance(cell, Cell) else None
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what the caller left out
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each collected check as n/a, unavailable or a declared deviation."""
+    """Deselect the checks that are n/a (recording them as such); mark the rest unavailable or a declared deviation.
+
+    A check is n/a where it does not apply to its cell, or where the implementation does not claim the cell or a
+    feature it needs: pytest reports it deselected, the matrix as ``n/a`` with its reason. Only the checks this
+    machine cannot run are left to be reported as skips.
+    """
     info = config.stash[IMPL_KEY].info
     declared = config.stash[DECLARED_KEY]
     matched: list[list[str]] = [[] for _ in declared]
     names: set[str] = set()
+    kept: list[pytest.Item] = []
+    deselected: list[pytest.Item] = []
     for item in items:
         unknown = [rid for marker in item.iter_markers("requirement") for rid in marker.args if rid not in REQUIREMENTS]
         if unknown:
@@ -297,19 +319,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for i in applying:
             matched[i].append(item.nodeid)
         verdict = _verdict(item, info, _cell_of(item))
+        if isinstance(verdict, NotApplicable):
+            result = _result(item)
+            result.outcome, result.reason = "n/a", verdict.msg or ""
+            deselected.append(item)
+            continue
         if verdict is not None:
             item.stash[VERDICT_KEY] = verdict
         elif applying:
             entry = item.stash[ENTRY_KEY] = declared[applying[0]]
             deviation = f"declared deviation {entry.entry!r} ({entry.source}): {entry.reason}"
             item.add_marker(pytest.mark.xfail(reason=deviation, strict=True))
+        kept.append(item)
     config.stash[MATCHED_KEY] = matched
     config.stash[COLLECTED_NAMES_KEY] = names
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+def _result(item: pytest.Item) -> report.Result:
+    """The matrix's record of a check in its cell (made on first use)."""
+    results = item.config.stash[RESULTS_KEY]
+    result = results.get(item.nodeid)
+    if result is None:
+        cell = _cell_of(item)
+        result = results[item.nodeid] = report.Result(
+            check=check_name(item),
+            requirements=[rid for marker in item.iter_markers("requirement") for rid in marker.args],
+            device=None if cell is None else cell.device,
+            precision=None if cell is None else cell.precision,
+            world_size=None if cell is None else cell.world_size,
+            strategy=None if cell is None else cell.strategy,
+        )
+    return result
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A check that does not run here stops before its fixtures, as ``n/a`` or ``unavailable``."""
+    """A check that this machine cannot run stops before its fixtures, as ``unavailable``."""
     verdict = item.stash.get(VERDICT_KEY, None)
     if verdict is not None:
         raise verdict
@@ -320,18 +368,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Record one outcome per check and cell; a leak of global state and a required device's absence fail."""
     rep: pytest.TestReport = yield
     config = item.config
-    results = config.stash[RESULTS_KEY]
     cell = _cell_of(item)
-    result = results.get(item.nodeid)
-    if result is None:
-        result = results[item.nodeid] = report.Result(
-            check=check_name(item),
-            requirements=[rid for marker in item.iter_markers("requirement") for rid in marker.args],
-            device=None if cell is None else cell.device,
-            precision=None if cell is None else cell.precision,
-            world_size=None if cell is None else cell.world_size,
-            strategy=None if cell is None else cell.strategy,
-        )
+    result = _result(item)
     result.duration_s += rep.duration
     leak = call.excinfo is not None and isinstance(call.excinfo.value, isolation.StateLeak)
     if leak and hasattr(rep, "wasxfail"):  # a declared deviation excuses the check's failure, not a leak
@@ -447,7 +485,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if stale and config.getoption("strict_expected_failures"):
         failures.append(f"{len(stale)} stale expected-failure entries (--strict-expected-failures)")
     config.stash[RUN_KEY] = (declarations, failures)
-    if failures and session.exitstatus == pytest.ExitCode.OK:
+    if failures and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -463,10 +501,20 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         loaded.info, loaded.module, results, declarations=declarations, required_devices=required, run_failures=failures
     )
     terminalreporter.section("conformance matrix")
-    lines = report.render_terminal(document) if results else ["no check ran", *report.render_run_notes(document)]
+    matrix = config.getoption("matrix")
+    lines = (
+        report.render_terminal(document, matrix=matrix)
+        if results
+        else ["no check ran", *report.render_run_notes(document)]
+    )
     for line in lines:
         terminalreporter.write_line(line)
-    for option, render in (("report_json", report.to_json), ("report_md", report.to_markdown)):
+    renderers = (
+        ("report_json", report.to_json),
+        ("report_md", report.to_markdown),
+        ("report_html", html_report.render),
+    )
+    for option, render in renderers:
         path = config.getoption(option)
         if path:
             target = Path(path)

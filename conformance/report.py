@@ -29,6 +29,7 @@ import importlib.metadata
 import json
 import platform
 import re
+import textwrap
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -49,6 +50,10 @@ __all__ = [
     "one_line",
     "render_run_notes",
     "render_terminal",
+    "requirement_group",
+    "cell_counts",
+    "group_marks",
+    "n_a_cells",
     "to_json",
     "to_markdown",
 ]
@@ -65,6 +70,10 @@ LEFT_OUT_WHY = (
 )
 REASON_WIDTH = 160
 """The widest line of reason: in the terminal, and in Markdown before a reason goes into a details block."""
+TERMINAL_WIDTH = 120
+"""The widest line the terminal summary prints (unless the full matrix is asked for)."""
+MATRIX_CHOICES = ("summary", "full")
+"""``--matrix``: the cells and requirement groups only, or the per-check matrix before them."""
 REASON_LINES = 20
 """The most failed or erroring cells the terminal gives a line of reason; the reports list every one."""
 _GROUP_MIN = 40
@@ -257,20 +266,26 @@ def _problems(document: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(problems, key=lambda r: (" ".join(r["requirements"]), r["check"], _column_key(_column(r))))
 
 
-def _reason_lines(document: dict[str, Any]) -> list[str]:
-    """One line per failed or erroring cell (at most ``REASON_LINES``): outcome, check, cell, first line of why."""
+def _reason_lines(document: dict[str, Any], width: int = REASON_WIDTH) -> list[str]:
+    """One line per failed or erroring cell (at most ``REASON_LINES``): outcome, check, cell, first line of why.
+
+    No line is longer than ``width``.
+    """
     problems = _problems(document)
     if not problems:
         return []
     cells = "cell" if len(problems) == 1 else "cells"
     lines = [f"why ({len(problems)} failed or erroring {cells}; the first line of each failure):"]
     for row in problems[:REASON_LINES]:
-        prefix = f"  {_SYMBOLS[row['outcome']]:<4} {row['check']} ({_column(row)}): "
-        lines.append(prefix + one_line(row["reason"], max(REASON_WIDTH - len(prefix), 40)))
+        cell = _column(row)
+        check = one_line(row["check"], max(width * 11 // 20 - len(cell) - 10, 24))  # the reason keeps most of the line
+        prefix = f"  {_SYMBOLS[row['outcome']]:<4} {check} ({cell}): "
+        lines.append(prefix + one_line(row["reason"], width - len(prefix)))
     if len(problems) > REASON_LINES:
-        lines.append(
-            f"  ... and {len(problems) - REASON_LINES} more: the JSON and Markdown reports (--report-json, "
-            "--report-md) give every reason in full"
+        lines += _wrap(
+            f"  ... and {len(problems) - REASON_LINES} more: the reports (--report-json, --report-md, "
+            "--report-html) give every reason in full",
+            width,
         )
     return lines
 
@@ -311,36 +326,179 @@ def _summary_text(document: dict[str, Any]) -> str:
     return text + (f"; {count} n/a left out (cells not claimed)" if count else "")
 
 
-def render_terminal(document: dict[str, Any]) -> list[str]:
-    """The matrix as fixed-width lines, then one line of reason per failed or erroring cell, then the run notes.
+def render_terminal(document: dict[str, Any], *, matrix: str = "summary") -> list[str]:
+    """The run as lines of at most :data:`TERMINAL_WIDTH` characters (``matrix="full"``: the per-check matrix first).
 
-    Rows are checks, columns are the claimed cells; cells that are n/a throughout and the unclaimed cells left
-    out of the document are named below the table.
+    Then one row per cell with its counts of each outcome, one row per requirement group with a mark per device
+    and precision, the n/a results by reason, one line of reason per failed or erroring cell, and the run notes.
+    Only the full matrix, asked for, may be wider than the terminal.
     """
-    columns, rows = _matrix(document)
-    columns, hidden = _shown(columns, rows)
-    lines = []
-    if rows:
-        check_width = max([len("check")] + [len(check) for check, _, _ in rows])
-        widths = [max(len(column), 4) for column in columns]
-        header = ["check".ljust(check_width), *(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
-        lines.append("  ".join(header).rstrip())
-        for check, _, outcomes in rows:
-            symbols = [_SYMBOLS.get(outcomes.get(c, ""), "").ljust(w) for c, w in zip(columns, widths, strict=True)]
-            lines.append("  ".join([check.ljust(check_width), *symbols]).rstrip())
+    if matrix not in MATRIX_CHOICES:
+        raise ValueError(f"matrix must be one of {', '.join(MATRIX_CHOICES)}, not {matrix!r}")
+    lines = _full_matrix(document) if matrix == "full" else []
+    if document["results"]:
+        lines += [*_cell_table(document), "", *_group_table(document), ""]
     else:
         lines.append("no check ran in a cell the implementation claims")
+    notes = ["summary: " + _summary_text(document), *_not_applicable_notes(document), LEGEND]
+    lines += [wrapped for note in notes for wrapped in _wrap(note)]
+    return (
+        lines
+        + _reason_lines(document, TERMINAL_WIDTH)
+        + [wrapped for note in render_run_notes(document) for wrapped in _wrap(note)]
+    )
+
+
+LEGEND = (
+    "legend: ok passed, FAIL failed or error, dev declared deviation, -- unavailable on this machine, . nothing "
+    "applies (n/a); a mark is the worst outcome of its checks that ran"
+)
+
+
+def _wrap(text: str, width: int = TERMINAL_WIDTH) -> list[str]:
+    """A note as lines of at most ``width`` characters, the lines after the first indented by two spaces."""
+    return textwrap.wrap(text, width, subsequent_indent="  ", break_on_hyphens=False) or [""]
+
+
+def _full_matrix(document: dict[str, Any]) -> list[str]:
+    """Every check (rows) in every claimed cell (columns): as wide as the cells need."""
+    columns, rows = _matrix(document)
+    columns, hidden = _shown(columns, rows)
+    if not rows:
+        return []
+    check_width = max([len("check")] + [len(check) for check, _, _ in rows])
+    widths = [max(len(column), 4) for column in columns]
+    header = ["check".ljust(check_width), *(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines = ["  ".join(header).rstrip()]
+    for check, _, outcomes in rows:
+        symbols = [_SYMBOLS.get(outcomes.get(c, ""), "").ljust(w) for c, w in zip(columns, widths, strict=True)]
+        lines.append("  ".join([check.ljust(check_width), *symbols]).rstrip())
     if hidden:
         lines.append(f"n/a throughout (not applicable, or a feature not claimed): {', '.join(hidden)}")
+    return [*lines, ""]
+
+
+def cell_counts(document: dict[str, Any]) -> list[tuple[str, Counter[str]]]:
+    """Per cell of the document (``any`` for the checks that take none), in matrix order: its outcomes counted."""
+    counts: dict[str, Counter[str]] = {}
+    for row in document["results"]:
+        counts.setdefault(_column(row), Counter())[row["outcome"]] += 1
+    return sorted(counts.items(), key=lambda item: _column_key(item[0]))
+
+
+def n_a_cells(document: dict[str, Any]) -> list[str]:
+    """The claimed cells where every check is n/a (they have no row in the cell tables)."""
+    return [column for column, counts in cell_counts(document) if counts["n/a"] == counts.total()]
+
+
+def _cell_table(document: dict[str, Any]) -> list[str]:
+    headings = ["cell", *_COUNTED]
+    hidden = n_a_cells(document)
+    rows = [
+        [column, *(str(counts[o]) for o in _COUNTED)]
+        for column, counts in cell_counts(document)
+        if column not in hidden
+    ]
+    widths = [max(len(row[i]) for row in [headings, *rows]) for i in range(len(headings))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join([cells[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
+
+    notes = _wrap(f"n/a throughout (no check applies): {describe_cells(hidden)}") if hidden else []
+    return [line(headings), *map(line, rows), *notes]
+
+
+_COUNTED = ("passed", "failed", "error", "deviation", "n/a", "unavailable")
+_WORST = ("failed", "error", "deviation", "passed", "unavailable", "n/a")
+"""A group's mark in a device and precision: the first of these among its checks' outcomes there."""
+_MARKS = {
+    "failed": "FAIL",
+    "error": "FAIL",
+    "deviation": "dev",
+    "passed": "ok",
+    "unavailable": "--",
+    "n/a": ".",
+}
+_SHORT = {"64-true": "64", "32-true": "32", "16-mixed": "16m", "bf16-mixed": "bf16m", "bf16-true": "bf16t"}
+"""Precisions as the group table's columns name them."""
+
+
+def requirement_group(requirement: str) -> str:
+    """A requirement id's group: ``ACC`` for ``ACC-001``."""
+    return requirement.rsplit("-", 1)[0]
+
+
+def group_marks(document: dict[str, Any]) -> tuple[list[tuple[str, str]], dict[str, dict[tuple[str, str], str]]]:
+    """The group table's columns and, per requirement group, the worst outcome of its checks in each column.
+
+    Columns are the (device, precision) pairs that have results, then ``("any", "")`` for checks without a cell;
+    "worst" is the first of :data:`_WORST` among the outcomes there.
+    """
+    seen: dict[str, dict[tuple[str, str], set[str]]] = {}
+    for row in document["results"]:
+        column = ("any", "") if row["device"] is None else (row["device"], row["precision"])
+        for group in {requirement_group(rid) for rid in row["requirements"]}:
+            seen.setdefault(group, {}).setdefault(column, set()).add(row["outcome"])
+    present = {(row["device"], row["precision"]) for row in document["results"]}
+    columns: list[tuple[str, str]] = [
+        (device, precision) for device in DEVICE_KINDS for precision in PRECISIONS if (device, precision) in present
+    ]
+    if any(("any", "") in outcomes for outcomes in seen.values()):
+        columns.append(("any", ""))
+    marks = {
+        group: {column: next(o for o in _WORST if o in found) for column, found in outcomes.items()}
+        for group, outcomes in sorted(seen.items())
+    }
+    return columns, marks
+
+
+def _group_table(document: dict[str, Any]) -> list[str]:
+    """One row per requirement group, a block of columns per device (one per precision), a mark in each."""
+    columns, marks = group_marks(document)
+    blocks: dict[str, list[str]] = {}  # device: its precisions as the table names them
+    for device, precision in columns:
+        blocks.setdefault(device, []).append(_SHORT.get(precision, ""))
+    width = max(len(label) for label in [*_SHORT.values(), *_MARKS.values()])
+    first = max([len("requirements"), *map(len, marks)])
+
+    def line(label: str, blocks_text: list[str]) -> str:
+        return "  ".join([label.ljust(first), *blocks_text]).rstrip()
+
+    def block(cells: list[str]) -> str:
+        return " ".join(cell.ljust(width) for cell in cells)
+
+    lines = [
+        line("requirements", [device.ljust(len(block(ps))) for device, ps in blocks.items()]),
+        line("", [block(ps) for ps in blocks.values()]),
+    ]
+    for group, found in marks.items():
+        marked = [_MARKS[found[column]] if column in found else "" for column in columns]
+        texts, start = [], 0
+        for ps in blocks.values():
+            texts.append(block(marked[start : start + len(ps)]))
+            start += len(ps)
+        lines.append(line(group, texts))
+    return lines
+
+
+def _not_applicable_notes(document: dict[str, Any]) -> list[str]:
+    """The n/a results by reason, those of unclaimed cells (left out of the reports) included."""
+    kinds = Counter(_na_kind(row["reason"]) for row in document["results"] if row["outcome"] == "n/a")
     count, left = _left_out(document)
-    if left:
-        lines.append(f"not claimed, left out of the matrix and the reports ({count} n/a): {describe_cells(left)}")
-    lines.append("summary: " + _summary_text(document))
-    lines.append(
-        "legend: ok passed, FAIL failed, ERR error, dev declared deviation, n/a not applicable or a feature not "
-        "claimed, -- unavailable on this machine"
-    )
-    return lines + _reason_lines(document) + render_run_notes(document)
+    if count:
+        kinds[f"in cells not claimed, left out of the reports ({describe_cells(left)})"] += count
+    if not kinds:
+        return []
+    total = sum(kinds.values())
+    parts = "; ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+    return [f"n/a, deselected: {total} ({parts})"]
+
+
+def _na_kind(reason: str) -> str:
+    """An n/a reason without the cell it names: the plugin's reasons differ only by the cell."""
+    if reason.startswith("the check does not apply to"):
+        return "the check does not apply to the cell"
+    return reason
 
 
 def _stale(document: dict[str, Any]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator
@@ -303,7 +304,10 @@ REPORTED_CASES: dict[str, dict[str, Any]] = {
 }
 """Case id: a run that gets to the matrix, and writes ``<case>.json`` and ``<case>.md``."""
 
-OTHER_CASES: dict[str, list[str]] = {"help": ["--help"]}
+OTHER_CASES: dict[str, list[str]] = {
+    "help": ["--help"],
+    "full-matrix": ["--impl=lightning_optimizer.reference", *_CPU_WRAPPER, "--world-sizes=1", "--matrix=full"],
+}
 """Case id: a run whose output is all that is checked."""
 
 
@@ -314,6 +318,7 @@ def _background(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     command = [sys.executable, "-m", "pytest", "conformance", "-p", "no:cacheprovider"]
     command += ["--impl=lightning_optimizer.reference", "-k", "surface"]
     command += [f"--report-json={reference / 'report.json'}", f"--report-md={reference / 'report.md'}"]
+    command += [f"--report-html={reference / 'report.html'}"]  # the last argument (test_reference_html_report)
     started = {"reference": Background(command, reference, _env())}
 
     batch = tmp_path_factory.mktemp("batch")
@@ -396,10 +401,11 @@ def test_cli_runs_the_installed_suite_outside_the_repository(tmp_path: Path) -> 
     assert run.returncode == 0, _explain(run)
     assert f"rootdir: {tmp_path}" in run.stdout
     assert "conformance matrix" in run.stdout, _explain(run)
-    matrix = run.stdout[run.stdout.index("conformance matrix") :]
-    assert "test_wrapper_surface" in matrix
-    assert "cpu/32-true/ws1" in matrix
-    assert "passed" in run.stdout
+    matrix = run.stdout[run.stdout.index("conformance matrix") :].splitlines()
+    assert [line.split() for line in matrix if line.startswith("cpu/32-true/ws1 ")] == [
+        ["cpu/32-true/ws1", "1", "0", "0", "0", "0", "0"]
+    ]
+    assert any(line.split()[:2] == ["SURFACE", "ok"] for line in matrix), matrix
     assert not list(tmp_path.iterdir()), "the run left files in the working directory"
 
 
@@ -644,6 +650,8 @@ def test_help_lists_the_suite_options(batch: dict[str, Run]) -> None:
         "--strict-expected-failures",
         "--require-devices",
         "--property-examples",
+        "--report-html",
+        "--matrix={summary,full}",
     ):
         assert option in run.stdout, option
     help_text = " ".join(run.stdout.split())
@@ -781,10 +789,40 @@ def test_reference_terminal_matrix(reference: Reported) -> None:
     assert f"conformance: {reference.document['impl']['name']}" in out  # the report header
     assert "conformance matrix" in out
     matrix = out[out.index("conformance matrix") :]
-    assert "test_wrapper_surface" in matrix
-    assert "cpu/32-true/ws1" in matrix
+    assert "test_wrapper_surface" not in matrix, "the per-check matrix is printed only with --matrix=full"
+    assert "\ncpu/32-true/ws1 " in matrix
     assert "summary: " + ", ".join(f"{summary[o]} {o}" for o in OUTCOMES) in matrix
     assert "conformance report written to" in matrix
+    too_wide = [line for line in out.splitlines() if len(line) > 120]
+    assert not too_wide, too_wide
+
+
+def test_reference_n_a_cells_are_deselected_and_skips_are_unavailable(reference: Reported) -> None:
+    """pytest's closing line: n/a results are deselected, not skipped; every skip is an unavailable cell."""
+    summary = reference.document["summary"]
+    closing = reference.run.stdout.strip().splitlines()[-1]
+    counts = {word: int(number) for number, word in re.findall(r"(\d+) (passed|skipped|deselected)", closing)}
+    assert counts["passed"] == summary["passed"], closing
+    assert counts.get("skipped", 0) == summary["unavailable"], closing
+    assert counts["deselected"] >= summary["n/a"] + summary["n/a_left_out"] > 0, closing
+    assert "n/a, deselected: " in reference.run.stdout
+
+
+def test_reference_html_report(reference: Reported) -> None:
+    page = (Path(reference.run.args[-1].removeprefix("--report-html="))).read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    assert '<table id="matrix">' in page and '<table id="groups">' in page
+    for check in {row["check"] for row in reference.document["results"]}:
+        assert f'<td class="name">{check}</td>' in page, check
+
+
+def test_full_matrix_on_request(batch: dict[str, Run]) -> None:
+    run = batch["full-matrix"]
+    assert run.returncode == 0, _explain(run)
+    matrix = run.stdout[run.stdout.index("conformance matrix") :].splitlines()
+    header = next(line for line in matrix if line.startswith("check "))
+    assert header.split()[:2] == ["check", "cpu/64-true/ws1"], matrix[:3]
+    assert [line.split()[0] for line in matrix if line.startswith("test_")] == ["test_wrapper_surface"]
 
 
 def test_reports_are_written_when_no_check_runs(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from lightning_optimizer.conformance import report
-from lightning_optimizer.conformance.report import OUTCOMES, REASON_LINES, REASON_WIDTH, Result
+from lightning_optimizer.conformance.report import OUTCOMES, REASON_LINES, REASON_WIDTH, TERMINAL_WIDTH, Result
 from lightning_optimizer.conformance.selection import WORLD_SIZES
 from lightning_optimizer.reference import conformance_info as reference_info
 from lightning_optimizer.spec import PRECISIONS
@@ -127,7 +127,10 @@ def test_json_leaves_out_unclaimed_cells_and_counts_them(runs: dict[str, Reporte
         assert summary[outcome] == sum(row["outcome"] == outcome for row in document["results"]), outcome
     assert (summary["failed"], summary["passed"], summary["n/a"]) == (1, 1, 2)
     matrix = got.matrix()
-    assert "not claimed, left out of the matrix and the reports (4 n/a): cpu/ws1: 64-true" in matrix
+    assert (
+        "n/a, deselected: 6 (4 in cells not claimed, left out of the reports (cpu/ws1: 64-true); 2 not claimed "
+        "(feature pickling))"
+    ) in " ".join(line.strip() for line in matrix)
     assert not [line for line in matrix if "cpu/64-true/ws1" in line], "an unclaimed cell is in the matrix"
     assert "Cells not claimed, left out of the report (4 n/a results): cpu/ws1: 64-true." in got.markdown
 
@@ -244,9 +247,9 @@ def test_terminal_reasons_are_one_line_each_and_bounded() -> None:
     reasons = lines[start + 1 :]
     assert len(reasons) == REASON_LINES + 1, reasons
     assert reasons[0].startswith("  FAIL test_00 (cpu/32-true/ws1): xxx") and reasons[0].endswith("...")
-    assert all(len(line) <= REASON_WIDTH for line in reasons[:-1])
+    assert all(len(line) <= TERMINAL_WIDTH for line in reasons[:-1])
     assert reasons[-1] == (
-        f"  ... and {extra} more: the JSON and Markdown reports (--report-json, --report-md) give every reason in full"
+        f"  ... and {extra} more: the reports (--report-json, --report-md, --report-html) give every reason in full"
     )
 
 
@@ -298,3 +301,97 @@ def test_cells_are_described_in_short() -> None:
     assert report.describe_cells(sharded[:2]) == f"cpu/ws2-fsdp: {', '.join(PRECISIONS[:2])}"
     some = ["xla/bf16-true/ws1", *every[1:], "xla/64-true/ws1"]
     assert report.describe_cells(some) == f"cpu/ws1: {', '.join(PRECISIONS[1:])}; cpu/ws2; xla/ws1: 64-true, bf16-true"
+
+
+# -- the terminal summary ------------------------------------------------------------------------------
+
+EVERY_CELL = dataclasses.replace(reference_info(), devices=frozenset({"cpu", "xla"}))
+"""The reference, claiming every cell of cpu and xla (not cuda)."""
+
+
+def _at(check: str, requirement: str, outcome: str, cell: str | None, reason: str = "") -> Result:
+    if cell is None:
+        return Result(check, [requirement], None, None, None, outcome=outcome, reason=reason)
+    device, precision, world = cell.split("/")
+    size, _, strategy = world.removeprefix("ws").partition("-")
+    return Result(
+        check,
+        [requirement],
+        device,
+        precision,
+        int(size),
+        strategy or ("none" if size == "1" else "ddp"),
+        outcome=outcome,
+        reason=reason,
+    )
+
+
+def _summary_document() -> dict[str, Any]:
+    """Two groups over cpu and xla at every world size, every outcome somewhere, long names and reasons."""
+    long_check = "test_" + "a_very_long_check_name_" * 6 + "[with-parameters-" + "x" * 60 + "]"
+    results = []
+    for device in ("cpu", "xla"):
+        for precision in PRECISIONS:
+            for world in ("ws1", "ws2", "ws2-fsdp"):
+                cell = f"{device}/{precision}/{world}"
+                ok = "passed" if world == "ws1" else "n/a"
+                results.append(_at("test_plain", "STEP-001", ok, cell, "" if ok == "passed" else "does not apply"))
+                results.append(_at(long_check, "ACC-002", "passed", cell))
+    results[0] = _at("test_plain", "STEP-001", "failed", "cpu/64-true/ws1", "AssertionError: " + "why " * 80)
+    results[3] = _at(long_check, "ACC-002", "deviation", "cpu/64-true/ws2", "declared")
+    results.append(_at("test_on_xla_only", "XLA-001", "unavailable", "xla/32-true/ws1", "no torch_xla here"))
+    results.append(_at("test_static", "SURFACE-003", "passed", None))
+    return report.build(EVERY_CELL, "m", results)
+
+
+def test_terminal_summary_fits_120_columns_and_counts_each_cell() -> None:
+    """One row per cell with each outcome counted; one row per requirement group; nothing wider than 120."""
+    document = _summary_document()
+    lines = report.render_terminal(document)
+    assert all(len(line) <= TERMINAL_WIDTH for line in lines), max(lines, key=len)
+    heading = lines.index(next(line for line in lines if line.startswith("cell ")))
+    assert lines[heading].split() == ["cell", "passed", "failed", "error", "deviation", "n/a", "unavailable"]
+    table = {}
+    for line in lines[heading + 1 :]:
+        if not line.strip():
+            break
+        cell, *numbers = line.split()
+        table[cell] = [int(n) for n in numbers]
+    assert table["cpu/64-true/ws1"] == [1, 1, 0, 0, 0, 0]
+    assert table["cpu/64-true/ws2"] == [0, 0, 0, 1, 1, 0]
+    assert table["xla/32-true/ws1"] == [2, 0, 0, 0, 0, 1]
+    assert table["cpu/bf16-true/ws2-fsdp"] == [1, 0, 0, 0, 1, 0]
+    assert table["any"] == [1, 0, 0, 0, 0, 0]
+    assert len(table) == 2 * len(PRECISIONS) * 3 + 1
+    assert (
+        [line for line in lines if "test_plain" in line]
+        == [  # the reason line; the matrix only on request
+            "  FAIL test_plain (cpu/64-true/ws1): " + ("why " * 80)[: TERMINAL_WIDTH - 40].rstrip() + "..."
+        ]
+    )
+
+
+def test_terminal_summary_marks_each_group_by_its_worst_outcome() -> None:
+    lines = report.render_terminal(_summary_document())
+    top = next(i for i, line in enumerate(lines) if line.startswith("requirements "))
+    assert lines[top].split() == ["requirements", "cpu", "xla", "any"]
+    assert lines[top + 1].split() == ["64", "32", "16m", "bf16m", "bf16t"] * 2
+    rows = {line.split()[0]: line.split()[1:] for line in lines[top + 2 :] if line and not line.startswith(" ")}
+    assert rows["ACC"] == ["dev", *["ok"] * 9]
+    assert rows["STEP"] == ["FAIL", *["ok"] * 9]
+    assert rows["SURFACE"] == ["ok"]
+    xla = lines[top + 2 :][list(rows).index("XLA")]
+    assert xla.split() == ["XLA", "--"]
+    column = lines[top + 1].index("32", lines[top + 1].index("bf16t"))  # xla's 32-true column
+    assert xla.index("--") == column
+
+
+def test_full_matrix_is_printed_on_request() -> None:
+    document = _summary_document()
+    lines = report.render_terminal(document, matrix="full")
+    assert any(line.startswith("test_plain ") and "FAIL" in line for line in lines)
+    assert lines[len(report.render_terminal(document, matrix="full")) - len(report.render_terminal(document)) :] == (
+        report.render_terminal(document)
+    )
+    with pytest.raises(ValueError, match="matrix must be one of summary, full, not 'wide'"):
+        report.render_terminal(document, matrix="wide")
