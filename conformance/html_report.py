@@ -67,20 +67,20 @@ def render(document: dict[str, Any]) -> str:
     """The report document (see :mod:`~lightning_optimizer.conformance.report`) as a self-contained HTML page."""
     impl = document["impl"]
     title = f"Conformance: {impl['name']} {impl['version']}"
-    problems = report._problems(document) + [r for r in document["results"] if r["outcome"] == "deviation"]
+    problems = report.failing_results(document) + [r for r in document["results"] if r["outcome"] == "deviation"]
     anchors = {id(row): f"why-{i}" for i, row in enumerate(problems, start=1)}
     body = [
         f"<h1>{escape(title)}</h1>",
         *_about(document),
         '<h2 id="summary">Summary</h2>',
-        f'<p class="totals">{escape(report._summary_text(document))}</p>',
-        *(f"<p>{escape(note)}</p>" for note in report._not_applicable_notes(document)),
+        f'<p class="totals">{escape(report.summary_text(document))}</p>',
+        *(f"<p>{escape(note)}</p>" for note in report.not_applicable_notes(document)),
         _legend(),
         *_groups(document),
         '<h2 id="cells">Cells</h2>',
         *_cells(document),
         '<h2 id="matrix-heading">Matrix</h2>',
-        *_matrix(document, anchors),
+        *matrix_rows(document, anchors),
         *_reasons(problems, anchors),
         *_run_notes(document),
     ]
@@ -148,13 +148,13 @@ def _groups(document: dict[str, Any]) -> list[str]:
             if outcome is None:
                 cells.append("<td></td>")
             else:
-                cells.append(f'<td class="{_CLASS[outcome]}">{escape(report._MARKS[outcome])}</td>')
+                cells.append(f'<td class="{_CLASS[outcome]}">{escape(report.MARKS[outcome])}</td>')
         lines.append(f'<tr><td class="name">{escape(group)}</td>{"".join(cells)}</tr>')
     return [*lines, "</table>"]
 
 
 def _cells(document: dict[str, Any]) -> list[str]:
-    counted = report._COUNTED
+    counted = report.COUNTED
     lines = [
         '<table id="cell-counts">',
         '<tr><th class="name">cell</th>' + "".join(f"<th>{escape(o)}</th>" for o in counted) + "</tr>",
@@ -173,12 +173,12 @@ def _cells(document: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _matrix(document: dict[str, Any], anchors: dict[int, str]) -> list[str]:
-    columns, rows = report._matrix(document)
-    columns, hidden = report._shown(columns, rows)
+def matrix_rows(document: dict[str, Any], anchors: dict[int, str]) -> list[str]:
+    columns, rows = report.matrix_rows(document)
+    columns, hidden = report.shown_columns(columns, rows)
     if not rows:
         return []
-    by_cell = {(row["check"], report._column(row)): row for row in document["results"]}
+    by_cell = {(row["check"], report.column_of(row)): row for row in document["results"]}
     lines = [
         '<table id="matrix">',
         '<tr><th class="name">check</th><th class="name">requirements</th>'
@@ -193,7 +193,7 @@ def _matrix(document: dict[str, Any], anchors: dict[int, str]) -> list[str]:
                 cells.append("<td></td>")
                 continue
             row = by_cell[(check, column)]
-            mark = escape(report._MARKS[outcome])
+            mark = escape(report.MARKS[outcome])
             if id(row) in anchors:
                 why = escape(report.one_line(row["reason"]), quote=True)
                 cells.append(
@@ -217,7 +217,7 @@ def _reasons(problems: list[dict[str, Any]], anchors: dict[int, str]) -> list[st
         return []
     lines = ['<h2 id="reasons">Failures, errors and deviations</h2>', "<ol>"]
     for row in problems:
-        where = "any cell" if row["device"] is None else report._column(row)
+        where = "any cell" if row["device"] is None else report.column_of(row)
         observed = row.get("observed", "")
         lines.append(
             f'<li id="{anchors[id(row)]}"><code>{escape(row["check"])}</code> on {escape(where)}: '
@@ -230,7 +230,7 @@ def _reasons(problems: list[dict[str, Any]], anchors: dict[int, str]) -> list[st
 
 def _run_notes(document: dict[str, Any]) -> list[str]:
     lines = []
-    stale = report._stale(document)
+    stale = report.stale_entries(document)
     if stale:
         lines += ['<h2 id="stale">Stale expected-failure entries</h2>', "<ul>"]
         lines += [

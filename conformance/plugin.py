@@ -65,6 +65,8 @@ RUN_KEY = pytest.StashKey[tuple[list[report.Declaration], list[str]]]()
 """The declared deviations with their staleness, and what fails the run as a whole."""
 ENTRY_KEY = pytest.StashKey[ExpectedFailure]()
 """On an item: the declared deviation that applies to it."""
+ORDER_KEY = pytest.StashKey[dict[str, int]]()
+"""Node id: its place in the collection, the order of the reports' results (n/a ones are recorded first)."""
 VERDICT_KEY = pytest.StashKey[Unavailable]()
 """On an item: why this machine cannot run it, decided at collection and raised when it would set up."""
 
@@ -221,10 +223,13 @@ def _verdict(item: pytest.Item, info: ImplementationInfo[Any], cell: Cell | None
     missing = sorted(set(needed) - info.features)
     if missing:
         return NotApplicable(f"not claimed (feature {', '.join(missing)})")
-    if cell is None:
-        return None
     applies = item.get_closest_marker("cells")
     scope = applies.kwargs if applies is not None else {}
+    if cell is None:  # a check without a cell that names devices needs one of them claimed
+        devices = scope.get("devices", DEVICE_KINDS)
+        if not set(devices) & info.devices:
+            return NotApplicable(f"not claimed (device {', '.join(devices)})")
+        return None
     if cell.device not in scope.get("devices", DEVICE_KINDS) or cell.precision not in scope.get(
         "precisions", PRECISIONS
     ):
@@ -306,6 +311,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     names: set[str] = set()
     kept: list[pytest.Item] = []
     deselected: list[pytest.Item] = []
+    order = config.stash[ORDER_KEY] = {}
     for item in items:
         unknown = [rid for marker in item.iter_markers("requirement") for rid in marker.args if rid not in REQUIREMENTS]
         if unknown:
@@ -319,6 +325,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for i in applying:
             matched[i].append(item.nodeid)
         verdict = _verdict(item, info, _cell_of(item))
+        order[item.nodeid] = len(order)
         if isinstance(verdict, NotApplicable):
             result = _result(item)
             result.outcome, result.reason = "n/a", verdict.msg or ""
@@ -491,9 +498,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """Print the matrix, with one line of reason per failed or erroring cell; write the reports asked for."""
-    results = list(config.stash.get(RESULTS_KEY, {}).values())
     if IMPL_KEY not in config.stash:
         return
+    order = config.stash.get(ORDER_KEY, {})
+    recorded = config.stash.get(RESULTS_KEY, {})
+    results = [recorded[nodeid] for nodeid in sorted(recorded, key=lambda nodeid: order.get(nodeid, len(order)))]
     loaded = config.stash[IMPL_KEY]
     declarations, failures = config.stash.get(RUN_KEY, ([], []))
     required = config.stash[REQUIRED_KEY]

@@ -1,4 +1,4 @@
-"""The result matrix: one outcome per check and cell, as a terminal table, JSON and Markdown.
+"""The result matrix: one outcome per check and cell, as a terminal summary, JSON and Markdown.
 
 Besides the matrix, a report lists the declared deviations (stale ones say why) and what failed the run as a
 whole (a required device on which nothing ran, stale entries under ``--strict-expected-failures``).
@@ -16,10 +16,13 @@ failure's message for ``failed`` and ``error``, the declared reason for ``deviat
 failure a declared deviation actually showed (empty for every other outcome), so that a reader can tell whether
 the check still fails the way the declaration says.
 
-The terminal matrix is followed by one line per failed or erroring cell (at most :data:`REASON_LINES`), the
-first meaningful line of its failure cut to :data:`REASON_WIDTH` characters. The Markdown page puts a reason
-that spans several lines, or is longer than one line of the terminal, in a collapsed ``<details>`` block with a
-fenced code block, below its one-line form; its text escapes what Markdown would act on (``|`` in table cells).
+The terminal gets a summary no wider than :data:`TERMINAL_WIDTH`: one row per cell with its outcomes counted, one
+row per requirement group with a mark per device and precision (the worst outcome of the group's checks there),
+the n/a results by reason, then one line per failed or erroring cell (at most :data:`REASON_LINES`), the first
+meaningful line of its failure cut to fit; the per-check matrix only on request (``--matrix=full``). The Markdown
+page puts a reason that spans several lines, or is longer than :data:`REASON_WIDTH`, in a collapsed ``<details>``
+block with a fenced code block, below its one-line form; its text escapes what Markdown would act on (``|`` in
+table cells). :mod:`~lightning_optimizer.conformance.html_report` renders the same document as an HTML page.
 """
 
 from __future__ import annotations
@@ -42,18 +45,28 @@ from lightning_optimizer.spec import DEVICE_KINDS, PRECISIONS, ImplementationInf
 
 __all__ = [
     "OUTCOMES",
+    "COUNTED",
+    "MARKS",
+    "SYMBOLS",
     "Declaration",
     "Result",
     "build",
+    "cell_counts",
+    "column_of",
     "describe_cells",
     "environment",
+    "failing_results",
+    "group_marks",
+    "matrix_rows",
+    "n_a_cells",
+    "not_applicable_notes",
     "one_line",
     "render_run_notes",
     "render_terminal",
     "requirement_group",
-    "cell_counts",
-    "group_marks",
-    "n_a_cells",
+    "shown_columns",
+    "stale_entries",
+    "summary_text",
     "to_json",
     "to_markdown",
 ]
@@ -78,7 +91,7 @@ REASON_LINES = 20
 """The most failed or erroring cells the terminal gives a line of reason; the reports list every one."""
 _GROUP_MIN = 40
 """A bracketed value this long or longer may be cut to ``(...)`` in a reason that does not fit on one line."""
-_SYMBOLS = {
+SYMBOLS = {  # the full matrix's symbol of each outcome
     "passed": "ok",
     "failed": "FAIL",
     "error": "ERR",
@@ -109,7 +122,7 @@ class Result:
 
     def __post_init__(self) -> None:
         cell = {"device": self.device, "precision": self.precision, "world_size": self.world_size}
-        self.column = _column(cell | {"strategy": self.strategy})
+        self.column = column_of(cell | {"strategy": self.strategy})
 
 
 @dataclass(frozen=True)
@@ -178,7 +191,7 @@ def build(
         "results": rows,
         "summary": {outcome: counts.get(outcome, 0) for outcome in OUTCOMES} | {LEFT_OUT: len(left_out)},
         "left_out": {
-            "cells": sorted({_column(row) for row in left_out}, key=_column_key),
+            "cells": sorted({column_of(row) for row in left_out}, key=_column_key),
             "checks": sorted({row["check"] for row in left_out}),
             "why": LEFT_OUT_WHY,
         },
@@ -209,7 +222,7 @@ def _column_key(column: str) -> tuple[int, ...]:
     return (_ORDER[device], int(size), bool(strategy), _ORDER[precision])
 
 
-def _column(row: dict[str, Any]) -> str:
+def column_of(row: dict[str, Any]) -> str:
     """A result row's cell as the matrix names it: ``device/precision/wsN`` (``wsN-fsdp`` sharded), or ``any``."""
     if row["device"] is None:
         return _ANY_CELL
@@ -217,12 +230,12 @@ def _column(row: dict[str, Any]) -> str:
     return f"{row['device']}/{row['precision']}/ws{row['world_size']}{suffix}"
 
 
-def _matrix(document: dict[str, Any]) -> tuple[list[str], list[tuple[str, str, dict[str, str]]]]:
+def matrix_rows(document: dict[str, Any]) -> tuple[list[str], list[tuple[str, str, dict[str, str]]]]:
     """Columns (cells) and rows (check, requirement ids, outcome per column)."""
     columns: set[str] = set()
     rows: dict[str, tuple[str, dict[str, str]]] = {}
     for row in document["results"]:
-        column = _column(row)
+        column = column_of(row)
         columns.add(column)
         _, outcomes = rows.setdefault(row["check"], (" ".join(row["requirements"]), {}))
         outcomes[column] = row["outcome"]
@@ -230,7 +243,7 @@ def _matrix(document: dict[str, Any]) -> tuple[list[str], list[tuple[str, str, d
     return sorted(columns, key=_column_key), [(check, reqs, outcomes) for check, (reqs, outcomes) in ordered]
 
 
-def _shown(columns: list[str], rows: list[tuple[str, str, dict[str, str]]]) -> tuple[list[str], list[str]]:
+def shown_columns(columns: list[str], rows: list[tuple[str, str, dict[str, str]]]) -> tuple[list[str], list[str]]:
     """Columns with at least one outcome other than ``n/a``, and the columns that are ``n/a`` throughout."""
     shown = [c for c in columns if any(outcomes.get(c, "n/a") != "n/a" for _, _, outcomes in rows)]
     return shown, [c for c in columns if c not in shown]
@@ -260,10 +273,10 @@ def one_line(reason: str, width: int = REASON_WIDTH) -> str:
     return first if len(first) <= width else first[: max(width - 3, 1)].rstrip() + "..."
 
 
-def _problems(document: dict[str, Any]) -> list[dict[str, Any]]:
+def failing_results(document: dict[str, Any]) -> list[dict[str, Any]]:
     """The failed and erroring results, in the matrix's order (rows, then cells)."""
     problems = [row for row in document["results"] if row["outcome"] in ("failed", "error")]
-    return sorted(problems, key=lambda r: (" ".join(r["requirements"]), r["check"], _column_key(_column(r))))
+    return sorted(problems, key=lambda r: (" ".join(r["requirements"]), r["check"], _column_key(column_of(r))))
 
 
 def _reason_lines(document: dict[str, Any], width: int = REASON_WIDTH) -> list[str]:
@@ -271,15 +284,15 @@ def _reason_lines(document: dict[str, Any], width: int = REASON_WIDTH) -> list[s
 
     No line is longer than ``width``.
     """
-    problems = _problems(document)
+    problems = failing_results(document)
     if not problems:
         return []
     cells = "cell" if len(problems) == 1 else "cells"
     lines = [f"why ({len(problems)} failed or erroring {cells}; the first line of each failure):"]
     for row in problems[:REASON_LINES]:
-        cell = _column(row)
+        cell = column_of(row)
         check = one_line(row["check"], max(width * 11 // 20 - len(cell) - 10, 24))  # the reason keeps most of the line
-        prefix = f"  {_SYMBOLS[row['outcome']]:<4} {check} ({cell}): "
+        prefix = f"  {SYMBOLS[row['outcome']]:<4} {check} ({cell}): "
         lines.append(prefix + one_line(row["reason"], width - len(prefix)))
     if len(problems) > REASON_LINES:
         lines += _wrap(
@@ -319,7 +332,8 @@ def _left_out(document: dict[str, Any]) -> tuple[int, list[str]]:
     return int(document["summary"].get(LEFT_OUT, 0)), cells
 
 
-def _summary_text(document: dict[str, Any]) -> str:
+def summary_text(document: dict[str, Any]) -> str:
+    """The outcome counts in one line, and the n/a results left out with their unclaimed cells."""
     summary = document["summary"]
     text = ", ".join(f"{summary[o]} {o}" for o in OUTCOMES)
     count, _ = _left_out(document)
@@ -340,7 +354,7 @@ def render_terminal(document: dict[str, Any], *, matrix: str = "summary") -> lis
         lines += [*_cell_table(document), "", *_group_table(document), ""]
     else:
         lines.append("no check ran in a cell the implementation claims")
-    notes = ["summary: " + _summary_text(document), *_not_applicable_notes(document), LEGEND]
+    notes = ["summary: " + summary_text(document), *not_applicable_notes(document), LEGEND]
     lines += [wrapped for note in notes for wrapped in _wrap(note)]
     return (
         lines
@@ -362,8 +376,8 @@ def _wrap(text: str, width: int = TERMINAL_WIDTH) -> list[str]:
 
 def _full_matrix(document: dict[str, Any]) -> list[str]:
     """Every check (rows) in every claimed cell (columns): as wide as the cells need."""
-    columns, rows = _matrix(document)
-    columns, hidden = _shown(columns, rows)
+    columns, rows = matrix_rows(document)
+    columns, hidden = shown_columns(columns, rows)
     if not rows:
         return []
     check_width = max([len("check")] + [len(check) for check, _, _ in rows])
@@ -371,7 +385,7 @@ def _full_matrix(document: dict[str, Any]) -> list[str]:
     header = ["check".ljust(check_width), *(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines = ["  ".join(header).rstrip()]
     for check, _, outcomes in rows:
-        symbols = [_SYMBOLS.get(outcomes.get(c, ""), "").ljust(w) for c, w in zip(columns, widths, strict=True)]
+        symbols = [SYMBOLS.get(outcomes.get(c, ""), "").ljust(w) for c, w in zip(columns, widths, strict=True)]
         lines.append("  ".join([check.ljust(check_width), *symbols]).rstrip())
     if hidden:
         lines.append(f"n/a throughout (not applicable, or a feature not claimed): {', '.join(hidden)}")
@@ -382,7 +396,7 @@ def cell_counts(document: dict[str, Any]) -> list[tuple[str, Counter[str]]]:
     """Per cell of the document (``any`` for the checks that take none), in matrix order: its outcomes counted."""
     counts: dict[str, Counter[str]] = {}
     for row in document["results"]:
-        counts.setdefault(_column(row), Counter())[row["outcome"]] += 1
+        counts.setdefault(column_of(row), Counter())[row["outcome"]] += 1
     return sorted(counts.items(), key=lambda item: _column_key(item[0]))
 
 
@@ -392,12 +406,10 @@ def n_a_cells(document: dict[str, Any]) -> list[str]:
 
 
 def _cell_table(document: dict[str, Any]) -> list[str]:
-    headings = ["cell", *_COUNTED]
+    headings = ["cell", *COUNTED]
     hidden = n_a_cells(document)
     rows = [
-        [column, *(str(counts[o]) for o in _COUNTED)]
-        for column, counts in cell_counts(document)
-        if column not in hidden
+        [column, *(str(counts[o]) for o in COUNTED)] for column, counts in cell_counts(document) if column not in hidden
     ]
     widths = [max(len(row[i]) for row in [headings, *rows]) for i in range(len(headings))]
 
@@ -408,10 +420,11 @@ def _cell_table(document: dict[str, Any]) -> list[str]:
     return [line(headings), *map(line, rows), *notes]
 
 
-_COUNTED = ("passed", "failed", "error", "deviation", "n/a", "unavailable")
+COUNTED = ("passed", "failed", "error", "deviation", "n/a", "unavailable")
+"""The outcomes the cell tables count, in their column order."""
 _WORST = ("failed", "error", "deviation", "passed", "unavailable", "n/a")
 """A group's mark in a device and precision: the first of these among its checks' outcomes there."""
-_MARKS = {
+MARKS = {  # the requirement-group table's mark of a group's worst outcome
     "failed": "FAIL",
     "error": "FAIL",
     "deviation": "dev",
@@ -458,7 +471,7 @@ def _group_table(document: dict[str, Any]) -> list[str]:
     blocks: dict[str, list[str]] = {}  # device: its precisions as the table names them
     for device, precision in columns:
         blocks.setdefault(device, []).append(_SHORT.get(precision, ""))
-    width = max(len(label) for label in [*_SHORT.values(), *_MARKS.values()])
+    width = max(len(label) for label in [*_SHORT.values(), *MARKS.values()])
     first = max([len("requirements"), *map(len, marks)])
 
     def line(label: str, blocks_text: list[str]) -> str:
@@ -472,7 +485,7 @@ def _group_table(document: dict[str, Any]) -> list[str]:
         line("", [block(ps) for ps in blocks.values()]),
     ]
     for group, found in marks.items():
-        marked = [_MARKS[found[column]] if column in found else "" for column in columns]
+        marked = [MARKS[found[column]] if column in found else "" for column in columns]
         texts, start = [], 0
         for ps in blocks.values():
             texts.append(block(marked[start : start + len(ps)]))
@@ -481,7 +494,7 @@ def _group_table(document: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _not_applicable_notes(document: dict[str, Any]) -> list[str]:
+def not_applicable_notes(document: dict[str, Any]) -> list[str]:
     """The n/a results by reason, those of unclaimed cells (left out of the reports) included."""
     kinds = Counter(_na_kind(row["reason"]) for row in document["results"] if row["outcome"] == "n/a")
     count, left = _left_out(document)
@@ -501,14 +514,15 @@ def _na_kind(reason: str) -> str:
     return reason
 
 
-def _stale(document: dict[str, Any]) -> list[dict[str, Any]]:
+def stale_entries(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The expected-failure entries that named no check that ran."""
     return [row for row in document.get("expected_failures", []) if row["stale"]]
 
 
 def render_run_notes(document: dict[str, Any]) -> list[str]:
     """Lines on stale expected-failure entries and on what failed the run as a whole (none when all is well)."""
     lines = []
-    stale = _stale(document)
+    stale = stale_entries(document)
     if stale:
         lines.append(f"stale expected-failure entries ({len(stale)}; they name no check that ran):")
         lines += [f"  {row['entry']} ({row['source']}): {row['why_stale']}" for row in stale]
@@ -559,7 +573,7 @@ def _md_block(label: str, text: str, indent: str = "  ") -> list[str]:
 
 def _md_problem(row: dict[str, Any]) -> list[str]:
     """The list item of one failed, erroring or deviating result: its reason on one line, in full below if long."""
-    where = "any cell" if row["device"] is None else _column(row)
+    where = "any cell" if row["device"] is None else column_of(row)
     reason, observed = row["reason"], row.get("observed", "")
     head = f"- {_md_code(row['check'])} on {where}: **{row['outcome']}**: {_md_text(one_line(reason))}"
     if row["outcome"] == "deviation" and observed:
@@ -580,8 +594,8 @@ def to_markdown(document: dict[str, Any]) -> str:
     details block. Text in table cells escapes ``|``.
     """
     impl, env = document["impl"], document["env"]
-    columns, rows = _matrix(document)
-    columns, hidden = _shown(columns, rows)
+    columns, rows = matrix_rows(document)
+    columns, hidden = shown_columns(columns, rows)
     lines = [
         f"# Conformance: {impl['name']} {impl['version']}",
         "",
@@ -589,7 +603,7 @@ def to_markdown(document: dict[str, Any]) -> str:
         f"torch_xla {env['torch_xla']}, Lightning {env['lightning']}, Python {env['python']}; devices found: "
         f"{', '.join(env['devices_found'])}.",
         "",
-        "Summary: " + _summary_text(document) + ".",
+        "Summary: " + summary_text(document) + ".",
         "",
     ]
     if rows:
@@ -607,12 +621,12 @@ def to_markdown(document: dict[str, Any]) -> str:
     count, left = _left_out(document)
     if left:
         lines += ["", f"Cells not claimed, left out of the report ({count} n/a results): {describe_cells(left)}."]
-    problems = _problems(document) + [r for r in document["results"] if r["outcome"] == "deviation"]
+    problems = failing_results(document) + [r for r in document["results"] if r["outcome"] == "deviation"]
     if problems:
         lines += ["", "## Failures, errors and deviations", ""]
         for row in problems:
             lines += _md_problem(row)
-    stale = _stale(document)
+    stale = stale_entries(document)
     if stale:
         lines += ["", "## Stale expected-failure entries", ""]
         lines += [f"- {_md_code(row['entry'])} ({row['source']}): {_md_text(row['why_stale'])}" for row in stale]

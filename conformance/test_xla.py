@@ -49,7 +49,7 @@ from lightning_optimizer.conformance.harness import (
     tolerance_for,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy, recipe_backward, recipe_window_mean
-from lightning_optimizer.conformance.outcomes import not_applicable, unavailable
+from lightning_optimizer.conformance.outcomes import unavailable
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, OptimizerWrapper, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -469,11 +469,10 @@ def test_one_reduction_per_window_then_clipping(
 
 
 @pytest.mark.requirement("ERR-006")
+@pytest.mark.cells(devices=("xla",))  # no cell: n/a where the implementation does not claim xla
 @pytest.mark.varies(faults=("invalid argument",))
 def test_xla_without_torch_xla_names_it(implementation: ImplementationInfo[Any]) -> None:
     """Asking for device ``xla`` where torch_xla cannot be imported raises an error that names torch_xla."""
-    if "xla" not in implementation.devices:
-        not_applicable("not claimed (device xla)")
     if importlib.util.find_spec("torch_xla") is not None:
         unavailable("torch_xla is installed here, so its absence cannot be checked")
     with refuses(
