@@ -7,7 +7,7 @@ what the terminal summary shows and what the Markdown report lists, laid out for
 - the totals, the n/a results by reason, and a table of requirement groups with a mark per device and precision;
 - the outcome counts per cell;
 - the matrix, checks by cells, each cell coloured by its outcome; a failed, erroring or deviating cell carries its
-  reason as a tooltip and links to it in full below the matrix;
+  reason as a tooltip and links to it below the matrix (its first lines; the other reports keep them all);
 - stale expected-failure entries and what failed the run as a whole.
 
 Every text of the document is escaped: a reason may hold ``<``, ``&`` or quotes.
@@ -200,7 +200,8 @@ def matrix_rows(document: dict[str, Any], anchors: dict[int, str]) -> list[str]:
                     f'<td class="{_CLASS[outcome]}" title="{why}"><a href="#{anchors[id(row)]}">{mark}</a></td>'
                 )
             else:
-                title = f' title="{escape(row["reason"], quote=True)}"' if row["reason"] else ""
+                shown = row["reason"] and outcome != "n/a"  # n/a reasons repeat by the thousand: the legend says them
+                title = f' title="{escape(row["reason"], quote=True)}"' if shown else ""
                 cells.append(f'<td class="{_CLASS[outcome]}"{title}>{mark}</td>')
         lines.append(
             f'<tr><td class="name">{escape(check)}</td><td class="name">{escape(requirements)}</td>'
@@ -212,6 +213,18 @@ def matrix_rows(document: dict[str, Any], anchors: dict[int, str]) -> list[str]:
     return lines
 
 
+REASON_LINES = 12
+"""The most lines of a reason the page shows; the JSON and Markdown reports keep every line."""
+
+
+def _excerpt(reason: str) -> str:
+    lines = reason.rstrip("\n").splitlines()
+    if len(lines) <= REASON_LINES:
+        return "\n".join(lines)
+    more = len(lines) - REASON_LINES
+    return "\n".join([*lines[:REASON_LINES], f"... {more} more lines: the JSON and Markdown reports give them all"])
+
+
 def _reasons(problems: list[dict[str, Any]], anchors: dict[int, str]) -> list[str]:
     if not problems:
         return []
@@ -221,8 +234,12 @@ def _reasons(problems: list[dict[str, Any]], anchors: dict[int, str]) -> list[st
         observed = row.get("observed", "")
         lines.append(
             f'<li id="{anchors[id(row)]}"><code>{escape(row["check"])}</code> on {escape(where)}: '
-            f"<strong>{escape(row['outcome'])}</strong><pre>{escape(row['reason'])}</pre>"
-            + (f"observed:<pre>{escape(observed)}</pre>" if row["outcome"] == "deviation" and observed else "")
+            f"<strong>{escape(row['outcome'])}</strong><pre>{escape(_excerpt(row['reason']))}</pre>"
+            + (
+                f"observed:<pre>{escape(_excerpt(observed))}</pre>"
+                if row["outcome"] == "deviation" and observed
+                else ""
+            )
             + "</li>"
         )
     return [*lines, "</ol>"]
