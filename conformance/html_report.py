@@ -103,15 +103,18 @@ def render(document: dict[str, Any]) -> str:
 
 
 def _about(document: dict[str, Any]) -> list[str]:
-    impl, claims, env = document["impl"], document["claims"], document["env"]
+    impl, claims = document["impl"], document["claims"]
+    env: dict[str, Any] = {key: "unknown" for key in ("python", "torch", "torch_xla", "lightning")}
+    env["devices_found"] = []
+    env |= document.get("env", {})
     facts = [
         ("contract", document["contract_version"]),
         ("module", impl["module"]),
-        ("devices", ", ".join(claims["devices"])),
-        ("precisions", ", ".join(claims["precisions"])),
-        ("world sizes", ", ".join(map(str, claims["world_sizes"]))),
-        ("strategies", ", ".join(claims["strategies"])),
-        ("features", ", ".join(claims["features"]) or "none"),
+        ("devices", ", ".join(claims.get("devices", []))),
+        ("precisions", ", ".join(claims.get("precisions", []))),
+        ("world sizes", ", ".join(map(str, claims.get("world_sizes", [])))),
+        ("strategies", ", ".join(claims.get("strategies", []))),
+        ("features", ", ".join(claims.get("features", [])) or "none"),
         (
             "machine",
             f"Python {env['python']}, torch {env['torch']}, torch_xla {env['torch_xla']}, "

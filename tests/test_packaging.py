@@ -195,6 +195,7 @@ def test_the_installed_console_script_runs_a_users_implementation(fresh_venv: Pa
     env = _fresh_env(fresh_venv)
     command = [str(fresh_venv / "bin" / "lightning-optimizer-conformance"), "--impl=my_impl"]
     command += ["-k", " or ".join(FAST_CHECKS), "--devices=cpu", "--precisions=32-true", "--world-sizes=1"]
+    command += ["--matrix=full"]  # a row per check
     completed = _run(command, cwd=tmp_path, env=env)
     output = completed.stdout + completed.stderr
     assert re.search(rf"\b{len(FAST_CHECKS)} passed\b", output), output

@@ -172,6 +172,9 @@ def test_page_from_small_reports(tmp_path: Path) -> None:
     assert reason in page
     assert "- not claimed, pickling: no" in page and "- `step`: optimizer.step()" in page
     assert "| STEP | 1/1 | 0/1 |" in page
+    fabric = (tmp_path / "peers" / "fabric.html").read_text(encoding="utf-8")  # each implementation's HTML report
+    assert sorted(path.name for path in (tmp_path / "peers").iterdir()) == ["fabric.html", "reference.html"]
+    assert '<td class="name">test_true_steps_now</td>' in fabric and 'class="fail"' in fabric
 
 
 def test_one_line_reasons() -> None:

@@ -40,8 +40,9 @@ def test_conformance_example_type_checks_and_passes_the_suite(tmp_path: Path) ->
     command = [str(script), "--impl=my_conformance", "--devices=cpu", "-k", checks, "--report-md=conformance.md"]
     run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, f"exit {run.returncode}:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"
-    assert "test_static_surface" in run.stdout
-    assert "test_configured_clipping" in (tmp_path / "conformance.md").read_text(encoding="utf-8")
+    assert re.search(r"^SURFACE\s+ok\s+ok", run.stdout, flags=re.MULTILINE), run.stdout[-6000:]
+    markdown = (tmp_path / "conformance.md").read_text(encoding="utf-8")
+    assert "test_configured_clipping" in markdown and "test_static_surface" in markdown
     # test_static_surface's mypy run left its cache here: the README's own mypy command reuses it.
     cache = tmp_path / ".pytest_cache" / "d" / "mypy"
     mypy = [sys.executable, "-m", "mypy", "--strict", "--config-file=", f"--cache-dir={cache}", "my_conformance.py"]
