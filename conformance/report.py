@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from lightning_optimizer.conformance.selection import WORLD_SIZES, devices_found
-from lightning_optimizer.spec import DEVICE_KINDS, PRECISIONS, ImplementationInfo
+from lightning_optimizer.spec import DEVICE_KINDS, PRECISIONS, ImplementationInfo, requirement_group
 
 __all__ = [
     "OUTCOMES",
@@ -63,7 +63,6 @@ __all__ = [
     "one_line",
     "render_run_notes",
     "render_terminal",
-    "requirement_group",
     "shown_columns",
     "stale_entries",
     "summary_text",
@@ -279,7 +278,7 @@ def failing_results(document: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(problems, key=lambda r: (" ".join(r["requirements"]), r["check"], _column_key(column_of(r))))
 
 
-def _reason_lines(document: dict[str, Any], width: int = REASON_WIDTH) -> list[str]:
+def _reason_lines(document: dict[str, Any], width: int = TERMINAL_WIDTH) -> list[str]:
     """One line per failed or erroring cell (at most ``REASON_LINES``): outcome, check, cell, first line of why.
 
     No line is longer than ``width``.
@@ -356,11 +355,7 @@ def render_terminal(document: dict[str, Any], *, matrix: str = "summary") -> lis
         lines.append("no check ran in a cell the implementation claims")
     notes = ["summary: " + summary_text(document), *not_applicable_notes(document), LEGEND]
     lines += [wrapped for note in notes for wrapped in _wrap(note)]
-    return (
-        lines
-        + _reason_lines(document, TERMINAL_WIDTH)
-        + [wrapped for note in render_run_notes(document) for wrapped in _wrap(note)]
-    )
+    return lines + _reason_lines(document) + [wrapped for note in render_run_notes(document) for wrapped in _wrap(note)]
 
 
 LEGEND = (
@@ -434,11 +429,6 @@ MARKS = {  # the requirement-group table's mark of a group's worst outcome
 }
 _SHORT = {"64-true": "64", "32-true": "32", "16-mixed": "16m", "bf16-mixed": "bf16m", "bf16-true": "bf16t"}
 """Precisions as the group table's columns name them."""
-
-
-def requirement_group(requirement: str) -> str:
-    """A requirement id's group: ``ACC`` for ``ACC-001``."""
-    return requirement.rsplit("-", 1)[0]
 
 
 def group_marks(document: dict[str, Any]) -> tuple[list[tuple[str, str]], dict[str, dict[tuple[str, str], str]]]:
