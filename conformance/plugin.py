@@ -146,7 +146,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 MARKERS = (
     "requirement(*ids): the contract requirement ids that a conformance check verifies",
     "cells(devices=None, precisions=None, world_sizes=None, strategies=None): the cells where a conformance check "
-    "applies (strategies default to none and ddp)",
+    "applies (strategies default to none, ddp and spmd: every strategy but fsdp)",
     "features(*names): optional capabilities a conformance check needs",
     "varies(**dimensions): the values a conformance check tries along each dimension (see dimensions.DIMENSIONS)",
 )
@@ -236,7 +236,7 @@ def _verdict(item: pytest.Item, info: ImplementationInfo[Any], cell: Cell | None
         return NotApplicable(f"the check does not apply to {cell.device} {cell.precision}")
     if cell.world_size not in scope.get("world_sizes", (1,)):
         return NotApplicable(f"the check does not apply to world size {cell.world_size}")
-    if cell.strategy not in scope.get("strategies", ("none", "ddp")):
+    if cell.strategy not in scope.get("strategies", ("none", "ddp", "spmd")):
         return NotApplicable(f"the check does not apply to strategy {cell.strategy}")
     if cell.device not in info.devices:
         return NotApplicable(f"not claimed (device {cell.device})")

@@ -288,8 +288,10 @@ class CellFilter:
     strategies: tuple[str, ...] = STRATEGIES
 
 
-def _strategies_at(world_size: int) -> tuple[Strategy, ...]:
-    return ("none",) if world_size == 1 else ("ddp", "fsdp")
+def _strategies_at(device: str, world_size: int) -> tuple[Strategy, ...]:
+    if world_size == 1:
+        return ("none",)
+    return ("spmd",) if device == "xla" else ("ddp", "fsdp")
 
 
 def cells(selected: CellFilter) -> list[Cell]:
@@ -300,7 +302,7 @@ def cells(selected: CellFilter) -> list[Cell]:
         if device in selected.devices
         for world_size in WORLD_SIZES
         if str(world_size) in selected.world_sizes
-        for strategy in _strategies_at(world_size)
+        for strategy in _strategies_at(device, world_size)
         if strategy in selected.strategies
         for precision in PRECISIONS
         if precision in selected.precisions

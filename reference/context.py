@@ -329,6 +329,8 @@ class TrainingContext:
         self.parts.refusals.check_unscale(window)
         if self.parts.refusals.prepared(self, window):
             return
+        if call is not None and call.window is window and call.stage is CallStage.REEVALUATING:
+            return  # the inner optimizer's own evaluation: the context prepares it [CLOS-005]
         if call is not None and call.window is window:  # in the closure of the closing step
             call.transaction.after_closure(call)
             self._prepare(call)

@@ -62,10 +62,13 @@ class TrainingContext(Protocol):
 
     Precision
         [PREC-001] 64-true and 32-true: no autocast; ``prepare_module`` casts the module's floating-point
-        parameters and buffers to float64 and float32 (the mixed precisions keep them in float32 too).
+        parameters and buffers (BatchNorm's running statistics) to float64 and float32 (the mixed precisions keep
+        them in float32 too); buffers that are not floating point (BatchNorm's ``num_batches_tracked``) keep their
+        dtype.
 
-        [PREC-002] bf16-true: the module's floating-point parameters, and so the optimizer state, live in
-        bfloat16.
+        [PREC-002] bf16-true: the module's floating-point parameters and buffers, and so the optimizer state, live
+        in bfloat16, as ``module.to(torch.bfloat16)`` leaves them (Lightning's bf16-true); other buffers keep their
+        dtype.
 
         [PREC-003] bf16-mixed: forward passes run under bfloat16 autocast; no loss scaler, never a skipped
         step.
@@ -140,14 +143,21 @@ class TrainingContext(Protocol):
         included (``gradient_clip_algorithm="norm"``), or each element (``"value"``), as
         ``torch.nn.utils.clip_grad_norm_`` and ``clip_grad_value_`` compute it; the gradients of the other
         optimizers are not touched. An optimizer that evaluates the closure itself (LBFGS) gets the gradients of
-        every evaluation clipped before it uses them.
+        every evaluation clipped before it uses them. A 16-mixed window whose gradients are not finite is clipped
+        too, as torch's recipe (``unscale_``, clip, ``scaler.step``) clips it, before the step is skipped: by norm,
+        its gradients become what ``clip_grad_norm_`` makes of a non-finite norm (NaN where they were not finite,
+        zero elsewhere), and that is what ``before_optimizer_step`` sees (HOOK-002).
 
     Devices and distribution
         [XLA-001] XLA: on a real step the window's gradients are reduced across replicas once, after the
         window's last backward, then the inner optimizer steps, then the graph is cut once; a micro-step that only
-        accumulates neither reduces nor cuts the graph, so a window costs one reduction and one cut.
+        accumulates neither reduces nor cuts the graph, so a window costs one reduction and one cut. A real step
+        skipped for non-finite gradients (16-mixed) cuts the graph once too: its window ends there. With several
+        optimizers, each window is reduced once, at its own real step, whichever optimizer steps first; another
+        optimizer's window that only accumulates in that iteration is neither reduced nor cut by it.
 
-        [XLA-002] XLA on several devices under SPMD (one process drives them, the batch sharded over them): the
+        [XLA-002] XLA on several devices under SPMD (the cell's strategy ``"spmd"``: one process drives them, the
+        batch sharded over them, no process group): the
         cross-device reduction of the gradients is XLA's, inside the compiled graph, and the implementation adds
         none of its own; a micro-step that only accumulates does not cut the graph and each real step cuts it
         once, so a window executes as one graph; the parameters equal the single-device result on the global
@@ -191,7 +201,8 @@ class TrainingContext(Protocol):
     Checkpoints
         [CKPT-002] ``state_dict()`` holds the context's own state (window positions, accumulated gradients
         of open windows, step counts, loss-scaler state); loading it into a fresh context with the same
-        model and optimizers, at any micro-step, continues the identical trajectory: bit for bit on CPU and
+        model and optimizers, at any micro-step, continues the identical trajectory (the wrappers' ``last_outcome``
+        is not part of it, STEP-004): bit for bit on CPU and
         CUDA, and to rounding on XLA, which compiles the resumed run into other graphs. The state is loaded
         after the same optimizers are wrapped, in the same order (as frameworks restore optimizer states after
         building them); before that, it is a state for another layout (CKPT-003).
@@ -259,9 +270,10 @@ class TrainingContext(Protocol):
 
         [HOOK-002] ``before_optimizer_step(wrapper)`` runs once per real step, after the window's preparation
         (mean, reduction, unscaling, clipping) and before the inner optimizer's step: the gradients it sees are
-        those the step applies, non-finite ones included when 16-mixed then skips the step. An accumulating call
-        runs none. For an optimizer that evaluates the closure itself it runs before the inner step, which then
-        makes its evaluations.
+        those the step applies, non-finite ones included when 16-mixed then skips the step (clipped as CLIP-001
+        says). An accumulating call runs none. For an optimizer that evaluates the closure itself (CLOS-002) it runs
+        once per real step, before the inner step, which then makes its evaluations (each of whose backwards runs
+        HOOK-001's hooks); ``after_step`` too runs once per call, not once per evaluation.
 
         [HOOK-003] ``after_step(wrapper, outcome)`` runs after each ``step()`` call that returns, with the call's
         outcome (what ``last_outcome`` then says), once the window, the counts and the loss scaler are as the call
@@ -270,20 +282,32 @@ class TrainingContext(Protocol):
         [HOOK-004] A hook that raises propagates its exception. Raised from ``before_backward`` or
         ``before_optimizer_step`` inside a ``step()``, it fails that call as a raising closure does (CLOS-003,
         TXN-001: the window as the failure policy leaves it, everything else as before the call); raised from
-        ``after_step``, the call's effects stay. Hooks run in the order they were registered; ``remove()`` on the
-        returned handle stops them; a hook that is not callable is refused with ``TypeError`` when it is
-        registered.
+        ``after_step``, the call's effects stay. Hooks run in the order they were registered: with several
+        ``register_hooks`` calls, the hooks of each kind run in the order of those calls, whatever kinds each call
+        registered; ``remove()`` on the returned handle stops them; a hook that is not callable is refused with
+        ``TypeError`` when it is registered.
+
+        [HOOK-005] Copies of a context (``pickle``, ``copy.deepcopy``, of it alone or of a whole training state)
+        carry no hooks: hooks belong to the framework that registered them (they close over its objects, and a
+        lambda cannot be pickled), which registers them again on a copy it trains, as torch's optimizers drop their
+        step hooks when copied. Copying a context whose hooks cannot be pickled works; the original keeps its
+        hooks.
 
     Wrapping
         [ERR-004] Wrapping an object that is already a wrapper raises ``TypeError``.
 
         [ERR-010] ``wrap`` of an optimizer that another live training context already wraps raises ``ValueError``
-        (two contexts would keep two windows and two loss scalers over the same gradients).
+        (two contexts would keep two windows and two loss scalers over the same gradients), and so does a second
+        ``wrap`` of it by the same context (two windows over the same gradients). A context is live until it is
+        collected: one kept only by its own reference cycles still wraps the optimizer until ``gc.collect()``
+        frees it, and nothing but the user's references may keep a context alive, so that once they are gone and it
+        is collected the optimizer can be wrapped again.
 
         [ERR-007] ``wrap`` refuses, with ``ValueError``, an optimizer that holds a floating-point parameter off the
         context's device or in another dtype than the precision's parameter dtype (float64 in 64-true, bfloat16 in
-        bf16-true, float32 otherwise: what ``prepare_module`` gives); ``add_param_group`` on a wrapper refuses such
-        a parameter the same way, before the inner optimizer changes.
+        bf16-true, float32 otherwise: what ``prepare_module`` gives), frozen ones (``requires_grad=False``)
+        included, since they may be unfrozen later; ``add_param_group`` on a wrapper refuses such a parameter the
+        same way, before the inner optimizer changes.
     """
 
     @property
@@ -323,6 +347,12 @@ class TrainingContext(Protocol):
 
         The schedule of ``make_optimizer_step=None`` reads the position [STEP-003]; leaving the block ends the
         training iteration (where 16-mixed updates its scaler [AMP-003]).
+
+        [CTX-003] Blocks do not nest: ``batch()`` inside a block raises ``RuntimeError`` when it is entered and
+        changes nothing (the outer block goes on). Leaving a block by an exception ends the iteration as leaving it
+        normally does: 16-mixed updates its scaler for the real steps the block took, the position is released, the
+        exception propagates unchanged, and windows left open stay open (a ``step()`` that failed left its window as
+        the failure policy says); the next block works as after any other.
         """
         ...
 

@@ -35,8 +35,11 @@ class Cell:
     """One column of the conformance matrix: where and how a check runs.
 
     ``strategy`` says how the ``world_size`` ranks share the model. ``"none"`` (the default) is one process at
-    world size 1 and stands for ``"ddp"`` above it, so ``Cell("cpu", "32-true", 2).strategy == "ddp"``;
-    ``"fsdp"`` needs several ranks.
+    world size 1 and stands, above it, for ``"ddp"`` on CPU and CUDA (one process per rank, a process group) and
+    for ``"spmd"`` on XLA (one process driving ``world_size`` devices, no process group, XLA-002): so
+    ``Cell("cpu", "32-true", 2).strategy == "ddp"`` and ``Cell("xla", "32-true", 2).strategy == "spmd"``.
+    ``"fsdp"`` needs several ranks; ``"spmd"`` is XLA's and needs several devices. Each strategy is claimed on its
+    own (:attr:`ImplementationInfo.strategies`), so DDP on CPU and XLA on one device are claimed without XLA SPMD.
     """
 
     device: DeviceKind
@@ -46,13 +49,20 @@ class Cell:
 
     def __post_init__(self) -> None:
         if self.world_size > 1 and self.strategy == "none":
-            object.__setattr__(self, "strategy", "ddp")
+            object.__setattr__(self, "strategy", "spmd" if self.device == "xla" else "ddp")
         elif self.world_size == 1 and self.strategy != "none":
             raise ValueError(f"strategy {self.strategy!r} needs several ranks; a cell of world size 1 has 'none'")
+        elif self.strategy == "spmd" and self.device != "xla":
+            raise ValueError(
+                f"strategy 'spmd' is XLA's; a {self.device} cell of world size {self.world_size} has 'ddp' or 'fsdp'"
+            )
 
     @property
     def id(self) -> str:
-        """Short stable id, e.g. ``cpu-32-true-ws1``; a sharded cell ends in its strategy (``cpu-32-true-ws2-fsdp``)."""
+        """Short stable id, e.g. ``cpu-32-true-ws1``; a sharded cell ends in its strategy (``cpu-32-true-ws2-fsdp``).
+
+        An XLA cell above world size 1 is SPMD and a CPU or CUDA one DDP unless the id ends in ``-fsdp``.
+        """
         suffix = "-fsdp" if self.strategy == "fsdp" else ""
         return f"{self.device}-{self.precision}-ws{self.world_size}{suffix}"
 

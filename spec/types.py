@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Final, Literal, get_args
 
-CONTRACT_VERSION: Final = "2026.12.6"
+CONTRACT_VERSION: Final = "2026.12.7"
 """Version of the contract stated by this package; implementations declare the one they follow."""
 
 Precision = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "bf16-true"]
@@ -14,9 +14,9 @@ Precision = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "bf16-true"]
 DeviceKind = Literal["cpu", "cuda", "xla"]
 """Kinds of device an implementation can run on."""
 
-Strategy = Literal["none", "ddp", "fsdp"]
-"""How the ranks of a cell share the model: one process (``none``), replicated with DDP (``ddp``), or sharded with
-FSDP2's ``fully_shard`` (``fsdp``)."""
+Strategy = Literal["none", "ddp", "fsdp", "spmd"]
+"""How the ranks of a cell share the model: one process (``none``), replicated with DDP (``ddp``), sharded with
+FSDP2's ``fully_shard`` (``fsdp``), or, on XLA, one process driving several devices under SPMD (``spmd``, XLA-002)."""
 
 Feature = Literal[
     "closure_evaluating_optimizers", "checkpointing", "pickling", "lr_schedulers", "hooks", "exact_restore"

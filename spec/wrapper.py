@@ -57,11 +57,15 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         for (the learning rate would run ahead of the real steps); a wrapper that silenced it would hide that.
 
         [SCHED-002] A step skipped for non-finite gradients does not make a scheduler warn that
-        ``lr_scheduler.step()`` ran before ``optimizer.step()``.
+        ``lr_scheduler.step()`` ran before ``optimizer.step()``: a real step counts as the optimizer's step when it is
+        made, taken or skipped, for a scheduler built on the wrapper or on the inner optimizer, also when another
+        optimizer of the context only accumulates in the same iteration (whose schedulers warn as SCHED-001 says).
+        The rule is stated by the warning; how torch tells that a step ran is torch's own.
 
         [PICKLE-001] ``pickle`` and ``copy.deepcopy`` of a wrapper, or of a whole training state (the context, the
         prepared model and the wrappers together), give working copies, independent of the original (training
-        the copy changes nothing of the original, loss scaler included), that continue the same trajectory.
+        the copy changes nothing of the original, loss scaler included), that continue the same trajectory. A copy
+        carries ``last_outcome``, and no hooks (HOOK-005).
 
         [CKPT-001] ``w.state_dict()`` is the inner optimizer's state dict, in the inner's own format.
 
@@ -107,12 +111,15 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
 
         [STEP-004] After each call, ``last_outcome`` says whether it stepped, accumulated, or skipped the step
         because the gradients were not finite; it is the wrapper's own, read at any time, and calls of the
-        context's other wrappers do not change it.
+        context's other wrappers do not change it. It says what this wrapper's last call did, so it is not part of
+        the context's state: ``None`` until the wrapper's first call, also after ``context.load_state_dict``
+        (CKPT-002), which does not change it.
 
         [STEP-005] ``kwargs`` reach the inner optimizer's ``step`` on a real step.
 
         [STEP-006] The call returns the closure's result (``None`` without a closure): what its first evaluation
-        returned, also when the inner optimizer evaluates it again, and whatever the inner ``step`` returns.
+        returned, also when the inner optimizer evaluates it again, and whatever the inner ``step`` returns (another
+        tensor, a number, ``None``, any object).
 
         Rationale: the result is then the same kind of value on every call of every optimizer, accumulating or
         not; torch's optimizers (LBFGS included) return that first result themselves, and a two-pass optimizer
@@ -138,17 +145,23 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         it again, as often as it needs (CLOS-005).
 
         [CLOS-002] An optimizer that evaluates closures itself (torch's LBFGS, or one that declares it with a
-        true ``evaluates_closure`` attribute) works in 64-true and 32-true; asking one to accumulate is refused
-        with a ``ValueError``: by ``wrap`` when the context has ``accumulate_grad_batches > 1``, by ``step``
-        (before the closure runs) for ``make_optimizer_step=False``.
+        true ``evaluates_closure`` attribute, on the instance or its class) works in 64-true and 32-true; asking one
+        to accumulate is refused with a ``ValueError``: by ``wrap`` when the context has
+        ``accumulate_grad_batches > 1``, by ``step`` (before the closure runs) for ``make_optimizer_step=False``.
+        Whatever declares it, every such optimizer is treated alike (CLOS-003, CLOS-004, FAIL-005, HOOK-002, AMP-005).
 
         [CLOS-005] On a real step outside 16-mixed, an inner optimizer whose ``step`` takes a ``closure`` gets
         one, as torch's optimizers expect. Its first call returns the call's closure's result without running
         it again: the closure has run, and its gradients are the window's, prepared (mean, reduction,
         clipping). Each further call evaluates the closure anew, as CLOS-004 says (gradients set to ``None``
-        first, toggled, reduced, clipped), so a two-pass optimizer (SAM-style: a step at perturbed parameters)
-        gets the gradients of its second point. Under 16-mixed the inner ``step`` gets no closure: torch's
-        ``GradScaler.step`` takes none, so the closure runs once, before the step.
+        first, toggled, reduced, clipped), inside the context's autocast region as the first evaluation ran
+        (CLOS-001; its backward outside it, BWD-002), so a two-pass optimizer (SAM-style: a step at perturbed
+        parameters) gets the gradients of its second point, in the precision of its first. Under 16-mixed the inner
+        ``step`` gets no closure: torch's ``GradScaler.step`` takes none, so the closure runs once, before the step.
+        A ``step`` takes a closure when ``step(closure=...)`` binds to its signature (a parameter named
+        ``closure``, or ``**kwargs``). A call without a closure hands the inner ``step`` none: it is called
+        without a ``closure`` argument, as ``optimizer.step()`` is, never with ``closure=None`` or a closure of
+        the wrapper's own.
 
         [CLOS-003] A closure that raises propagates its exception; nothing is stepped and every ``requires_grad``
         flag is restored. The window is what the context's failure policy makes of it (FAIL-002 to FAIL-004): as
@@ -184,8 +197,9 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         undone, except for an optimizer that evaluates the closure itself, CLOS-003.)
 
         [REENT-001] A ``step()`` called while a ``step()`` of the same context runs (from inside a closure, of the
-        same wrapper or another) raises ``RuntimeError`` and changes nothing; the outer call then fails as a
-        raising closure does (CLOS-003).
+        same wrapper or another) raises ``RuntimeError`` and changes nothing. The refusal is the closure's to
+        handle: left to propagate, it fails the outer call as a raising closure does (CLOS-003); caught by the
+        closure, the outer call goes on as if the inner call had not been made.
         """
         ...
 
@@ -214,12 +228,16 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         replicas, unscaled under 16-mixed, clipped when the context clips; the ``step()`` that closes the window
         then repeats none of it (no double unscale). A ``step()`` that would not close the window after this
         call raises ``RuntimeError`` and changes nothing, and so does a ``backward()`` of any wrapper of the
-        context before that step (it would add scaled gradients to prepared ones); so does this call made inside
+        context before that step, over the same parameters or others (it would add scaled gradients to prepared
+        ones; one rule for every wrapper, so that the order is the user's to follow and not the graph's), except in
+        the evaluations that the closing step's inner optimizer makes itself (CLOS-005, CLOS-002); so does this call
+        made inside
         the closure of a ``step()`` that does not close the window (call it in the closure of the closing step,
         or between the window's last backward and that step). A ``zero_grad()`` after this call, before the
         closing step, raises ``RuntimeError`` and changes nothing: it would discard gradients that cannot be
-        prepared again in the same iteration (the loss scaler unscales an optimizer once per iteration). The
-        mean divides by the window's full length: the micro-steps it accumulated and the closing one, whose
+        prepared again in the same iteration (the loss scaler unscales an optimizer once per iteration). A second
+        call before the closing step does nothing: a window is prepared once; so does a call in an evaluation that
+        the closing step's inner optimizer makes (CLOS-005), which the context prepares itself. The mean divides by the window's full length: the micro-steps it accumulated and the closing one, whose
         backward runs in the closing step's closure or before that ``step()`` (``k + 1`` after ``k``
         accumulating calls, fewer when the window is cut short).
         """
@@ -271,7 +289,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
 
         [ERR-005] A state dict for another parameter layout raises ``ValueError`` and leaves the inner
         optimizer's state unchanged. The layout is what ``torch.optim.Optimizer.load_state_dict`` compares: the
-        number of parameter groups and the number of parameters in each (not the shapes of state tensors).
+        number of parameter groups and the number of parameters in each. A state that torch loads, state tensors
+        of other shapes included (torch finds those only when it steps), the wrapper loads as torch does.
         """
         ...
 
