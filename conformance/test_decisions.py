@@ -628,3 +628,276 @@ def test_reevaluations_run_in_the_autocast_region_and_may_backward(make_context:
     )
     if want:
         assert regions[1][1] == torch.bfloat16, f"the re-evaluation autocast to {regions[1][1]}, not bfloat16"
+
+
+# -- PREC-001 and PREC-002: buffers (decision 30) ----------------------------------------------------------------
+
+
+def _batch_norm_model() -> torch.nn.Sequential:
+    """A linear layer, then BatchNorm (float running statistics, an integer ``num_batches_tracked``)."""
+    return torch.nn.Sequential(make_model(seed=27), torch.nn.BatchNorm1d(2))
+
+
+@pytest.mark.requirement("PREC-001", "PREC-002")
+@pytest.mark.varies(modules=("1 prepared module",))
+def test_prepare_module_casts_floating_buffers_only(make_context: MakeContext, cell: Cell) -> None:
+    """BatchNorm's running statistics take the precision's parameter dtype; ``num_batches_tracked`` stays int64.
+
+    A training step in train mode then updates them as the plain module, cast by ``module.to`` the same way, does.
+    """
+    batch = make_batches(1, seed=28)[0]
+    context = make_context()
+    base = _batch_norm_model()
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    norm = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
+    assert len(norm) == 1, "prepare_module must keep the module's BatchNorm"
+    want = cell_dtype(cell)
+    got = {name: buffer.dtype for name, buffer in norm[0].named_buffers()}
+    expected = {"running_mean": want, "running_var": want, "num_batches_tracked": torch.int64}
+    assert got == expected, (
+        f"prepare_module left BatchNorm's buffers as {got} in {cell.precision}, expected {expected}: floating-point "
+        "buffers take the precision's parameter dtype, others keep theirs (PREC-001, PREC-002)"
+    )
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+    wrapper.step(_closure(context, wrapper, model, batch, cell), make_optimizer_step=True)
+    with oracle_autocast(cell):
+        oracle(batch[0].to(cell_device(cell), cell_dtype(cell)))
+    tol = tolerance_for(cell)
+    got_mean, want_mean = norm[0].running_mean, oracle[1].running_mean  # type: ignore[index]
+    assert got_mean is not None and isinstance(want_mean, torch.Tensor)
+    assert torch.allclose(got_mean.double().cpu(), want_mean.double().cpu(), rtol=tol.rtol, atol=tol.atol), (
+        "the running mean after one training forward differs from the plain module's"
+    )
+
+
+# -- ERR-007: frozen parameters (decision 31) --------------------------------------------------------------------
+
+
+@pytest.mark.requirement("ERR-007")
+@pytest.mark.varies(parameters=("frozen",), param_groups=("1", "added after wrap"), faults=("invalid argument",))
+def test_wrap_refuses_a_frozen_parameter_of_another_dtype(make_context: MakeContext, cell: Cell) -> None:
+    """A frozen parameter of another dtype, or device, is refused by ``wrap`` and ``add_param_group``.
+
+    ``add_param_group`` refuses it before the inner optimizer changes; on an accelerator a CPU one is refused too.
+    """
+    context = make_context()
+    model = context.prepare_module(make_model(seed=29))
+    other = torch.float32 if cell_dtype(cell) is torch.float64 else torch.float64
+    frozen = torch.nn.Parameter(torch.zeros(3, dtype=other, device=cell_device(cell)), requires_grad=False)
+    with refuses(ValueError, f"wrap() of an optimizer holding a frozen {other} parameter", "ERR-007: frozen too"):
+        context.wrap(torch.optim.SGD([*model.parameters(), frozen], lr=0.1))
+    inner = torch.optim.SGD(model.parameters(), lr=0.1)
+    wrapper = context.wrap(inner)
+    with refuses(ValueError, "add_param_group() with a frozen parameter of another dtype", "ERR-007: frozen too"):
+        wrapper.add_param_group({"params": [frozen]})
+    assert len(inner.param_groups) == 1, "the refused add_param_group() changed the inner optimizer"
+    if cell.device != "cpu":
+        on_cpu = torch.nn.Parameter(torch.zeros(3, dtype=cell_dtype(cell)), requires_grad=False)
+        with refuses(ValueError, "add_param_group() with a frozen parameter on the CPU", "ERR-007: frozen too"):
+            wrapper.add_param_group({"params": [on_cpu]})
+
+
+# -- CLOS-002 and HOOK-002: declared by attribute; hooks once per real step (decision 32) -------------------------
+
+
+class _Evaluating(torch.optim.SGD):
+    """An SGD whose ``step`` evaluates the closure three times and steps on the last evaluation's gradients."""
+
+    def step(self, closure: Any = None) -> Any:
+        assert closure is not None, "an optimizer that evaluates its closure needs one"
+        first = closure()
+        for _ in range(2):
+            closure()
+        super().step()
+        return first
+
+
+class _DeclaredOnClass(_Evaluating):
+    evaluates_closure = True
+
+
+def _declared_on_instance(params: Any) -> _Evaluating:
+    optimizer = _Evaluating(params, lr=0.1)
+    optimizer.evaluates_closure = True  # type: ignore[attr-defined]
+    return optimizer
+
+
+DECLARATIONS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+    "class attribute": lambda params: _DeclaredOnClass(params, lr=0.1),
+    "instance attribute": _declared_on_instance,
+}
+
+
+@pytest.mark.requirement("CLOS-002", "AMP-005")
+@pytest.mark.parametrize("declared", list(DECLARATIONS))
+@pytest.mark.varies(optimizer=("step(closure) recorded",), make_optimizer_step=("False",), faults=("invalid argument",))
+def test_an_optimizer_declaring_evaluates_closure_is_refused_accumulation(
+    make_context: MakeContext, cell: Cell, declared: str
+) -> None:
+    """``evaluates_closure = True``, on the class or the instance: the optimizer cannot accumulate.
+
+    Refused at ``wrap`` with a window longer than one (and in 16-mixed), at ``step`` for ``make_optimizer_step=False``
+    before the closure runs.
+    """
+    build = DECLARATIONS[declared]
+    mixed16 = cell.precision == "16-mixed"
+    longer = make_context(accumulate_grad_batches=2)
+    model = longer.prepare_module(make_model(seed=30))
+    with refuses((ValueError, TypeError), "wrap() with accumulate_grad_batches=2", "CLOS-002: it cannot accumulate"):
+        longer.wrap(build(model.parameters()))
+    context = make_context()
+    model = context.prepare_module(make_model(seed=30))
+    if mixed16:
+        with refuses(TypeError, f"wrap() under 16-mixed of an optimizer declaring it by {declared}", "AMP-005: no"):
+            context.wrap(build(model.parameters()))
+        return
+    wrapper = context.wrap(build(model.parameters()))
+    ran: list[int] = []
+    with refuses(ValueError, "step(make_optimizer_step=False)", "CLOS-002: an evaluator cannot accumulate"):
+        wrapper.step(lambda: ran.append(1), make_optimizer_step=False)
+    assert ran == [], "the refused step() ran its closure (CLOS-002: refused before the closure runs)"
+
+
+@pytest.mark.requirement("HOOK-002", "HOOK-003", "HOOK-001", "CLOS-004")
+@pytest.mark.features("hooks", "closure_evaluating_optimizers")
+@pytest.mark.cells(precisions=NOT_16)
+@pytest.mark.parametrize("declared", list(DECLARATIONS))
+@pytest.mark.varies(optimizer=("LBFGS", "step(closure) recorded"), call_form=("closure, wrapper.backward",))
+def test_hooks_of_an_evaluating_optimizer_run_once_per_real_step(
+    make_context: MakeContext, cell: Cell, declared: str
+) -> None:
+    """Three evaluations in one real step: one ``before_optimizer_step``, one ``after_step``.
+
+    Each evaluation runs its backward hooks and starts from cleared gradients.
+    """
+    batch = make_batches(1, seed=31)[0]
+    context = make_context()
+    model = context.prepare_module(make_model(seed=32))
+    wrapper = context.wrap(DECLARATIONS[declared](model.parameters()))
+    events: list[str] = []
+    context.register_hooks(
+        before_backward=lambda w, loss: events.append("before_backward"),
+        after_backward=lambda w, loss: events.append("after_backward"),
+        before_optimizer_step=lambda w: events.append("before_optimizer_step"),
+        after_step=lambda w, outcome: events.append("after_step"),
+    )
+    cleared: list[bool] = []
+    inner = _closure(context, wrapper, model, batch, cell)
+
+    def closure() -> torch.Tensor:
+        cleared.append(all(p.grad is None or not p.grad.any() for p in model.parameters()))
+        return inner()
+
+    wrapper.step(closure, make_optimizer_step=True)
+    want = ["before_optimizer_step", *["before_backward", "after_backward"] * 3, "after_step"]
+    assert events == want, f"the hooks ran {events}, expected {want} (HOOK-002, HOOK-003: once per real step)"
+    assert cleared == [True] * 3, f"gradients cleared before each evaluation: {cleared} (CLOS-004)"
+
+
+# -- HOOK-004: several registrations, every kind (decision 33) ---------------------------------------------------
+
+
+@pytest.mark.requirement("HOOK-004", "HOOK-001", "HOOK-002", "HOOK-003")
+@pytest.mark.features("hooks")
+@pytest.mark.varies(wrappers=("1",), window=("k >= 2 micro-steps",), make_optimizer_step=("None",))
+def test_hooks_of_several_registrations_run_in_registration_order(make_context: MakeContext, cell: Cell) -> None:
+    """Three ``register_hooks`` calls with different kinds: each kind runs in registration order.
+
+    ``remove()`` of the second stops its hooks only.
+    """
+    batches = make_batches(4, seed=33)
+    context = make_context(accumulate_grad_batches=2)
+    model = context.prepare_module(make_model(seed=34))
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+    events: list[str] = []
+
+    def hooks(tag: str, *kinds: str) -> dict[str, Any]:
+        made: dict[str, Any] = {
+            "before_backward": lambda w, loss: events.append(f"before_backward {tag}"),
+            "after_backward": lambda w, loss: events.append(f"after_backward {tag}"),
+            "before_optimizer_step": lambda w: events.append(f"before_optimizer_step {tag}"),
+            "after_step": lambda w, outcome: events.append(f"after_step {tag}"),
+        }
+        return {kind: made[kind] for kind in kinds}
+
+    context.register_hooks(**hooks("1", "after_step", "before_backward"))
+    second = context.register_hooks(
+        **hooks("2", "before_backward", "after_backward", "before_optimizer_step", "after_step")
+    )
+    context.register_hooks(**hooks("3", "before_optimizer_step", "after_backward", "after_step"))
+
+    def expected(tags: tuple[str, ...], real: bool) -> list[str]:
+        by_kind = {
+            "before_backward": ("1", "2"),
+            "after_backward": ("2", "3"),
+            "before_optimizer_step": ("2", "3"),
+            "after_step": ("1", "2", "3"),
+        }
+        order = ["before_backward", "after_backward", *(["before_optimizer_step"] if real else []), "after_step"]
+        return [f"{kind} {tag}" for kind in order for tag in by_kind[kind] if tag in tags]
+
+    want: list[str] = []
+    for batch_idx, batch in enumerate(batches):
+        if batch_idx == 2:
+            second.remove()
+        tags = ("1", "3") if batch_idx >= 2 else ("1", "2", "3")
+        with context.batch(batch_idx, is_last=batch_idx == 3):
+            wrapper.step(_closure(context, wrapper, model, batch, cell))
+        want += expected(tags, real=batch_idx % 2 == 1)
+    assert events == want, f"the hooks ran in the order {events}, expected {want} (HOOK-004: registration order)"
+
+
+# -- STEP-006: whatever the inner step returns (decision 34) -----------------------------------------------------
+
+
+class _Returning(torch.optim.SGD):
+    """An SGD whose ``step`` runs the closure it is handed, then returns ``returns`` instead of its result."""
+
+    returns: Any = None
+
+    def step(self, closure: Any = None) -> Any:
+        if closure is not None:
+            closure()
+        super().step()
+        return self.returns
+
+
+RETURNS: dict[str, Any] = {"another tensor": torch.ones(1), "a float": 2.5, "None": None, "an object": object()}
+
+
+@pytest.mark.requirement("STEP-006")
+@pytest.mark.parametrize("returns", list(RETURNS))
+@pytest.mark.varies(
+    optimizer=("step(closure) recorded",),
+    make_optimizer_step=("True", "False", "None"),
+    call_form=("closure, wrapper.backward", "backward, then step()"),
+)
+def test_step_returns_the_closure_result_whatever_the_inner_returns(
+    make_context: MakeContext, cell: Cell, returns: str
+) -> None:
+    """The inner ``step`` returns another value: ``step()`` still returns the closure's result, ``None`` without."""
+    batches = make_batches(3, seed=35)
+    context = make_context(accumulate_grad_batches=2)
+    model = context.prepare_module(make_model(seed=36))
+    inner = _Returning(model.parameters(), lr=0.1)
+    inner.returns = RETURNS[returns]
+    wrapper = context.wrap(inner)
+    for batch_idx, flag in enumerate((False, None, True)):
+        closure = _closure(context, wrapper, model, batches[batch_idx], cell)
+        results: list[torch.Tensor] = []
+        with context.batch(batch_idx, is_last=batch_idx == 2):
+
+            def recording(
+                closure: Callable[[], torch.Tensor] = closure, results: list[torch.Tensor] = results
+            ) -> torch.Tensor:
+                results.append(closure())
+                return results[-1]
+
+            got = wrapper.step(recording, make_optimizer_step=flag)
+        assert results and got is results[0], (
+            f"batch {batch_idx}: step() returned {got!r}, not the closure's first result, with an inner step that "
+            f"returns {returns} (STEP-006)"
+        )
+    _closure(context, wrapper, model, batches[0], cell)()
+    assert wrapper.step(make_optimizer_step=True) is None, "STEP-006: None without a closure"
