@@ -495,6 +495,12 @@ def test_last_outcome_is_not_in_the_context_state(make_context: MakeContext, cel
         f"after load_state_dict a wrapper that made no call reads {fresh_wrapper.last_outcome} (STEP-004: None "
         "until its first call; last_outcome is not part of the context's state)"
     )
+    wrapper.load_state_dict(wrapper.state_dict())
+    context.load_state_dict(fresh.state_dict())
+    assert wrapper.last_outcome is not None, (
+        "loading a state into a context changed its wrapper's last_outcome to None (STEP-004: load_state_dict does "
+        "not change it)"
+    )
     _, copied = copy.deepcopy((context, wrapper))
     assert copied.last_outcome is wrapper.last_outcome is not None, "a copy carries last_outcome (PICKLE-001)"
 
@@ -901,3 +907,37 @@ def test_step_returns_the_closure_result_whatever_the_inner_returns(
         )
     _closure(context, wrapper, model, batches[0], cell)()
     assert wrapper.step(make_optimizer_step=True) is None, "STEP-006: None without a closure"
+
+
+class _EvaluatorReturning(_Evaluating):
+    """A declared evaluator whose ``step`` returns something else than its first evaluation's result."""
+
+    evaluates_closure = True
+
+    def step(self, closure: Any = None) -> Any:
+        super().step(closure)
+        return "the inner step's own value"
+
+
+@pytest.mark.requirement("STEP-006", "CLOS-002")
+@pytest.mark.features("closure_evaluating_optimizers")
+@pytest.mark.cells(precisions=NOT_16)
+@pytest.mark.varies(optimizer=("step(closure) recorded",), make_optimizer_step=("True",))
+def test_an_evaluating_optimizer_step_returns_its_first_evaluation(make_context: MakeContext, cell: Cell) -> None:
+    """A declared evaluator evaluates three times and returns another value: ``step()`` returns the first result."""
+    batch = make_batches(1, seed=37)[0]
+    context = make_context()
+    model = context.prepare_module(make_model(seed=38))
+    wrapper = context.wrap(_EvaluatorReturning(model.parameters(), lr=0.1))
+    inner = _closure(context, wrapper, model, batch, cell)
+    results: list[torch.Tensor] = []
+
+    def closure() -> torch.Tensor:
+        results.append(inner())
+        return results[-1]
+
+    got = wrapper.step(closure, make_optimizer_step=True)
+    assert len(results) == 3 and got is results[0], (
+        f"step() returned {got!r}: an evaluating optimizer's step() returns its first evaluation's result, whatever "
+        "its inner step returns (STEP-006)"
+    )

@@ -213,8 +213,14 @@ class TrainingContext:
             assert closure is not None
             call.advance(CallStage.STEPPING)
             parts.hooks.run_before_optimizer_step(wrapper)  # [HOOK-002]
-            evaluate = lambda: parts.closures.evaluate(self, call, index, closure)  # noqa: E731
-            return self.inner_step(window, kwargs, evaluate)  # type: ignore[no-any-return]
+            results: list[T] = []
+
+            def evaluate() -> T:
+                results.append(parts.closures.evaluate(self, call, index, closure))
+                return results[-1]
+
+            self.inner_step(window, kwargs, evaluate)
+            return results[0] if results else None  # the first evaluation's, whatever the step returns [STEP-006]
         if closure is not None:
             call.transaction.before_in_place(call)  # a backward into an unstashed window changes it in place
         result = None if closure is None else self.run_closure(call, index, closure)

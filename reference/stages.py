@@ -82,5 +82,5 @@ STAGE_NAMES: frozenset[str] = frozenset({"run_closure", "inner_step", "backward"
 """The stages a variant may override: the user's closure, the inner optimizer's step, a wrapper's backward, the
 wrapper object."""
 
-CONSTRUCTION_HOOKS: frozenset[str] = frozenset({"__init__", "__getstate__", "__setstate__"})
+CONSTRUCTION_HOOKS: frozenset[str] = frozenset({"__init__", "__getstate__", "__setstate__", "__deepcopy__"})
 """Besides the stages and the public members, what a variant may replace: how it is built and copied."""

@@ -50,8 +50,7 @@ class StateFormat:
         assert isinstance(state, dict)
         context.parts.scaling.load_state_dict(state["scaler"])
         for window, entry in zip(context._windows, entries, strict=True):
-            window.pending, window.steps = entry["pending"], entry["steps"]
-            window.last_outcome = None
+            window.pending, window.steps = entry["pending"], entry["steps"]  # last_outcome is not state [STEP-004]
         context.parts.parallel.load_windows(context._windows, entries)
 
     def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:

@@ -401,24 +401,27 @@ class Wrapper(Generic[OptimizerT]):
         return closure_again
 
     def _evaluating_step(self, closure: Callable[[], T] | None, kwargs: dict[str, Any]) -> Any:
+        results: list[T | None] = []
+
         def evaluate() -> T | None:
             self._inner.zero_grad(set_to_none=True)  # each evaluation's gradient is its own backward alone
             result = None if closure is None else self._run_closure(closure, closes=True)
             self._prepare(1)
+            results.append(result)
             return result
 
         inner_step: Callable[..., Any] = self._inner.step
         before = _Before(self._inner, self.parameters())
         try:
             self._context.run_hooks("before_optimizer_step", self)
-            result = inner_step(evaluate, **kwargs)
+            inner_step(evaluate, **kwargs)
         except BaseException:
             before.restore()
             raise
         if self._context.on_xla:
             devices.cut_graph()
         self._finish(StepOutcome.STEPPED)
-        return result
+        return results[0] if results else None  # the first evaluation's result, whatever the step returned
 
     def _discard(self, error: BaseException, micro_steps: int) -> None:
         """Drop the window a failed call wrote into (FAIL-003), and say so on the exception that propagates."""
