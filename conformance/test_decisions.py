@@ -408,9 +408,10 @@ _BEFORE = "before `optimizer.step()`"
 @pytest.mark.features("lr_schedulers")
 @pytest.mark.cells(precisions=("16-mixed",))
 @pytest.mark.parametrize("built_on", ["wrapper", "inner optimizer"])
+@pytest.mark.parametrize("first", ["skip first", "accumulate first"])
 @pytest.mark.varies(wrappers=("2",), window=("open while another optimizer steps",), make_optimizer_step=("False",))
 def test_a_skipped_step_beside_an_accumulating_window_warns_as_torch(
-    make_context: MakeContext, cell: Cell, built_on: str
+    make_context: MakeContext, cell: Cell, built_on: str, first: str
 ) -> None:
     """A skips for overflow while B accumulates: A's scheduler never warns; B's warns as torch's would.
 
@@ -433,8 +434,12 @@ def test_a_skipped_step_beside_an_accumulating_window_warns_as_torch(
         return loss
 
     with context.batch(0):
-        a.step(overflowing, make_optimizer_step=True)
-        b.step(_closure(context, b, model.b, batch, cell), make_optimizer_step=False)
+        calls = [
+            lambda: a.step(overflowing, make_optimizer_step=True),
+            lambda: b.step(_closure(context, b, model.b, batch, cell), make_optimizer_step=False),
+        ]
+        for call in calls if first == "skip first" else calls[::-1]:
+            call()
     assert (a.last_outcome, b.last_outcome) == (StepOutcome.SKIPPED_NON_FINITE, StepOutcome.ACCUMULATED)
     said = []
     for name, scheduler in zip("ab", schedulers, strict=True):
