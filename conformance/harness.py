@@ -32,6 +32,7 @@ __all__ = [
     "ON_FAILURE",
     "FlakyAdam",
     "FlakySGD",
+    "LOSS_FACTOR",
     "PlannedFailure",
     "Halves",
     "assert_discard_note",
@@ -56,6 +57,10 @@ __all__ = [
 ]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+
+LOSS_FACTOR = 1e-3
+"""The checks' factor on their losses: it keeps 16-mixed's scaled float16 gradients finite at GradScaler's initial
+scale (and at the other scales the checks set), so that only an injected overflow skips a step."""
 
 
 @dataclass(frozen=True)

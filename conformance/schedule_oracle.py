@@ -50,6 +50,7 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
+    LOSS_FACTOR,
     Batch,
     cell_device,
     cell_dtype,
@@ -109,8 +110,6 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = get_args(EventKind)
 Clipping = tuple[Literal["norm", "value"], float]
 """``gradient_clip_algorithm`` and ``gradient_clip_val``."""
 
-LOSS_FACTOR = 1e-3
-"""Keeps scaled fp16 gradients finite at GradScaler's initial scale, so that only injected overflows skip."""
 COUPLING = 0.5
 """Weight of the other heads' outputs in a head's prediction: a missing toggle leaks gradients into them."""
 FREEZABLE: Final = (0, 1, 2)

@@ -27,7 +27,9 @@ import pytest
 import torch
 from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.assertions import assert_same_grads, assert_same_values, grads, param_values
 from lightning_optimizer.conformance.harness import (
+    LOSS_FACTOR,
     ON_FAILURE,
     Batch,
     FlakyAdam,
@@ -57,8 +59,6 @@ EAGER = ("cpu", "cuda")
 """The checks that train windows against an oracle run on the eager devices: no rule here depends on the device,
 and on XLA every new graph compiles (the policy's construction check runs there too)."""
 
-LOSS_FACTOR = 1e-3
-"""Keeps 16-mixed's scaled float16 gradients finite at the default scale: only a planted overflow is not finite."""
 SGD_LR = 10.0
 """Large enough that a window's mean over a wrong length, or a micro-batch too many, moves the parameters far beyond
 every precision's tolerance."""
@@ -71,26 +71,6 @@ _KINDS: dict[str, tuple[type[torch.optim.Optimizer], type[torch.optim.Optimizer]
     "Adam": (FlakyAdam, torch.optim.Adam, {"lr": ADAM_LR}),
 }
 """The flaky optimizer of each kind, its plain twin for the oracle, and their hyper-parameters."""
-
-
-def _grads(params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
-    return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
-
-
-def _values(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    return [p.detach().cpu().clone() for p in params]
-
-
-def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor | None], what: str) -> None:
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert (a is None) == (b is None), f"{what}: the gradient of parameter {i} is {a}, was {b}"
-        if a is not None and b is not None:
-            assert a.dtype == b.dtype and torch.equal(a, b), f"{what}: the gradient of parameter {i} changed"
-
-
-def _assert_same_values(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert torch.equal(a, b), f"{what}: parameter {i} changed"
 
 
 @dataclass
@@ -106,8 +86,8 @@ class _Snapshot:
     @classmethod
     def of(cls, rig: _Rig, *, state: bool) -> _Snapshot:
         return cls(
-            _values(list(rig.model.parameters())),
-            {name: _grads(params) for name, params in rig.params.items()},
+            param_values(list(rig.model.parameters())),
+            {name: grads(params) for name, params in rig.params.items()},
             [p.requires_grad for p in rig.model.parameters()],
             {name: wrapper.last_outcome for name, wrapper in rig.wrappers.items()},
             copy.deepcopy(rig.context.state_dict()) if state else None,
@@ -116,16 +96,16 @@ class _Snapshot:
     def assert_unchanged(self, rig: _Rig, what: str, *, discarded: str | None = None) -> None:
         """As before, except the window of wrapper ``discarded`` (every gradient ``None``, ``DISCARDED``)."""
         now = _Snapshot.of(rig, state=False)
-        _assert_same_values(now.values, self.values, what)
+        assert_same_values(now.values, self.values, what)
         assert now.flags == self.flags, f"{what} changed requires_grad flags: {now.flags}, before {self.flags}"
-        for name, grads in self.grads.items():
+        for name, window in self.grads.items():
             if name == discarded:
-                _assert_same_grads(now.grads[name], [None] * len(grads), f"{what}, wrapper {name}'s discarded window")
+                assert_same_grads(now.grads[name], [None] * len(window), f"{what}, wrapper {name}'s discarded window")
                 assert now.outcomes[name] is D, (
                     f"{what}: wrapper {name}'s last_outcome is {now.outcomes[name]}, expected DISCARDED [FAIL-003]"
                 )
                 continue
-            _assert_same_grads(now.grads[name], grads, f"{what}, wrapper {name}'s window")
+            assert_same_grads(now.grads[name], window, f"{what}, wrapper {name}'s window")
             assert now.outcomes[name] is self.outcomes[name], (
                 f"{what}: wrapper {name}'s last_outcome is {now.outcomes[name]}, was {self.outcomes[name]}"
             )
@@ -705,7 +685,7 @@ def test_a_discarded_window_is_gone_and_the_next_is_exact(make_context: MakeCont
                 assert_discard_note(raised.value, a.optimizer, (plan.held, plan.held + 1), what)
                 if plan.where in ("prepared", "prepared closure"):
                     a.zero_grad()  # the discarded window is not prepared any more: zero_grad() is taken
-                    _assert_same_grads(_grads(rig.params["a"]), [None] * len(rig.params["a"]), f"{what}, zero_grad()")
+                    assert_same_grads(grads(rig.params["a"]), [None] * len(rig.params["a"]), f"{what}, zero_grad()")
                 if plan.retry == "same":
                     call(batch_idx, unscale=plan.where in ("prepared", "prepared closure"))
                 elif plan.retry == "accumulate":
@@ -1044,7 +1024,7 @@ def test_states_and_copies_carry_the_failure_policy(
             refusing, refusing_model, refusing_wrapper = build(other)
             micro_step(refusing, refusing_model, refusing_wrapper, batches[1])
             before_state = copy.deepcopy(refusing.state_dict())
-            grads = _grads(list(refusing_model.parameters()))
+            held = grads(list(refusing_model.parameters()))
             with refuses(
                 ValueError,
                 f"load_state_dict of a state of an on_failure={policy!r} context, taken {taken}, into an "
@@ -1054,7 +1034,7 @@ def test_states_and_copies_carry_the_failure_policy(
                 refusing.load_state_dict(copy.deepcopy(state))
             what = f"after the refused load of a {policy!r} state taken {taken}"
             assert_same_state(refusing.state_dict(), before_state, f"{what}, context.state_dict()")
-            _assert_same_grads(_grads(list(refusing_model.parameters())), grads, what)
+            assert_same_grads(grads(list(refusing_model.parameters())), held, what)
             assert refusing_wrapper.last_outcome is A, f"{what}: last_outcome {refusing_wrapper.last_outcome}"
             assert refusing.on_failure == other, f"{what}: on_failure reads {refusing.on_failure!r}"
         if not pickling:
@@ -1066,8 +1046,8 @@ def test_states_and_copies_carry_the_failure_policy(
             assert clone_context.on_failure == policy, (
                 f"a {how} of an on_failure={policy!r} context reads {clone_context.on_failure!r} (FAIL-006)"
             )
-            original = _grads(list(model.parameters()))
-            window = _grads(list(clone_model.parameters()))
+            original = grads(list(model.parameters()))
+            window = grads(list(clone_model.parameters()))
 
             def failing(
                 clone_context: TrainingContext = clone_context,
@@ -1083,5 +1063,5 @@ def test_states_and_copies_carry_the_failure_policy(
             with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
                 clone_wrapper.step(failing)
             want: list[torch.Tensor | None] = [None] * len(window) if policy == "discard" else window
-            _assert_same_grads(_grads(list(clone_model.parameters())), want, f"{call} (FAIL-006: the copy's policy)")
-            _assert_same_grads(_grads(list(model.parameters())), original, f"{call}: the original's window")
+            assert_same_grads(grads(list(clone_model.parameters())), want, f"{call} (FAIL-006: the copy's policy)")
+            assert_same_grads(grads(list(model.parameters())), original, f"{call}: the original's window")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_optimizer.conformance.assertions import assert_same_grads, assert_unchanged, grads, snapshot
 from lightning_optimizer.conformance.checkpointing import (
     EPOCH,
     GROWTH,
@@ -146,7 +147,7 @@ def test_context_state_for_another_layout_is_refused(make_context: MakeContext, 
     model = context.prepare_module(make_model())
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
     run_steps(context, model, wrapper, make_batches(1), cell, lambda i: False)
-    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    held = grads(model.parameters())
 
     two_optimizers = make_context(accumulate_grad_batches=2)
     two_model = two_optimizers.prepare_module(make_model())
@@ -164,9 +165,7 @@ def test_context_state_for_another_layout_is_refused(make_context: MakeContext, 
             "CKPT-003: a state for another layout is refused with ValueError before anything changes",
         ):
             context.load_state_dict(other.state_dict())
-        for param, grad in zip(model.parameters(), grads, strict=True):
-            assert grad is not None and param.grad is not None, f"a refused load ({what}) cleared a gradient"
-            assert torch.equal(param.grad, grad), f"a refused load ({what}) changed a gradient"
+        assert_same_grads(grads(model.parameters()), held, f"a refused load ({what})")
     wrapper.step(make_optimizer_step=None)
     assert wrapper.last_outcome in REAL_STEP, "the open window was lost by a refused load"
 
@@ -192,8 +191,7 @@ def test_state_of_other_shapes_is_refused_with_its_windows_closed(
     wide = other.wrap(torch.optim.SGD(wide_model.parameters(), lr=0.1))
     run_steps(other, wide_model, wide, make_batches(2), cell)
     assert wide.last_outcome in REAL_STEP, f"the saving context's window did not close: {wide.last_outcome}"
-    values = [p.detach().clone() for p in model.parameters()]
-    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    before = snapshot(model)
     with refuses(
         ValueError,
         "context.load_state_dict(state) of a context with other parameter shapes and every window closed "
@@ -201,10 +199,7 @@ def test_state_of_other_shapes_is_refused_with_its_windows_closed(
         "CKPT-003: a state for other parameter shapes is refused with ValueError, even when no window holds a gradient",
     ):
         context.load_state_dict(other.state_dict())
-    for i, (param, value, grad) in enumerate(zip(model.parameters(), values, grads, strict=True)):
-        assert torch.equal(param.detach(), value), f"a refused load changed parameter {i}"
-        same = param.grad is None if grad is None else param.grad is not None and torch.equal(param.grad, grad)
-        assert same, f"a refused load changed the gradient of parameter {i}"
+    assert_unchanged(model, before, "a refused load")
     wrapper.step(make_optimizer_step=None)
     if open_here:
         assert wrapper.last_outcome in REAL_STEP, "the open window was lost by a refused load"
@@ -273,17 +268,6 @@ def _loss_of(
         if scales is not None:
             loss.register_hook(lambda grad: scales.append(grad.detach().clone()))
     return loss
-
-
-def _grads_of(tensors: list[torch.Tensor]) -> list[torch.Tensor | None]:
-    return [None if t.grad is None else t.grad.detach().cpu().clone() for t in tensors]
-
-
-def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor | None], what: str) -> None:
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert (a is None) == (b is None), f"{what}: the gradient of parameter {i} is {a}, was {b}"
-        if a is not None and b is not None:
-            assert torch.equal(a, b), f"{what}: the gradient of parameter {i} changed"
 
 
 def _growing_sgd(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, Any]:
@@ -367,7 +351,7 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
     for batch_idx in range(3):  # the window {0, 1} steps, {2, 3} is open
         _original_batch(context, model, wrapper, batch_idx, cell, scales)
     own = [p for group in wrapper.param_groups for p in group["params"]]
-    taken_params, taken_grads = params(model), _grads_of(own)
+    taken_params, taken_grads = params(model), grads(own, to_cpu=True)
     taken_state = copy.deepcopy(context.state_dict())
     names = [name for name, _ in model.named_parameters()]
     copied, copy_scales, copy_step = _copy_of(wrapper, how, names, model, cell)
@@ -386,16 +370,16 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
     assert outcomes == want, f"the {how} copy's calls took {outcomes}, expected {want}"
     what = f"after the {how} copy stepped, overflowed and grew"
     _assert_identical(params(model), taken_params, f"{what}, the original's parameters")
-    _assert_same_grads(_grads_of(own), taken_grads, f"{what}, the original's open window")
+    assert_same_grads(grads(own, to_cpu=True), taken_grads, f"{what}, the original's open window")
     assert_same_state(context.state_dict(), taken_state, f"{what}, the original's context.state_dict()")
 
     # The other way round: the original closes its window on an infinite loss, then steps again.
-    copy_params, copy_grads = [p.detach().cpu().clone() for p in copied], _grads_of(copied)
+    copy_params, copy_grads = [p.detach().cpu().clone() for p in copied], grads(copied, to_cpu=True)
     for batch_idx in range(3, 6):
         _original_batch(context, model, wrapper, batch_idx, cell, scales)
     what = f"after the original overflowed and stepped, the {how} copy's"
     _assert_identical([p.detach().cpu() for p in copied], copy_params, f"{what} parameters")
-    _assert_same_grads(_grads_of(copied), copy_grads, f"{what} open window")
+    assert_same_grads(grads(copied, to_cpu=True), copy_grads, f"{what} open window")
     copy_step(0, True, record=True)
     if sixteen:
         got, seen = [float(s) for s in scales], [float(s) for s in copy_scales]
@@ -524,7 +508,7 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
     closing = {2: (True, True)}
     context, model, wrappers = build()
     run(context, model, wrappers, opening, None)
-    grads, state = _grads_of(list(model.parameters())), copy.deepcopy(context.state_dict())
+    held, state = grads(model.parameters(), to_cpu=True), copy.deepcopy(context.state_dict())
     inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in wrappers]
 
     one = make_context(accumulate_grad_batches=2, **_scaler_settings(cell, settings))
@@ -541,7 +525,7 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
             "CKPT-003: a state for another layout is refused with ValueError before anything changes",
         ):
             context.load_state_dict(other.state_dict())
-        _assert_same_grads(_grads_of(list(model.parameters())), grads, f"a refused load ({what})")
+        assert_same_grads(grads(model.parameters(), to_cpu=True), held, f"a refused load ({what})")
         assert_same_state(context.state_dict(), state, f"after a refused load ({what}), context.state_dict()")
         for index, wrapper in enumerate(wrappers):
             assert_same_state(wrapper.optimizer.state_dict(), inner_states[index], f"a refused load ({what})")
@@ -676,7 +660,7 @@ def test_state_loaded_before_its_optimizers_are_wrapped_is_refused(make_context:
     builders = _layer_optimizers(fresh_model)
     fresh_wrappers: list[Any] = []
     for wrapped in range(len(builders)):
-        values, grads = params(fresh_model), _grads_of(list(fresh_model.parameters()))
+        values, held = params(fresh_model), grads(fresh_model.parameters(), to_cpu=True)
         state = copy.deepcopy(fresh.state_dict())
         inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in fresh_wrappers]
         what = "before any optimizer is wrapped" if wrapped == 0 else f"with {wrapped} of its 2 optimizers wrapped"
@@ -689,7 +673,7 @@ def test_state_loaded_before_its_optimizers_are_wrapped_is_refused(make_context:
             fresh.load_state_dict(saved_state)
         after = f"after the refused load {what}"
         _assert_identical(params(fresh_model), values, f"{after}, the parameters")
-        _assert_same_grads(_grads_of(list(fresh_model.parameters())), grads, after)
+        assert_same_grads(grads(fresh_model.parameters(), to_cpu=True), held, after)
         assert_same_state(fresh.state_dict(), state, f"{after}, the context's state_dict()")
         for index, wrapper in enumerate(fresh_wrappers):
             assert_same_state(wrapper.optimizer.state_dict(), inner_states[index], f"{after}, optimizer {index}")

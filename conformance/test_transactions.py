@@ -23,7 +23,17 @@ import pytest
 import torch
 from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.assertions import (
+    Snapshot,
+    assert_same_grads,
+    assert_same_values,
+    assert_unchanged,
+    grads,
+    param_values,
+    snapshot,
+)
 from lightning_optimizer.conformance.harness import (
+    LOSS_FACTOR,
     ON_FAILURE,
     Batch,
     FlakyAdam,
@@ -60,8 +70,6 @@ EAGER = ("cpu", "cuda")
 """Where the checks that train windows against an oracle run: on XLA every new graph compiles, which takes these
 checks 2 to 8 s per cell there; the checks that only construct or refuse run on XLA too."""
 
-LOSS_FACTOR = 1e-3
-"""Keeps 16-mixed's scaled float16 gradients finite at every scale below: only the planted overflows skip."""
 SGD_LR = 10.0
 """Large enough that a window's mean taken over a wrong length, or a gradient left scaled, moves the parameters far
 beyond every precision's tolerance."""
@@ -74,42 +82,6 @@ halves after one that overflowed: a scaler update too many, too few or with the 
 def _scaler_settings(cell: Cell, settings: GradScalerSettings) -> dict[str, Any]:
     """The factory's ``grad_scaler`` argument, in 16-mixed cells only."""
     return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
-
-
-def _grads(params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
-    return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
-
-
-def _values(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    return [p.detach().cpu().clone() for p in params]
-
-
-def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor | None], what: str) -> None:
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert (a is None) == (b is None), f"{what}: the gradient of parameter {i} is {a}, was {b}"
-        if a is not None and b is not None:
-            assert torch.equal(a, b), f"{what}: the gradient of parameter {i} changed"
-
-
-def _assert_same_values(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert torch.equal(a, b), f"{what}: parameter {i} changed"
-
-
-def _snapshot(model: torch.nn.Module) -> dict[str, Any]:
-    """Parameters, gradients and flags of ``model``, on the CPU."""
-    params = list(model.parameters())
-    return {
-        "the parameters": _values(params),
-        "the windows' gradients": _grads(params),
-        "the requires_grad flags": [p.requires_grad for p in params],
-    }
-
-
-def _assert_same_snapshot(got: dict[str, Any], want: dict[str, Any], what: str) -> None:
-    _assert_same_values(got["the parameters"], want["the parameters"], what)
-    _assert_same_grads(got["the windows' gradients"], want["the windows' gradients"], what)
-    assert got["the requires_grad flags"] == want["the requires_grad flags"], f"{what} changed requires_grad flags"
 
 
 # -- ERR-008: keyword arguments the inner step cannot take ---------------------------------------------------
@@ -165,7 +137,7 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
     context = make_context()
     model = context.prepare_module(make_model())
     adam = context.wrap(torch.optim.Adam(model.parameters(), lr=ADAM_LR))
-    before = _values(list(model.parameters()))
+    before = param_values(list(model.parameters()))
     for make_step in (True, None, False):
         with refuses(
             TypeError,
@@ -177,7 +149,7 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
         assert calls == [], f"step(lr_factor=2.0, make_optimizer_step={make_step}) on Adam ran the closure"
         assert adam.last_outcome is None, f"a refused step() recorded the outcome {adam.last_outcome}"
         assert all(p.grad is None for p in model.parameters()), "a refused step() left gradients"
-        _assert_same_values(_values(list(model.parameters())), before, "a refused step() on Adam")
+        assert_same_values(param_values(list(model.parameters())), before, "a refused step() on Adam")
         assert not adam.optimizer.state, "a refused step() made Adam create its state"
 
     # An open window of two micro-steps: SGD with a keyword of its own.
@@ -194,7 +166,7 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
     assert wrapper.last_outcome is A, f"the first micro-step of a window of two: {wrapper.last_outcome}"
     assert inner.received == [], f"an accumulating call reached the inner step with {inner.received}"
     calls.clear()
-    window, values = _grads(params), _values(params)
+    window, values = grads(params), param_values(params)
     bad: list[dict[str, Any]] = [{"lr_facter": 2.0}, {"lr_factor": 2.0, "nesterov": True}, {"set_to_none": True}]
     with context.batch(1):
         for make_step in (False, None, True):
@@ -222,13 +194,13 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
                     wrapper.step(make_optimizer_step=make_step, **kwargs)
                 assert inner.received == [], f"{what} reached the inner step"
                 assert wrapper.last_outcome is A, f"{what} changed the outcome to {wrapper.last_outcome}"
-                _assert_same_grads(_grads(params), window, what)
-                _assert_same_values(_values(params), values, what)
+                assert_same_grads(grads(params), window, what)
+                assert_same_values(param_values(params), values, what)
         # The backward-then-step form: the refused step leaves the backward's gradients in the window.
         with context.autocast():
             loss = mse(model, batches[1], device, dtype) * LOSS_FACTOR
         wrapper.backward(loss)
-        window = _grads(params)
+        window = grads(params)
         with refuses(
             TypeError,
             "wrapper.step(make_optimizer_step=None, lr_facter=2.0) after the window's last backward (the inner "
@@ -236,7 +208,7 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
             "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything runs",
         ):
             wrapper.step(make_optimizer_step=None, lr_facter=2.0)
-        _assert_same_grads(_grads(params), window, "a refused step(lr_facter=2.0) after the window's last backward")
+        assert_same_grads(grads(params), window, "a refused step(lr_facter=2.0) after the window's last backward")
         wrapper.step(make_optimizer_step=None, lr_factor=2.0)
     assert wrapper.last_outcome is S, f"after refused calls, the window did not close on time: {wrapper.last_outcome}"
     assert inner.received == [2.0], f"the inner step received lr_factor {inner.received}, expected [2.0] once"
@@ -475,7 +447,7 @@ def test_failed_inner_step_leaves_the_window(
                 wrapper.backward(loss_of(batch_idx, record=not discard))
                 if plan.unscale_first:
                     wrapper.unscale_gradients()
-            outcome, window, values = wrapper.last_outcome, _grads(params), _values(params)
+            outcome, window, values = wrapper.last_outcome, grads(params), param_values(params)
             state = copy.deepcopy(context.state_dict()) if checkpointing and not plan.unscale_first else None
             inner.fail = True  # type: ignore[attr-defined]
             with refuses(
@@ -486,15 +458,15 @@ def test_failed_inner_step_leaves_the_window(
                 call(batch_idx, backward=False, record=False)
             inner.fail = False  # type: ignore[attr-defined]
             what = f"a closing step whose inner step raised ({scenario}, on_failure={on_failure!r})"
-            _assert_same_values(_values(params), values, what)
+            assert_same_values(param_values(params), values, what)
             if discard:
-                _assert_same_grads(_grads(params), [None] * len(params), f"{what}, the discarded window (FAIL-003)")
+                assert_same_grads(grads(params), [None] * len(params), f"{what}, the discarded window (FAIL-003)")
                 assert wrapper.last_outcome is D, f"{what}: last_outcome is {wrapper.last_outcome}, not DISCARDED"
                 assert_discard_note(raised.value, inner, (plan.held, plan.held + 1), what)
                 if plan.unscale_first:
                     wrapper.zero_grad()  # the discarded window is no longer prepared: zero_grad() is allowed again
             else:
-                _assert_same_grads(_grads(params), window, f"{what}, the window")
+                assert_same_grads(grads(params), window, f"{what}, the window")
                 assert wrapper.last_outcome is outcome, (
                     f"{what} changed last_outcome from {outcome} to {wrapper.last_outcome}"
                 )
@@ -508,9 +480,7 @@ def test_failed_inner_step_leaves_the_window(
                         "refused",
                     ):
                         wrapper.zero_grad()  # still prepared: zero_grad() before the closing step is refused
-                    _assert_same_grads(
-                        _grads(params), window, f"{what}, then a refused zero_grad(), the prepared window"
-                    )
+                    assert_same_grads(grads(params), window, f"{what}, then a refused zero_grad(), the prepared window")
             if not plan.retry_in_next_batch:
                 call(batch_idx, backward=discard)
             outcomes.append(wrapper.last_outcome)
@@ -612,8 +582,8 @@ def test_step_inside_a_running_step_is_refused(
                             raise
                         return loss
 
-                    before = _snapshot(model)
-                    others = _snapshot(halves[other])
+                    before = snapshot(model)
+                    others = snapshot(halves[other])
                     outcomes = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
                     calls.clear()
                     what = (
@@ -632,21 +602,19 @@ def test_step_inside_a_running_step_is_refused(
                         f"{what}: the outer call raised {raised.value!r}, not the inner call's {refused[0]!r}"
                     )
                     assert calls == [name], f"{what}: the closures that ran are {calls}, only {name}'s may"
-                    _assert_same_snapshot(_snapshot(halves[other]), others, f"{what}, wrapper {other}'s window")
+                    assert_unchanged(snapshot(halves[other]), others, f"{what}, wrapper {other}'s window")
                     now = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
                     if not discard:
-                        _assert_same_snapshot(_snapshot(model), before, what)
+                        assert_unchanged(snapshot(model), before, what)
                         assert now == outcomes, f"{what} changed the outcomes from {outcomes} to {now}"
                         continue
-                    whole = _snapshot(model)
-                    _assert_same_values(whole["the parameters"], before["the parameters"], what)
-                    assert whole["the requires_grad flags"] == before["the requires_grad flags"], (
-                        f"{what}: flags not restored"
-                    )
-                    grads = _snapshot(halves[name])["the windows' gradients"]
-                    _assert_same_grads(
-                        grads,
-                        [None] * len(grads),
+                    whole = snapshot(model)
+                    assert_same_values(whole.values, before.values, what)
+                    assert whole.flags == before.flags, f"{what}: flags not restored"
+                    discarded = snapshot(halves[name]).grads
+                    assert_same_grads(
+                        discarded,
+                        [None] * len(discarded),
                         f"{what}: wrapper {name}'s window was written by the outer closure, so it is discarded "
                         "(FAIL-003)",
                     )
@@ -733,7 +701,7 @@ def test_non_bool_sync_grad_and_is_last(make_context: MakeContext, cell: Cell, v
     with context.batch(0):
         wrapper.step(closure_for(batches[0]))
     assert wrapper.last_outcome is A, f"the first micro-step of a window of two: {wrapper.last_outcome}"
-    before = _snapshot(model)
+    before = snapshot(model)
     ran: list[str] = []
     for owner in (wrapper, other):
         # Raised by the call or on entering the block: either way the block must not run.
@@ -756,7 +724,7 @@ def test_non_bool_sync_grad_and_is_last(make_context: MakeContext, cell: Cell, v
     ):
         ran.append("batch")
     assert ran == [], f"the blocks of {ran} ran with a flag of {value!r}"
-    _assert_same_snapshot(_snapshot(model), before, f"refused toggle_model(sync_grad={value!r}) and batch(is_last=...)")
+    assert_unchanged(snapshot(model), before, f"refused toggle_model(sync_grad={value!r}) and batch(is_last=...)")
     assert wrapper.last_outcome is A and other.last_outcome is None, "a refused block changed an outcome"
     with context.batch(1, is_last=True):
         with wrapper.toggle_model(sync_grad=True):
@@ -1090,15 +1058,15 @@ def _halves_oracle(cell: Cell, oracle: Halves, a_window: Sequence[int] = (0, 1))
 
 
 def _assert_discarded(
-    model: Halves, before: dict[str, Any], wrapper: Any, error: BaseException, held: int, what: str
+    model: Halves, before: Snapshot, wrapper: Any, error: BaseException, held: int, what: str
 ) -> None:
     """Half ``a``'s window is discarded [FAIL-003]; parameters, flags and half ``b``'s window as before [FAIL-002]."""
-    now = _snapshot(model)
-    _assert_same_values(now["the parameters"], before["the parameters"], what)
-    assert now["the requires_grad flags"] == before["the requires_grad flags"], f"{what} changed requires_grad flags"
+    now = snapshot(model)
+    assert_same_values(now.values, before.values, what)
+    assert now.flags == before.flags, f"{what} changed requires_grad flags"
     count = len(list(model.a.parameters()))
-    want = [None] * count + before["the windows' gradients"][count:]
-    _assert_same_grads(now["the windows' gradients"], want, f"{what} (wrapper a's window discarded, b's untouched)")
+    want = [None] * count + before.grads[count:]
+    assert_same_grads(now.grads, want, f"{what} (wrapper a's window discarded, b's untouched)")
     assert wrapper.last_outcome is D, f"{what}: wrapper a's last_outcome is {wrapper.last_outcome}, not DISCARDED"
     assert_discard_note(error, wrapper.optimizer, (held, held + 1), what)
 
@@ -1149,7 +1117,7 @@ def test_state_or_copy_mid_step_is_refused(
                     wrappers["a"].backward(losses["a"](1))
                     take()
 
-                before = _snapshot(model)
+                before = snapshot(model)
                 call = (
                     f"wrapper a's step(closure, make_optimizer_step={make_step}) whose closure calls {calls_of[what]}"
                 )
@@ -1163,13 +1131,13 @@ def test_state_or_copy_mid_step_is_refused(
                     _assert_discarded(model, before, wrappers["a"], raised.value, held, call)
                     held = 0
                     continue
-                _assert_same_snapshot(
-                    _snapshot(model), before, f"{what} inside the closure of step(make_optimizer_step={make_step})"
+                assert_unchanged(
+                    snapshot(model), before, f"{what} inside the closure of step(make_optimizer_step={make_step})"
                 )
                 assert wrappers["a"].last_outcome is A, f"a refused {what} changed the outcome"
         wrappers["a"].backward(losses["a"](1))
         wrappers["a"].unscale_gradients()
-        before = _snapshot(model)
+        before = snapshot(model)
         for what, take in takes.items():
             with refuses(
                 RuntimeError,
@@ -1177,7 +1145,7 @@ def test_state_or_copy_mid_step_is_refused(
                 "CKPT-004: a state or copy taken after unscale_gradients(), before the closing step(), is refused",
             ):
                 take()
-            _assert_same_snapshot(_snapshot(model), before, f"{what} after unscale_gradients()")
+            assert_unchanged(snapshot(model), before, f"{what} after unscale_gradients()")
         wrappers["a"].step(make_optimizer_step=True)
         assert wrappers["a"].last_outcome is S, f"the prepared window's closing step: {wrappers['a'].last_outcome}"
         for take in takes.values():
@@ -1217,7 +1185,7 @@ def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, 
         for name in ("a", "b"):
             wrappers[name].step(lambda name=name: wrappers[name].backward(losses[name](0)))
     with context.batch(1):
-        before = _snapshot(model)
+        before = snapshot(model)
 
         def closure() -> None:
             wrappers["a"].backward(losses["a"](1))
@@ -1238,15 +1206,13 @@ def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, 
         if discard:
             _assert_discarded(model, before, wrappers["a"], raised.value, 1, call)
         else:
-            _assert_same_snapshot(
-                _snapshot(model), before, "a closing step whose closure ran backward() after unscaling"
-            )
+            assert_unchanged(snapshot(model), before, "a closing step whose closure ran backward() after unscaling")
             assert wrappers["a"].last_outcome is A, (
                 f"the refused backward changed the outcome: {wrappers['a'].last_outcome}"
             )
         wrappers["a"].backward(losses["a"](1))
         wrappers["a"].unscale_gradients()
-        before = _snapshot(model)
+        before = snapshot(model)
         for name in ("a", "b"):
             with refuses(
                 RuntimeError,
@@ -1255,9 +1221,7 @@ def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, 
                 "the closing step()",
             ):
                 wrappers[name].backward(losses[name](1))
-            _assert_same_snapshot(
-                _snapshot(model), before, f"wrapper {name}'s backward() after a's unscale_gradients()"
-            )
+            assert_unchanged(snapshot(model), before, f"wrapper {name}'s backward() after a's unscale_gradients()")
         wrappers["a"].step(make_optimizer_step=True)
         assert wrappers["a"].last_outcome is S, f"the prepared window's closing step: {wrappers['a'].last_outcome}"
         wrappers["b"].backward(losses["b"](1))  # the closing step has run: backward is allowed again
