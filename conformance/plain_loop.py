@@ -6,10 +6,10 @@ gradient accumulation. One window of micro-steps is:
 
 - each micro-step's backward, under 16-mixed ``scaler.scale(loss / accumulate_grad_batches).backward()``
   [AMP-007] (:func:`scaled_backward`);
-- the real step: the window's mean [ACC-001] (:func:`window_mean`), any reduction a caller adds, under 16-mixed
-  ``scaler.unscale_`` once [AMP-002], clipping [CLIP-001], then ``optimizer.step()`` or ``scaler.step`` (which
-  skips a step whose unscaled gradients are not finite [AMP-004]) and ``zero_grad(set_to_none=True)``
-  (:func:`real_step`);
+- the real step: the window's mean [ACC-001] (:func:`window_mean`), a data-parallel reduction where the caller
+  has one, under 16-mixed ``scaler.unscale_`` once [AMP-002], clipping [CLIP-001], then ``optimizer.step()`` or
+  ``scaler.step`` (which skips a step whose unscaled gradients are not finite [AMP-004]) and
+  ``zero_grad(set_to_none=True)`` (:func:`real_step`);
 - at the end of the iteration, the scaler's one update [AMP-003], every gradient a window still holds brought to
   the new scale [AMP-006] (:func:`update_scaler`);
 - on XLA, the graph cut after each step (``oracle_step_done``).
@@ -138,20 +138,26 @@ def real_step(
     scaler: GradScaler | None,
     accumulate: int = 1,
     *,
+    reduce: PrepareHook | None = None,
     clip: ClipFunction | None = None,
     after_prepare: PrepareHook | None = None,
     check_finite: bool = False,
+    prepared: bool = False,
 ) -> bool:
-    """The documented loop's real step: the window's mean, ``unscale_``, clip, (inspect), step, zero.
+    """The documented loop's real step: the window's mean, ``reduce``, ``unscale_``, clip, (inspect), step, zero.
 
-    Returns whether the unscaled gradients were finite (read only with ``check_finite``; ``True`` otherwise).
+    ``reduce`` stands for a data-parallel reduction of the mean; ``prepared``: the mean was taken and unscaled
+    already (as ``unscale_gradients()`` prepares a window). Returns whether the unscaled gradients were finite
+    (read only with ``check_finite``; ``True`` otherwise).
     """
     params = params_of(optimizer)
-    window_mean(params, window_length, scaler, accumulate)
-    finite = True
-    if scaler is not None:
-        scaler.unscale_(optimizer)
-        finite = not check_finite or unscaled_finite(params)
+    if not prepared:
+        window_mean(params, window_length, scaler, accumulate)
+        if reduce is not None:
+            reduce(params)
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+    finite = not check_finite or unscaled_finite(params)
     if clip is not None:
         clip(params)
     if after_prepare is not None:
@@ -200,18 +206,19 @@ def train_windows(
     clip: ClipFunction | None = None,
     after_prepare: PrepareHook | None = None,
     blow_up: frozenset[int] = frozenset(),
+    scales: list[float] | None = None,
 ) -> list[bool]:
     """One optimizer, one real step per window, each an iteration; returns whether each stepped (no back-off).
 
     ``windows`` are indices into ``batches``; ``accumulate`` is the implementation's ``accumulate_grad_batches``
-    (the recipe divides each 16-mixed loss by it); the batches in ``blow_up`` have an infinite loss.
+    (the recipe divides each 16-mixed loss by it); the batches in ``blow_up`` have an infinite loss; ``scales``
+    receives the factor of each backward pass (16-mixed).
     """
     stepped = []
     for window in windows:
         for batch_idx in window:
-            scaled_backward(
-                oracle_loss(model, batches[batch_idx], cell, batch_idx in blow_up, factor), scaler, accumulate
-            )
+            loss = oracle_loss(model, batches[batch_idx], cell, batch_idx in blow_up, factor)
+            scaled_backward(loss, scaler, accumulate, scales=scales)
         real_step(optimizer, len(window), scaler, accumulate, clip=clip, after_prepare=after_prepare)
         stepped.append(update_scaler(scaler) >= 1.0)
         oracle_step_done(cell)

@@ -495,7 +495,7 @@ class ScheduleOracle:
         # The window's mean [ACC-001], unscaled [AMP-002], clipped [CLIP-001], stepped (or skipped [AMP-004]).
         clip = None if self.schedule.clipping is None else clipper(*self.schedule.clipping)
         n = self.schedule.accumulate_grad_batches
-        finite = real_step(optimizer, window, self.scaler, n, clip=clip, check_finite=True)
+        finite = real_step(optimizer, window, self.scaler, n, clip=clip, check_finite=self.scaler is not None)
         self._stepped = self.scaler is not None
         oracle_step_done(self.cell)
         self.pending[index] = 0

@@ -166,13 +166,11 @@ def test_overflow_in_one_optimizer_skips_only_that_one(make_context: MakeContext
                 not any(v.isnan().any() for v in s.values() if isinstance(v, torch.Tensor))
                 for s in opt_a.optimizer.state.values()
             ), "a skipped step wrote non-finite values into A's optimizer state"
-        scaler.scale(oracle_loss(oracle.a, batch, cell, blow_up)).backward()
-        scaler.scale(oracle_loss(oracle.b, batch, cell)).backward()
+        scaled_backward(oracle_loss(oracle.a, batch, cell, blow_up), scaler)
+        scaled_backward(oracle_loss(oracle.b, batch, cell), scaler)
         for optimizer in (oracle_a, oracle_b):
-            scaler.unscale_(optimizer)
-            scaler.step(optimizer)
-            optimizer.zero_grad(set_to_none=True)
-        scaler.update()
+            real_step(optimizer, 1, scaler)
+        update_scaler(scaler)
         oracle_step_done(cell)
     assert outcomes[0] == (SKIP, S), f"batch 0 outcomes (A, B): {outcomes[0]}, expected A skipped and B stepped"
     assert all(pair == (S, S) for pair in outcomes[1:]), f"outcomes after the overflow: {outcomes[1:]}"
@@ -239,17 +237,9 @@ def _clipping_oracle(cell: Cell, batches: list[Any], clip: Callable[[list[torch.
     optimizer = torch.optim.SGD(oracle.parameters(), lr=0.5)
     scaler = oracle_scaler(cell)
     for batch in batches:
-        loss = oracle_loss(oracle, batch, cell, factor=CLIPPED_LOSS_FACTOR)
-        (loss if scaler is None else scaler.scale(loss)).backward()
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        clip(list(oracle.parameters()))
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-            scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        scaled_backward(oracle_loss(oracle, batch, cell, factor=CLIPPED_LOSS_FACTOR), scaler)
+        real_step(optimizer, 1, scaler, clip=clip)
+        update_scaler(scaler)
         oracle_step_done(cell)
     return oracle
 
@@ -1219,13 +1209,10 @@ class _OutsideBatchOracle:
             self.pending[index] += 1
             self.last_outcomes[index] = A
             return A
-        optimizer, params = self.optimizers[index], list(self.parts[index].parameters())
-        if index not in self.prepared:
-            window_mean(params, self.pending[index] + 1, self.scaler, self.accumulate)
-            self.scaler.unscale_(optimizer)
-        finite = all(bool(torch.isfinite(param.grad).all()) for param in params if param.grad is not None)
-        self.scaler.step(optimizer)
-        optimizer.zero_grad(set_to_none=True)
+        prepared, window = index in self.prepared, self.pending[index] + 1
+        finite = real_step(
+            self.optimizers[index], window, self.scaler, self.accumulate, check_finite=True, prepared=prepared
+        )
         oracle_step_done(self.cell)
         self.pending[index] = 0
         self.prepared.discard(index)
@@ -1236,19 +1223,17 @@ class _OutsideBatchOracle:
         return outcome
 
     def _update(self) -> None:
-        old = self.scaler.get_scale()
-        self.scaler.update()
-        new = self.scaler.get_scale()
-        if new == old:
+        change = update_scaler(self.scaler)
+        if change == 1.0:
             return
-        self.facts.add("grown" if new > old else "backed off")
+        self.facts.add("grown" if change > 1.0 else "backed off")
         for index, part in enumerate(self.parts):
             held = [param for param in part.parameters() if param.grad is not None]
             if held and self.pending[index]:
                 self.facts.add("micro-steps")
             elif held and index in self.unstepped:
                 self.facts.add("a backward not stepped")  # no micro-step counted yet: the case AMP-006 names
-            rescale_grads(held, new / old)
+            rescale_grads(held, change)
 
 
 def _outside_batch_round(order: str, count: int, closes: Sequence[bool]) -> list[tuple[str, int]]:

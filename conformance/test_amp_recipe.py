@@ -30,8 +30,9 @@ from lightning_optimizer.conformance.harness import (
     oracle_step_done,
     refuses,
 )
-from lightning_optimizer.conformance.oracles import oracle_copy, recipe_backward, recipe_window_mean
+from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.conformance.outcomes import unavailable
+from lightning_optimizer.conformance.plain_loop import real_step, scaled_backward, update_scaler
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 try:
@@ -176,20 +177,14 @@ class _Recipe:
         index, n = call.wrapper, self.plan.accumulate
         with oracle_autocast(self.cell):
             loss = _loss(self.model, index, x, factor)
-        recipe_backward(loss, self.scaler, n, scales=self.factors)
+        scaled_backward(loss, self.scaler, n, scales=self.factors)
         closes = call.make_optimizer_step
         if closes is None:
             closes = (batch_idx + 1) % n == 0 or is_last
         if not closes:
             self.pending[index] += 1
             return A
-        optimizer = self.optimizers[index]
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        recipe_window_mean(params, self.pending[index] + 1, self.scaler, n)
-        self.scaler.unscale_(optimizer)
-        finite = all(bool(p.grad.isfinite().all()) for p in params if p.grad is not None)
-        self.scaler.step(optimizer)
-        optimizer.zero_grad(set_to_none=True)
+        finite = real_step(self.optimizers[index], self.pending[index] + 1, self.scaler, n, check_finite=True)
         oracle_step_done(self.cell)
         self.pending[index] = 0
         self._stepped = True
@@ -200,14 +195,7 @@ class _Recipe:
         if not self._stepped:
             return
         self._stepped = False
-        old = self.scaler.get_scale()
-        self.scaler.update()
-        new = self.scaler.get_scale()
-        if new != old:
-            with torch.no_grad():
-                for param in self.model.parameters():
-                    if param.grad is not None:
-                        param.grad.mul_(new / old)
+        update_scaler(self.scaler, self.model.parameters())
 
 
 def _run_edge_plan(make_context: MakeContext, cell: Cell, plan: EdgePlan) -> None:
@@ -524,18 +512,13 @@ def test_unscaled_backward_in_a_closure_is_refused(
         for index, closes in calls:
             with oracle_autocast(cell):
                 loss = _loss(recipe, index, inputs[batch], factor)
-            recipe_backward(loss, scaler, 3)
+            scaled_backward(loss, scaler, 3)
             pending[index] += 1
             if closes:
-                optimizer = optimizers[index]
-                mine = [p for group in optimizer.param_groups for p in group["params"]]
-                recipe_window_mean(mine, pending[index], scaler, 3)
-                scaler.unscale_(optimizer)
-                scaler.step(optimizer)
-                optimizer.zero_grad(set_to_none=True)
+                real_step(optimizers[index], pending[index], scaler, 3)
                 pending[index], stepped = 0, True
         if stepped:
-            scaler.update()  # torch's default growth_interval: the scale stays, so no open window is rescaled
+            update_scaler(scaler)  # torch's default growth_interval: the scale stays, so no open window is rescaled
         oracle_step_done(cell)
     assert_params_close(model, recipe, cell, f"after the refused call ({unscaled}) and its corrected retry")
 
@@ -591,11 +574,9 @@ def test_a_gradient_penalty_through_autograd_grad_is_not_refused(
     for x in inputs:
         with oracle_autocast(cell):
             loss = penalised(recipe, x)
-        recipe_backward(loss, scaler, 2)
-    recipe_window_mean(list(recipe.parameters()), 2, scaler, 2)
-    scaler.unscale_(optimizer)
-    scaler.step(optimizer)
-    scaler.update()
+        scaled_backward(loss, scaler, 2)
+    real_step(optimizer, 2, scaler, 2)
+    update_scaler(scaler)
     oracle_step_done(cell)
     assert_params_close(model, recipe, cell, f"a window of two whose closures took a gradient penalty on the {of}")
 

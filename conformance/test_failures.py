@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.assertions import assert_same_grads, assert_same_values, grads, param_values
 from lightning_optimizer.conformance.harness import (
@@ -45,11 +44,18 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     mse,
-    oracle_autocast,
     oracle_step_done,
     refuses,
 )
-from lightning_optimizer.conformance.oracles import oracle_copy, recipe_backward, recipe_window_mean
+from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.conformance.plain_loop import (
+    clipper,
+    oracle_loss,
+    plain_scaler,
+    real_step,
+    scaled_backward,
+    update_scaler,
+)
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -180,10 +186,8 @@ def _oracle_run(
     mean (unscaled, clipped by norm) at its last batch; one ``GradScaler`` (torch's recipe, AMP-007), updated at the
     end of each batch in which an optimizer stepped (``in_batch``) or after each real step (AMP-003).
     """
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    scaler = None
-    if cell.precision == "16-mixed":
-        scaler = GradScaler(device.type, **(settings or GradScalerSettings()).as_kwargs())
+    scaler = plain_scaler(cell, settings)
+    clip_norm = None if clip is None else clipper("norm", clip)
     halves = {"a": oracle.a, "b": oracle.b}
     scales: list[float] = []
     for batch_idx, batch in enumerate(batches):
@@ -192,28 +196,16 @@ def _oracle_run(
             window = next((w for w in windows if batch_idx in w), None)
             if window is None:
                 continue
-            with oracle_autocast(cell):
-                loss = mse(halves[name], batch, device, dtype) * LOSS_FACTOR
-            recipe_backward(loss, scaler, accumulate, scales=scales)
+            scaled_backward(oracle_loss(halves[name], batch, cell), scaler, accumulate, scales=scales)
             if batch_idx != window[-1]:
                 continue
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            recipe_window_mean(params, len(window), scaler, accumulate)
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            if clip is not None:
-                torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], clip)
-            if scaler is None:
-                optimizer.step()
-            else:
-                scaler.step(optimizer)
-                stepped = True
-                if not in_batch:
-                    scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            real_step(optimizer, len(window), scaler, accumulate, clip=clip_norm)
+            stepped = True
+            if not in_batch:
+                update_scaler(scaler)
             oracle_step_done(cell)
-        if scaler is not None and stepped and in_batch:
-            scaler.update()
+        if stepped and in_batch:
+            update_scaler(scaler)
     return scales
 
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.assertions import grads
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     Batch,
@@ -34,6 +35,13 @@ from lightning_optimizer.conformance.harness import (
     tolerance_for,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.conformance.plain_loop import (
+    oracle_loss,
+    plain_scaler,
+    real_step,
+    scaled_backward,
+    update_scaler,
+)
 from lightning_optimizer.spec import Cell, GradScalerSettings, OptimizerWrapper, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -66,8 +74,13 @@ class Event:
     grads: list[torch.Tensor] = field(default_factory=list)
 
 
-def _grads(wrapper: OptimizerWrapper[Any]) -> list[torch.Tensor]:
-    return [p.grad.detach().clone() for g in wrapper.param_groups for p in g["params"] if p.grad is not None]
+def _present(copies: list[torch.Tensor | None]) -> list[torch.Tensor]:
+    """The gradients that are there (copies of a wrapper's or an optimizer's gradients)."""
+    return [grad for grad in copies if grad is not None]
+
+
+def _wrapper_grads(wrapper: OptimizerWrapper[Any]) -> list[torch.Tensor]:
+    return _present(grads(param for group in wrapper.param_groups for param in group["params"]))
 
 
 class Recorder:
@@ -83,15 +96,15 @@ class Recorder:
 
     def before_backward(self, wrapper: OptimizerWrapper[Any], loss: torch.Tensor) -> None:
         """Record the call and the wrapper's gradients (autograd has not run yet)."""
-        self.events.append(Event("before_backward", self.name(wrapper), loss=loss, grads=_grads(wrapper)))
+        self.events.append(Event("before_backward", self.name(wrapper), loss=loss, grads=_wrapper_grads(wrapper)))
 
     def after_backward(self, wrapper: OptimizerWrapper[Any], loss: torch.Tensor) -> None:
         """Record the call and the wrapper's gradients (autograd has run)."""
-        self.events.append(Event("after_backward", self.name(wrapper), loss=loss, grads=_grads(wrapper)))
+        self.events.append(Event("after_backward", self.name(wrapper), loss=loss, grads=_wrapper_grads(wrapper)))
 
     def before_optimizer_step(self, wrapper: OptimizerWrapper[Any]) -> None:
         """Record the call and the wrapper's gradients."""
-        self.events.append(Event("before_optimizer_step", self.name(wrapper), grads=_grads(wrapper)))
+        self.events.append(Event("before_optimizer_step", self.name(wrapper), grads=_wrapper_grads(wrapper)))
 
     def after_step(self, wrapper: OptimizerWrapper[Any], outcome: StepOutcome) -> None:
         """Record the call and the outcome."""
@@ -153,53 +166,31 @@ def _plain_loop(pair: _Pair, batches: Sequence[Batch], schedule: Sequence[bool |
     cell, oracle = pair.cell, pair.oracle
     sgd = torch.optim.SGD(oracle.a.parameters(), lr=0.1, momentum=0.9)
     adam = torch.optim.Adam(oracle.b.parameters(), lr=0.01)
-    scaler = None
-    if cell.precision == "16-mixed":
-        scaler = GradScaler(cell_device(cell).type, **(scaler_settings or GradScalerSettings()).as_kwargs())
+    scaler = plain_scaler(cell, scaler_settings or GradScalerSettings())
     applied: dict[str, int] = {"sgd": 0, "adam": 0}
     sgd.register_step_post_hook(lambda *_: applied.__setitem__("sgd", applied["sgd"] + 1))
     adam.register_step_post_hook(lambda *_: applied.__setitem__("adam", applied["adam"] + 1))
     prepared: list[tuple[str, list[torch.Tensor], StepOutcome]] = []
 
-    def real_step(name: str, optimizer: torch.optim.Optimizer, params: list[torch.Tensor], length: int) -> None:
-        with torch.no_grad():
-            for p in params:
-                if p.grad is not None:
-                    p.grad /= length
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        grads = [p.grad.detach().clone() for p in params if p.grad is not None]
-        before = applied[name]
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-        prepared.append((name, grads, S if applied[name] > before else K))
-        optimizer.zero_grad(set_to_none=True)
+    def step(name: str, optimizer: torch.optim.Optimizer, length: int) -> None:
+        before, seen = applied[name], []
+        real_step(optimizer, length, scaler, after_prepare=lambda params: seen.extend(_present(grads(params))))
+        prepared.append((name, seen, S if applied[name] > before else K))
 
     pending = 0
     for batch_idx, batch in enumerate(batches):
         stepped = False
-        with oracle_autocast(cell):
-            loss = mse(oracle.a, batch, pair.device, pair.dtype)
-        (loss if scaler is None else scaler.scale(loss)).backward()
+        scaled_backward(oracle_loss(oracle.a, batch, cell, factor=1.0), scaler)
         pending += 1
         if _closes(schedule, batch_idx):
-            real_step("sgd", sgd, list(oracle.a.parameters()), pending)
+            step("sgd", sgd, pending)
             pending, stepped = 0, True
         if batch_idx % 2 == 0:
-            with oracle_autocast(cell):
-                loss = mse(oracle.b, batch, pair.device, pair.dtype)
-            (loss if scaler is None else scaler.scale(loss)).backward()
-            real_step("adam", adam, list(oracle.b.parameters()), 1)
+            scaled_backward(oracle_loss(oracle.b, batch, cell, factor=1.0), scaler)
+            step("adam", adam, 1)
             stepped = True
-        if scaler is not None and stepped:
-            old_scale = scaler.get_scale()
-            scaler.update()
-            with torch.no_grad():  # the open window's gradients follow the scale (AMP-006)
-                for p in oracle.a.parameters():
-                    if pending and p.grad is not None:
-                        p.grad *= scaler.get_scale() / old_scale
+        if stepped:  # the open window's gradients follow the scale (AMP-006)
+            update_scaler(scaler, oracle.a.parameters() if pending else ())
         oracle_step_done(cell)
     return prepared
 
@@ -269,10 +260,10 @@ def test_hooks_follow_every_backward_and_step(
     seen = [e for e in events if e.kind == "before_optimizer_step"]
     tol = tolerance_for(cell)
     assert len(seen) == len(plain)
-    for i, (event, (name, grads, _)) in enumerate(zip(seen, plain, strict=True)):
+    for i, (event, (name, applied, _)) in enumerate(zip(seen, plain, strict=True)):
         assert event.wrapper == name
-        assert len(event.grads) == len(grads)
-        for got, want in zip(event.grads, grads, strict=True):
+        assert len(event.grads) == len(applied)
+        for got, want in zip(event.grads, applied, strict=True):
             assert torch.allclose(
                 got.double().cpu(), want.double().cpu(), rtol=tol.rtol, atol=tol.atol, equal_nan=True
             ), f"real step {i} ({name}): before_optimizer_step saw other gradients than the step applies"

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.assertions import (
     Snapshot,
@@ -49,7 +48,6 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     mse,
-    oracle_autocast,
     oracle_step_done,
     refuses,
     run_steps,
@@ -58,8 +56,15 @@ from lightning_optimizer.conformance.oracles import (
     expected_outcomes,
     oracle_copy,
     oracle_mean_steps,
-    recipe_backward,
-    recipe_window_mean,
+)
+from lightning_optimizer.conformance.plain_loop import (
+    clipper,
+    oracle_loss,
+    plain_scaler,
+    real_step,
+    scaled_backward,
+    train_windows,
+    update_scaler,
 )
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
@@ -330,30 +335,19 @@ def _oracle_windows(
     accumulate_grad_batches: int,
 ) -> tuple[list[float], list[bool]]:
     """One step per window on its mean, unscaled, clipped; the scale of each backward pass and which windows stepped."""
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    scaler = GradScaler(device.type, **settings.as_kwargs()) if cell.precision == "16-mixed" else None
     scales: list[float] = []
-    stepped: list[bool] = []
-    for window in windows:
-        for batch_idx in window:
-            with oracle_autocast(cell):
-                loss = mse(model, batches[batch_idx], device, dtype) * LOSS_FACTOR
-            recipe_backward(loss, scaler, accumulate_grad_batches, scales=scales)
-        recipe_window_mean(list(model.parameters()), len(window), scaler, accumulate_grad_batches)
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], clip)
-        if scaler is None:
-            optimizer.step()
-            stepped.append(True)
-        else:
-            scale = scaler.get_scale()
-            scaler.step(optimizer)
-            scaler.update()
-            stepped.append(scaler.get_scale() >= scale)
-        optimizer.zero_grad(set_to_none=True)
-        oracle_step_done(cell)
+    clip_norm = None if clip is None else clipper("norm", clip)
+    stepped = train_windows(
+        cell,
+        model,
+        optimizer,
+        batches,
+        windows,
+        plain_scaler(cell, settings),
+        accumulate=accumulate_grad_batches,
+        clip=clip_norm,
+        scales=scales,
+    )
     return scales, stepped
 
 
@@ -637,27 +631,16 @@ def test_step_inside_a_running_step_is_refused(
     # The oracle by hand: each half one step on the mean of its micro-batches (under "discard" batch 0 is gone with
     # the discarded window), one scaler update for both.
     window = batches[1:] if discard else batches
-    scaler = GradScaler(device.type) if cell.precision == "16-mixed" else None
+    scaler = plain_scaler(cell)
     optimizers = {
         "a": torch.optim.SGD(oracle.a.parameters(), lr=SGD_LR, momentum=0.9),
         "b": torch.optim.Adam(oracle.b.parameters(), lr=ADAM_LR),
     }
     for name, half in (("a", oracle.a), ("b", oracle.b)):
         for batch in window:
-            with oracle_autocast(cell):
-                loss = mse(half, batch, device, dtype) * LOSS_FACTOR
-            (loss if scaler is None else scaler.scale(loss)).backward()
-        with torch.no_grad():
-            for param in half.parameters():
-                assert param.grad is not None
-                param.grad /= len(window)
-        if scaler is None:
-            optimizers[name].step()
-        else:
-            scaler.unscale_(optimizers[name])
-            scaler.step(optimizers[name])
-    if scaler is not None:
-        scaler.update()
+            scaled_backward(oracle_loss(half, batch, cell), scaler)
+        real_step(optimizers[name], len(window), scaler)
+    update_scaler(scaler)
     oracle_step_done(cell)
     assert_params_close(model, oracle, cell, f"two windows that closed after refused re-entered steps ({on_failure})")
 
@@ -873,26 +856,17 @@ def _pair_oracle(cell: Cell) -> tuple[torch.nn.Module, list[float]]:
         torch.optim.SGD([first_weight, first_bias], lr=0.5, momentum=0.9),
         torch.optim.Adam([last_weight, last_bias], lr=ADAM_LR),
     ]
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    scaler = GradScaler(device.type, **GROWING.as_kwargs()) if cell.precision == "16-mixed" else None
+    scaler = plain_scaler(cell, GROWING)
     scales: list[float] = []
     for batch_idx, batch in enumerate(_PENDING_BATCHES):
         for which, optimizer in enumerate(optimizers):
             model.zero_grad(set_to_none=True)  # the other optimizer's parameters get no gradient (toggled)
-            with oracle_autocast(cell):
-                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
-            if scaler is None:
-                loss.backward()
-                optimizer.step()
-                continue
-            if which == 0 and batch_idx == _OVERFLOW:
-                loss = loss * math.inf
-            scales.append(scaler.get_scale())
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            scaler.step(optimizer)
-        if scaler is not None:
-            scaler.update()
+            if scaler is not None:
+                scales.append(scaler.get_scale())
+            blow_up = scaler is not None and which == 0 and batch_idx == _OVERFLOW
+            scaled_backward(oracle_loss(model, batch, cell, blow_up), scaler)
+            real_step(optimizer, 1, scaler)
+        update_scaler(scaler)
         oracle_step_done(cell)
     return model, scales
 
