@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -26,8 +27,10 @@ __all__ = [
     "cloned",
     "grads",
     "identical",
+    "last_outcome",
     "outcome_names",
     "param_values",
+    "requires_grad_flags",
     "snapshot",
     "state_diff",
 ]
@@ -46,6 +49,17 @@ def grads(params: Iterable[torch.Tensor], *, to_cpu: bool = False) -> list[torch
 def param_values(params: Iterable[torch.Tensor], *, to_cpu: bool = False) -> list[torch.Tensor]:
     """A copy of each parameter's value, on its device or on the CPU."""
     return [_copy(param, to_cpu) for param in params]
+
+
+def requires_grad_flags(model: torch.nn.Module) -> dict[str, bool]:
+    """Each named parameter's ``requires_grad``."""
+    return {name: param.requires_grad for name, param in model.named_parameters()}
+
+
+def last_outcome(wrapper: Any) -> StepOutcome | None:
+    """A wrapper's ``last_outcome``, read now (typed, so that a check may compare it again after a call)."""
+    outcome: StepOutcome | None = wrapper.last_outcome
+    return outcome
 
 
 def outcome_names(outcomes: Iterable[StepOutcome | None]) -> list[str | None]:

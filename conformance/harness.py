@@ -53,6 +53,7 @@ __all__ = [
     "oracle_step_done",
     "refuses",
     "run_steps",
+    "scaler_settings",
     "tolerance_for",
 ]
 
@@ -146,6 +147,11 @@ ON_FAILURE: tuple[Any, ...] = (
 The default (``"discard"``, FAIL-001) everywhere; ``"restore"`` only where the implementation claims the feature
 ``"exact_restore"`` (``n/a`` otherwise). Build the context with ``make_context(**failure_settings(on_failure))``.
 """
+
+
+def scaler_settings(cell: Cell, settings: GradScalerSettings) -> dict[str, Any]:
+    """The factory's ``grad_scaler`` argument: ``settings`` in 16-mixed cells, nothing in the others."""
+    return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
 
 
 def failure_settings(on_failure: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from lightning_optimizer.conformance.harness import (
     oracle_step_done,
     refuses,
     run_steps,
+    scaler_settings,
     tolerance_for,
 )
 from lightning_optimizer.conformance.oracles import (
@@ -449,11 +450,6 @@ class _Thirds(torch.nn.Module):
         self.c = make_model(seed=23)
 
 
-def _scaler_setting(cell: Cell, settings: GradScalerSettings) -> dict[str, GradScalerSettings]:
-    """The factory's ``grad_scaler`` argument: ``settings`` in 16-mixed cells, nothing in the others."""
-    return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
-
-
 def _recorder(into: list[list[torch.Tensor | None]]) -> PrepareHook:
     """A hook that records the prepared gradients of a window into ``into``."""
 
@@ -485,7 +481,7 @@ def test_configured_clipping_over_windows(make_context: MakeContext, cell: Cell,
         accumulate_grad_batches=3,
         gradient_clip_val=CLIP_VALUE,
         gradient_clip_algorithm=algorithm,
-        **_scaler_setting(cell, SMALL_SCALE),
+        **scaler_settings(cell, SMALL_SCALE),
     )
     base = make_model()
     oracle_model = oracle_copy(base, cell)
@@ -551,7 +547,7 @@ def _grouped_sgd(part: torch.nn.Module, wrap: Callable[[torch.optim.SGD], Any]) 
 )
 def test_configured_clipping_spans_groups_and_spares_other_windows(make_context: MakeContext, cell: Cell) -> None:
     """A's clip takes the total norm over all its groups (one added after wrap); B's open window is not touched."""
-    context = make_context(gradient_clip_val=CLIP_VALUE, **_scaler_setting(cell, SMALL_SCALE))
+    context = make_context(gradient_clip_val=CLIP_VALUE, **scaler_settings(cell, SMALL_SCALE))
     model = context.prepare_module(Halves(21, 22))
     assert isinstance(model, Halves)
     opt_a = _grouped_sgd(model.a, context.wrap)
@@ -609,7 +605,7 @@ UNSCALE_WINDOWS = [[0, 1, 2], [3, 4], [5, 6]]
 )
 def test_unscale_gradients_over_windows(make_context: MakeContext, cell: Cell) -> None:
     """Backward, then step: ``unscale_gradients()`` on a window's last micro-step gives its unscaled mean; a clip."""
-    context = make_context(accumulate_grad_batches=3, **_scaler_setting(cell, SMALL_SCALE))
+    context = make_context(accumulate_grad_batches=3, **scaler_settings(cell, SMALL_SCALE))
     base = make_model()
     oracle_model = oracle_copy(base, cell)
     model = context.prepare_module(base)
@@ -687,7 +683,7 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
     A: windows of two; batch 1 backward, ``unscale_gradients()``, step; batch 3 the same inside the closing step's
     closure. B (momentum): a window of three, open across A's batch 1, then one of one.
     """
-    context = make_context(gradient_clip_val=CLIP_VALUE, **_scaler_setting(cell, SMALL_SCALE))
+    context = make_context(gradient_clip_val=CLIP_VALUE, **scaler_settings(cell, SMALL_SCALE))
     model = context.prepare_module(Halves(21, 22))
     assert isinstance(model, Halves)
     opt_a = context.wrap(torch.optim.SGD(model.a.parameters(), lr=CLIP_LR))
@@ -1378,7 +1374,7 @@ def _divisor_case(make_context: MakeContext, cell: Cell, closing: str, length: i
     where = "inside batch()" if inside else "outside batch()"
     case = f"{where}, windows of {length} closed by {closing}, unscale_gradients() {form}"
     accumulate = length if closing == "schedule" else length + 1
-    context = make_context(accumulate_grad_batches=accumulate, **_scaler_setting(cell, SMALL_SCALE))
+    context = make_context(accumulate_grad_batches=accumulate, **scaler_settings(cell, SMALL_SCALE))
     base = make_model()
     oracle_model = oracle_copy(base, cell)
     model = context.prepare_module(base)

@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 import torch
-from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.conformance.assertions import grads
+from lightning_optimizer.conformance.assertions import assert_same_grads, assert_same_values, grads, param_values
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     Batch,
@@ -29,7 +28,6 @@ from lightning_optimizer.conformance.harness import (
     failure_settings,
     make_batches,
     mse,
-    oracle_autocast,
     oracle_step_done,
     refuses,
     tolerance_for,
@@ -309,30 +307,29 @@ def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(
     # One accumulated micro-step first, so that the failing calls have a window to leave as it was.
     pair.step(pair.sgd, pair.model.a, batches[0], False)
     pair.step(pair.adam, pair.model.b, batches[0], False)
-    window = [p.grad.detach().clone() for p in pair.model.a.parameters() if p.grad is not None]
-    other = [p.grad.detach().clone() for p in pair.model.b.parameters() if p.grad is not None]
-    values = [p.detach().clone() for p in pair.model.parameters()]
+    window, other = grads(pair.model.a.parameters()), grads(pair.model.b.parameters())
+    values = param_values(pair.model.parameters())
     for kind, make in (("before_backward", False), ("before_backward", True), ("before_optimizer_step", True)):
         handle = pair.context.register_hooks(**{kind: boom})
         with pytest.raises(Boom) as raised:
             pair.step(pair.sgd, pair.model.a, batches[1], make)
         handle.remove()
         what = f"a raising {kind} hook (on_failure={on_failure!r})"
-        grads = [p.grad.detach().clone() for p in pair.model.a.parameters() if p.grad is not None]
-        others = [p.grad.detach().clone() for p in pair.model.b.parameters() if p.grad is not None]
-        assert len(others) == len(other) and all(torch.equal(g, w) for g, w in zip(others, other, strict=True)), (
-            f"{what} changed the other wrapper's window (FAIL-002)"
+        assert_same_grads(
+            grads(pair.model.b.parameters()), other, f"{what} changed the other wrapper's window (FAIL-002)"
         )
         assert pair.adam.last_outcome is A, f"{what} changed the other wrapper's last_outcome"
-        assert all(torch.equal(p, v) for p, v in zip(pair.model.parameters(), values, strict=True))
+        assert_same_values(param_values(pair.model.parameters()), values, what)
         if discard and kind == "before_optimizer_step":
-            assert grads == [], f"{what} after the window's backward: its gradients survived the discard (FAIL-003)"
+            assert_same_grads(
+                grads(pair.model.a.parameters()),
+                [None] * len(window),
+                f"{what} after the window's backward: its gradients survived the discard (FAIL-003)",
+            )
             assert pair.sgd.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome {pair.sgd.last_outcome}"
             assert_discard_note(raised.value, pair.sgd.optimizer, (1, 2), what)
             continue
-        assert len(grads) == len(window) and all(torch.equal(g, w) for g, w in zip(grads, window, strict=True)), (
-            f"{what} left the window changed (HOOK-004)"
-        )
+        assert_same_grads(grads(pair.model.a.parameters()), window, f"{what} left the window changed (HOOK-004)")
         assert pair.sgd.last_outcome is A, f"{what} changed last_outcome"
 
     recorder = Recorder(pair.names)
@@ -351,24 +348,12 @@ def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(
     assert recorder.events == [], "a removed hook, or one registered with a refused one, ran"
 
     oracle_sgd = torch.optim.SGD(pair.oracle.a.parameters(), lr=0.1, momentum=0.9)
-    scaler = None
-    if cell.precision == "16-mixed":
-        scaler = GradScaler(cell_device(cell).type, **GradScalerSettings().as_kwargs())
+    scaler = plain_scaler(cell, GradScalerSettings())
     window_batches = batches[1:2] if discard else batches[:2]  # under "discard" batch 0 went with the window
     for batch in window_batches:
-        with oracle_autocast(cell):
-            loss = mse(pair.oracle.a, batch, pair.device, pair.dtype)
-        (loss if scaler is None else scaler.scale(loss)).backward()
-    with torch.no_grad():
-        for p in pair.oracle.a.parameters():
-            assert p.grad is not None
-            p.grad /= len(window_batches)
-    if scaler is None:
-        oracle_sgd.step()
-    else:
-        scaler.unscale_(oracle_sgd)
-        scaler.step(oracle_sgd)
-        scaler.update()
+        scaled_backward(oracle_loss(pair.oracle.a, batch, cell, factor=1.0), scaler)
+    real_step(oracle_sgd, len(window_batches), scaler)
+    update_scaler(scaler)
     oracle_step_done(cell)
     assert_params_close(pair.model.a, pair.oracle.a, cell, f"the retry after the raising hooks ({on_failure})")
 

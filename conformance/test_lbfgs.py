@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_optimizer.conformance.assertions import assert_same_grads, grads, param_values, state_diff
+from lightning_optimizer.conformance.assertions import (
+    assert_same_grads,
+    grads,
+    last_outcome,
+    param_values,
+    requires_grad_flags,
+    state_diff,
+)
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     REORDERED_TOLERANCES,
@@ -45,16 +52,6 @@ LBFGS_HYPER: dict[str, Any] = {"lr": 0.5, "max_iter": 4, "line_search_fn": "stro
 norm summed in another order) stays far inside the tolerance, which it would not if the steps diverged."""
 """Four iterations per step: five evaluations of the closure, and parameters that move between them."""
 SGD_LR = 0.1
-
-
-def _flags(model: torch.nn.Module) -> dict[str, bool]:
-    return {name: param.requires_grad for name, param in model.named_parameters()}
-
-
-def _outcome(wrapper: Any) -> StepOutcome | None:
-    """A wrapper's ``last_outcome``, read now."""
-    outcome: StepOutcome | None = wrapper.last_outcome
-    return outcome
 
 
 class _Pair:
@@ -88,7 +85,7 @@ class _Pair:
         """The LBFGS closure for the wrapper: zero, forward, ``w.backward``, return the loss."""
 
         def closure() -> torch.Tensor:
-            self.evaluations.append(_flags(self.model))
+            self.evaluations.append(requires_grad_flags(self.model))
             self.lbfgs.zero_grad()
             loss = self.loss(self.model, batch)
             self.lbfgs.backward(loss)
@@ -149,7 +146,7 @@ class _Pair:
                 f"{what}: in LBFGS evaluation {index} these flags were wrong (LBFGS's own parameters a.* must "
                 f"require grad, the SGD wrapper's b.* must not): {wrong}"
             )
-        after = _flags(self.model)
+        after = requires_grad_flags(self.model)
         assert all(after.values()), f"{what}: flags not restored after the step: {after}"
 
 
@@ -173,7 +170,7 @@ def _alongside_sgd(
     pair.sgd.step(pair.sgd_closure(batches[0]), make_optimizer_step=False)
     sgd_window = grads(pair.model.b.parameters())
     sgd_params = param_values(pair.model.b.parameters())
-    assert _outcome(pair.lbfgs) is None, f"LBFGS's last_outcome is {_outcome(pair.lbfgs)} before its first step"
+    assert last_outcome(pair.lbfgs) is None, f"LBFGS's last_outcome is {last_outcome(pair.lbfgs)} before its first step"
 
     for step, (batch, make_step) in enumerate(((batches[1], None), (batches[3], True))):
         pair.lbfgs_step(batch, make_step)
@@ -265,7 +262,7 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
     pair.lbfgs.backward(mse(model.a, batches[2], pair.device, pair.dtype))  # gradients left from outside a step
     values, held = param_values(model.parameters()), grads(model.parameters())
     state = copy.deepcopy(pair.lbfgs.optimizer.state_dict())
-    flags = _flags(model)
+    flags = requires_grad_flags(model)
     seen: list[list[torch.Tensor]] = []
 
     def failing(at: int | None) -> Callable[[], torch.Tensor | None]:
@@ -316,7 +313,9 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
                 f"({'LBFGS' if name.startswith('a.') else 'the open SGD window'})",
             )
         assert state_diff(pair.lbfgs.optimizer.state_dict(), state) is None, f"after {what}: LBFGS's state dict changed"
-        assert _flags(model) == flags, f"after {what}: flags {_flags(model)}, before the call {flags}"
+        assert requires_grad_flags(model) == flags, (
+            f"after {what}: flags {requires_grad_flags(model)}, before the call {flags}"
+        )
     pair.evaluations.clear()
     pair.lbfgs_step(batches[2])
     pair.assert_toggled("the retry after the failed steps")
@@ -404,7 +403,7 @@ def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> N
             pass
         else:
             raise AssertionError(
-                f"LBFGS's step(make_optimizer_step=False) was accepted (outcome {_outcome(wrapper)}); expected a "
+                f"LBFGS's step(make_optimizer_step=False) was accepted (outcome {last_outcome(wrapper)}); expected a "
                 f"ValueError before the closure runs (it ran {len(calls)} times)"
             )
         assert calls == [], "the closure ran before LBFGS with make_optimizer_step=False was refused"

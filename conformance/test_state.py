@@ -39,6 +39,7 @@ from lightning_optimizer.conformance.harness import (
     oracle_autocast,
     refuses,
     run_steps,
+    scaler_settings,
     tolerance_for,
 )
 from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
@@ -242,11 +243,6 @@ GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
 """Under 16-mixed: the scale doubles after every iteration in which an optimizer stepped and nothing overflowed."""
 
 
-def _scaler_settings(cell: Cell, settings: GradScalerSettings) -> dict[str, Any]:
-    """The factory's ``grad_scaler`` argument, in 16-mixed cells only."""
-    return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
-
-
 def _loss_of(
     forward: Callable[[torch.Tensor], torch.Tensor],
     batch: tuple[torch.Tensor, torch.Tensor],
@@ -271,7 +267,7 @@ def _loss_of(
 
 
 def _growing_sgd(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, Any]:
-    context = make_context(accumulate_grad_batches=2, **_scaler_settings(cell, GROWING))
+    context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, GROWING))
     model = context.prepare_module(make_model())
     return context, model, context.wrap(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
 
@@ -420,7 +416,7 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
 @pytest.mark.parametrize("how", ["pickle", "deepcopy"])
 def test_copy_of_either_of_two_wrappers_continues_it(make_context: MakeContext, cell: Cell, how: str) -> None:
     """Copies of each of two wrappers (windows open) close their own window as the originals do."""
-    context = make_context(accumulate_grad_batches=3, **_scaler_settings(cell, GradScalerSettings(init_scale=2.0**8)))
+    context = make_context(accumulate_grad_batches=3, **scaler_settings(cell, GradScalerSettings(init_scale=2.0**8)))
     model = context.prepare_module(make_model())
     first_weight, first_bias, last_weight, last_bias = model.parameters()
     groups: list[dict[str, Any]] = [{"params": [first_weight]}, {"params": [first_bias], "lr": 0.05}]
@@ -474,7 +470,7 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
     sixteen = cell.precision == "16-mixed"
 
     def build(sizes: tuple[int, ...] = (4, 8, 2), third: bool = False) -> tuple[TrainingContext, torch.nn.Module, Any]:
-        context = make_context(accumulate_grad_batches=2, **_scaler_settings(cell, settings))
+        context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, settings))
         model = context.prepare_module(make_model(sizes=sizes))
         first, last = list(model.parameters())[:2], list(model.parameters())[2:]
         wrappers: list[Any] = [context.wrap(torch.optim.SGD(first, lr=0.1, momentum=0.9))]
@@ -511,7 +507,7 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
     held, state = grads(model.parameters(), to_cpu=True), copy.deepcopy(context.state_dict())
     inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in wrappers]
 
-    one = make_context(accumulate_grad_batches=2, **_scaler_settings(cell, settings))
+    one = make_context(accumulate_grad_batches=2, **scaler_settings(cell, settings))
     one_model = one.prepare_module(make_model())
     one_wrapper = one.wrap(torch.optim.SGD(one_model.parameters(), lr=0.1))
     run(one, one_model, [one_wrapper], {0: (False,)}, None)
@@ -641,7 +637,7 @@ def test_state_loaded_before_its_optimizers_are_wrapped_is_refused(make_context:
     layout (``ValueError``) that leaves parameters, gradients, the context's state and the wrapped optimizer's state
     as they were. Then the second is wrapped, the load succeeds, and the run continues as the uninterrupted one.
     """
-    settings = _scaler_settings(cell, _BEFORE_WRAP_SCALER)
+    settings = scaler_settings(cell, _BEFORE_WRAP_SCALER)
     context = make_context(accumulate_grad_batches=2, **settings)
     model = context.prepare_module(make_model())
     wrappers: list[Any] = [context.wrap(build()) for build in _layer_optimizers(model)]

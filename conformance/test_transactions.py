@@ -15,7 +15,7 @@ import gc
 import io
 import math
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,7 @@ from lightning_optimizer.conformance.harness import (
     oracle_step_done,
     refuses,
     run_steps,
+    scaler_settings,
 )
 from lightning_optimizer.conformance.oracles import (
     expected_outcomes,
@@ -84,11 +85,6 @@ GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
 halves after one that overflowed: a scaler update too many, too few or with the wrong found-inf shows in the scales."""
 
 
-def _scaler_settings(cell: Cell, settings: GradScalerSettings) -> dict[str, Any]:
-    """The factory's ``grad_scaler`` argument, in 16-mixed cells only."""
-    return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
-
-
 # -- ERR-008: keyword arguments the inner step cannot take ---------------------------------------------------
 
 
@@ -106,6 +102,79 @@ class _KeywordSGD(torch.optim.SGD):
         finally:
             for group in self.param_groups:
                 group["lr"] /= lr_factor
+
+
+def _counted_closure(
+    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Batch, cell: Cell, calls: list[int]
+) -> Callable[[], None]:
+    """A closure that backpropagates the batch's loss through ``wrapper``, and counts its runs in ``calls``."""
+
+    def closure() -> None:
+        calls.append(1)
+        with context.autocast():
+            loss = mse(model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
+        wrapper.backward(loss)
+
+    return closure
+
+
+def _adam_refuses_every_keyword(make_context: MakeContext, cell: Cell, batch: Batch, calls: list[int]) -> None:
+    """An empty window: Adam's ``step(closure=None)`` takes no keyword at all, so ``lr_factor`` is refused [ERR-008]."""
+    context = make_context()
+    model = context.prepare_module(make_model())
+    adam = context.wrap(torch.optim.Adam(model.parameters(), lr=ADAM_LR))
+    before = param_values(list(model.parameters()))
+    for make_step in (True, None, False):
+        with refuses(
+            TypeError,
+            f"adam.step(closure, make_optimizer_step={make_step}, lr_factor=2.0) on an empty window (Adam's step() "
+            "takes no lr_factor)",
+            "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything runs",
+        ):
+            closure = _counted_closure(context, model, adam, batch, cell, calls)
+            adam.step(closure, make_optimizer_step=make_step, lr_factor=2.0)
+        assert calls == [], f"step(lr_factor=2.0, make_optimizer_step={make_step}) on Adam ran the closure"
+        assert adam.last_outcome is None, f"a refused step() recorded the outcome {adam.last_outcome}"
+        assert all(p.grad is None for p in model.parameters()), "a refused step() left gradients"
+        assert_same_values(param_values(list(model.parameters())), before, "a refused step() on Adam")
+        assert not adam.optimizer.state, "a refused step() made Adam create its state"
+
+
+def _refused_with_a_window_open(
+    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Batch, cell: Cell, calls: list[int]
+) -> None:
+    """Keywords the inner step (``lr_factor`` only) cannot take, on calls that accumulate or step: all refused."""
+    params, inner = list(model.parameters()), wrapper.optimizer
+    window, values = grads(params), param_values(params)
+    bad: list[dict[str, Any]] = [{"lr_facter": 2.0}, {"lr_factor": 2.0, "nesterov": True}, {"set_to_none": True}]
+    why = (
+        "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything runs, on a "
+        "call that only accumulates too"
+    )
+    for make_step in (False, None, True):
+        for kwargs in bad:
+            what = f"step({', '.join(kwargs)}, make_optimizer_step={make_step}) with a window open"
+            given = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+            with refuses(
+                TypeError,
+                f"wrapper.step(closure, make_optimizer_step={make_step}, {given}) with a window open (the inner "
+                "step() takes lr_factor only)",
+                why,
+            ):
+                closure = _counted_closure(context, model, wrapper, batch, cell, calls)
+                wrapper.step(closure, make_optimizer_step=make_step, **kwargs)
+            assert calls == [], f"{what} ran the closure"
+            with refuses(
+                TypeError,
+                f"wrapper.step(make_optimizer_step={make_step}, {given}) with a window open (the inner step() "
+                "takes lr_factor only)",
+                why,
+            ):
+                wrapper.step(make_optimizer_step=make_step, **kwargs)
+            assert inner.received == [], f"{what} reached the inner step"
+            assert wrapper.last_outcome is A, f"{what} changed the outcome to {wrapper.last_outcome}"
+            assert_same_grads(grads(params), window, what)
+            assert_same_values(param_values(params), values, what)
 
 
 @pytest.mark.requirement("ERR-008", "STEP-005")
@@ -127,36 +196,8 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
     """
     device, dtype = cell_device(cell), cell_dtype(cell)
     calls: list[int] = []
-
-    def closure_for(model: torch.nn.Module, wrapper: Any, batch: Batch) -> Callable[[], None]:
-        def closure() -> None:
-            calls.append(1)
-            with context.autocast():
-                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
-            wrapper.backward(loss)
-
-        return closure
-
     batches = make_batches(2, seed=11)
-    # An empty window: Adam's step(closure=None) takes no keyword at all.
-    context = make_context()
-    model = context.prepare_module(make_model())
-    adam = context.wrap(torch.optim.Adam(model.parameters(), lr=ADAM_LR))
-    before = param_values(list(model.parameters()))
-    for make_step in (True, None, False):
-        with refuses(
-            TypeError,
-            f"adam.step(closure, make_optimizer_step={make_step}, lr_factor=2.0) on an empty window (Adam's step() "
-            "takes no lr_factor)",
-            "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything runs",
-        ):
-            adam.step(closure_for(model, adam, batches[0]), make_optimizer_step=make_step, lr_factor=2.0)
-        assert calls == [], f"step(lr_factor=2.0, make_optimizer_step={make_step}) on Adam ran the closure"
-        assert adam.last_outcome is None, f"a refused step() recorded the outcome {adam.last_outcome}"
-        assert all(p.grad is None for p in model.parameters()), "a refused step() left gradients"
-        assert_same_values(param_values(list(model.parameters())), before, "a refused step() on Adam")
-        assert not adam.optimizer.state, "a refused step() made Adam create its state"
-
+    _adam_refuses_every_keyword(make_context, cell, batches[0], calls)
     # An open window of two micro-steps: SGD with a keyword of its own.
     context = make_context(accumulate_grad_batches=2)
     base = make_model()
@@ -167,40 +208,13 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
     wrapper = context.wrap(inner)
     params = list(model.parameters())
     with context.batch(0):
-        wrapper.step(closure_for(model, wrapper, batches[0]), lr_factor=3.0)  # accumulates: the keyword is fine
+        # accumulates: the keyword is fine
+        wrapper.step(_counted_closure(context, model, wrapper, batches[0], cell, calls), lr_factor=3.0)
     assert wrapper.last_outcome is A, f"the first micro-step of a window of two: {wrapper.last_outcome}"
     assert inner.received == [], f"an accumulating call reached the inner step with {inner.received}"
     calls.clear()
-    window, values = grads(params), param_values(params)
-    bad: list[dict[str, Any]] = [{"lr_facter": 2.0}, {"lr_factor": 2.0, "nesterov": True}, {"set_to_none": True}]
     with context.batch(1):
-        for make_step in (False, None, True):
-            for kwargs in bad:
-                what = f"step({', '.join(kwargs)}, make_optimizer_step={make_step}) with a window open"
-                given = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
-                why = (
-                    "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything "
-                    "runs, on a call that only accumulates too"
-                )
-                with refuses(
-                    TypeError,
-                    f"wrapper.step(closure, make_optimizer_step={make_step}, {given}) with a window open (the inner "
-                    "step() takes lr_factor only)",
-                    why,
-                ):
-                    wrapper.step(closure_for(model, wrapper, batches[1]), make_optimizer_step=make_step, **kwargs)
-                assert calls == [], f"{what} ran the closure"
-                with refuses(
-                    TypeError,
-                    f"wrapper.step(make_optimizer_step={make_step}, {given}) with a window open (the inner step() "
-                    "takes lr_factor only)",
-                    why,
-                ):
-                    wrapper.step(make_optimizer_step=make_step, **kwargs)
-                assert inner.received == [], f"{what} reached the inner step"
-                assert wrapper.last_outcome is A, f"{what} changed the outcome to {wrapper.last_outcome}"
-                assert_same_grads(grads(params), window, what)
-                assert_same_values(param_values(params), values, what)
+        _refused_with_a_window_open(context, model, wrapper, batches[1], cell, calls)
         # The backward-then-step form: the refused step leaves the backward's gradients in the window.
         with context.autocast():
             loss = mse(model, batches[1], device, dtype) * LOSS_FACTOR
@@ -351,6 +365,94 @@ def _oracle_windows(
     return scales, stepped
 
 
+@dataclass
+class _InnerFailureRun:
+    """One wrapper's epoch in which the inner step of a closing call raises once (a :class:`_Failure` plan)."""
+
+    plan: _Failure
+    context: TrainingContext
+    model: torch.nn.Module
+    wrapper: Any
+    inner: torch.optim.Optimizer
+    batches: list[Batch]
+    cell: Cell
+    on_failure: str
+    scenario: str
+    scales: list[tuple[int, float]] = field(default_factory=list)
+    """Under 16-mixed, each recorded backward pass's batch and scale."""
+
+    def loss_of(self, batch_idx: int, record: bool) -> torch.Tensor:
+        """The batch's loss under the context's autocast, its scale recorded (16-mixed, with ``record``)."""
+        with self.context.autocast():
+            loss = mse(self.model, self.batches[batch_idx], cell_device(self.cell), cell_dtype(self.cell)) * LOSS_FACTOR
+        if self.cell.precision == "16-mixed" and record:
+            loss.register_hook(lambda grad: self.scales.append((batch_idx, float(grad))))
+        return loss
+
+    def call(self, batch_idx: int, *, backward: bool = True, record: bool = True) -> None:
+        """The planned call of ``batch_idx``, in the plan's form (its backward left out with ``backward=False``)."""
+        plan, wrapper = self.plan, self.wrapper
+        make_step = plan.schedule.get(batch_idx)
+        if plan.closure_form:
+
+            def closure() -> torch.Tensor:
+                loss = self.loss_of(batch_idx, record)
+                wrapper.backward(loss)
+                return loss
+
+            wrapper.step(closure, make_optimizer_step=make_step)
+            return
+        if backward:
+            wrapper.backward(self.loss_of(batch_idx, record))
+            if plan.unscale_first and batch_idx == plan.failing:
+                wrapper.unscale_gradients()
+        wrapper.step(make_optimizer_step=make_step)
+
+    def fail(self, batch_idx: int, checkpointing: bool) -> None:
+        """The failing call, what it leaves under the policy, and its retry (unless the next batch retries)."""
+        plan, wrapper, params = self.plan, self.wrapper, list(self.model.parameters())
+        discard = self.on_failure == "discard"
+        if not plan.closure_form:
+            wrapper.backward(self.loss_of(batch_idx, record=not discard))
+            if plan.unscale_first:
+                wrapper.unscale_gradients()
+        outcome, window, values = wrapper.last_outcome, grads(params), param_values(params)
+        state = copy.deepcopy(self.context.state_dict()) if checkpointing and not plan.unscale_first else None
+        what = f"a closing step whose inner step raised ({self.scenario}, on_failure={self.on_failure!r})"
+        self.inner.fail = True  # type: ignore[attr-defined]
+        with refuses(
+            PlannedFailure,
+            f"a closing step() whose inner optimizer's step raises ({self.scenario}, on_failure={self.on_failure!r})",
+            "TXN-001: the inner step's exception propagates out of step()",
+        ) as raised:
+            self.call(batch_idx, backward=False, record=False)
+        self.inner.fail = False  # type: ignore[attr-defined]
+        assert_same_values(param_values(params), values, what)
+        if discard:
+            assert_same_grads(grads(params), [None] * len(params), f"{what}, the discarded window (FAIL-003)")
+            assert wrapper.last_outcome is D, f"{what}: last_outcome is {wrapper.last_outcome}, not DISCARDED"
+            assert_discard_note(raised.value, self.inner, (plan.held, plan.held + 1), what)
+            if plan.unscale_first:
+                wrapper.zero_grad()  # the discarded window is no longer prepared: zero_grad() is allowed again
+        else:
+            assert_same_grads(grads(params), window, f"{what}, the window")
+            assert wrapper.last_outcome is outcome, (
+                f"{what} changed last_outcome from {outcome} to {wrapper.last_outcome}"
+            )
+            if state is not None:
+                assert_same_state(self.context.state_dict(), state, f"{what}, context.state_dict()")
+            if plan.unscale_first:
+                with refuses(
+                    RuntimeError,
+                    f"wrapper.zero_grad() after unscale_gradients() and a failed closing step() ({self.scenario})",
+                    "CLIP-002: the window is still prepared, and a zero_grad() before its closing step() is refused",
+                ):
+                    wrapper.zero_grad()  # still prepared: zero_grad() before the closing step is refused
+                assert_same_grads(grads(params), window, f"{what}, then a refused zero_grad(), the prepared window")
+        if not plan.retry_in_next_batch:
+            self.call(batch_idx, backward=discard)
+
+
 @pytest.mark.requirement("TXN-001", "STEP-004", "ACC-001", "FAIL-003", "FAIL-004")
 @pytest.mark.cells(devices=EAGER)
 @pytest.mark.parametrize("scenario", list(_FAILURES))
@@ -390,7 +492,7 @@ def test_failed_inner_step_leaves_the_window(
     context = make_context(
         accumulate_grad_batches=plan.accumulate,
         gradient_clip_val=plan.clip,
-        **_scaler_settings(cell, GROWING),
+        **scaler_settings(cell, GROWING),
         **failure_settings(on_failure),
     )
     base = make_model()
@@ -398,85 +500,16 @@ def test_failed_inner_step_leaves_the_window(
     model = context.prepare_module(base)
     inner = flaky_class(model.parameters(), **hyper)
     wrapper = context.wrap(inner)
-    params = list(model.parameters())
     batches = make_batches(plan.batches, seed=12)
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    scales: list[tuple[int, float]] = []
+    run = _InnerFailureRun(plan, context, model, wrapper, inner, batches, cell, on_failure, scenario)
     checkpointing = "checkpointing" in implementation.features
-
-    def loss_of(batch_idx: int, record: bool) -> torch.Tensor:
-        with context.autocast():
-            loss = mse(model, batches[batch_idx], device, dtype) * LOSS_FACTOR
-        if sixteen and record:
-            loss.register_hook(lambda grad: scales.append((batch_idx, float(grad))))
-        return loss
-
-    def closure_for(batch_idx: int, record: bool = True) -> Callable[[], torch.Tensor]:
-        def closure() -> torch.Tensor:
-            loss = loss_of(batch_idx, record)
-            wrapper.backward(loss)
-            return loss
-
-        return closure
-
-    def call(batch_idx: int, *, backward: bool = True, record: bool = True) -> None:
-        make_step = plan.schedule.get(batch_idx)
-        if plan.closure_form:
-            wrapper.step(closure_for(batch_idx, record), make_optimizer_step=make_step)
-            return
-        if backward:
-            wrapper.backward(loss_of(batch_idx, record))
-            if plan.unscale_first and batch_idx == plan.failing:
-                wrapper.unscale_gradients()
-        wrapper.step(make_optimizer_step=make_step)
-
     outcomes = []
     for batch_idx in range(plan.batches):
         with context.batch(batch_idx, is_last=batch_idx == plan.batches - 1):
-            if batch_idx != plan.failing:
-                call(batch_idx)
-                outcomes.append(wrapper.last_outcome)
-                continue
-            if not plan.closure_form:
-                wrapper.backward(loss_of(batch_idx, record=not discard))
-                if plan.unscale_first:
-                    wrapper.unscale_gradients()
-            outcome, window, values = wrapper.last_outcome, grads(params), param_values(params)
-            state = copy.deepcopy(context.state_dict()) if checkpointing and not plan.unscale_first else None
-            inner.fail = True  # type: ignore[attr-defined]
-            with refuses(
-                PlannedFailure,
-                f"a closing step() whose inner optimizer's step raises ({scenario}, on_failure={on_failure!r})",
-                "TXN-001: the inner step's exception propagates out of step()",
-            ) as raised:
-                call(batch_idx, backward=False, record=False)
-            inner.fail = False  # type: ignore[attr-defined]
-            what = f"a closing step whose inner step raised ({scenario}, on_failure={on_failure!r})"
-            assert_same_values(param_values(params), values, what)
-            if discard:
-                assert_same_grads(grads(params), [None] * len(params), f"{what}, the discarded window (FAIL-003)")
-                assert wrapper.last_outcome is D, f"{what}: last_outcome is {wrapper.last_outcome}, not DISCARDED"
-                assert_discard_note(raised.value, inner, (plan.held, plan.held + 1), what)
-                if plan.unscale_first:
-                    wrapper.zero_grad()  # the discarded window is no longer prepared: zero_grad() is allowed again
+            if batch_idx == plan.failing:
+                run.fail(batch_idx, checkpointing)
             else:
-                assert_same_grads(grads(params), window, f"{what}, the window")
-                assert wrapper.last_outcome is outcome, (
-                    f"{what} changed last_outcome from {outcome} to {wrapper.last_outcome}"
-                )
-                if state is not None:
-                    assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
-                if plan.unscale_first:
-                    with refuses(
-                        RuntimeError,
-                        f"wrapper.zero_grad() after unscale_gradients() and a failed closing step() ({scenario})",
-                        "CLIP-002: the window is still prepared, and a zero_grad() before its closing step() is "
-                        "refused",
-                    ):
-                        wrapper.zero_grad()  # still prepared: zero_grad() before the closing step is refused
-                    assert_same_grads(grads(params), window, f"{what}, then a refused zero_grad(), the prepared window")
-            if not plan.retry_in_next_batch:
-                call(batch_idx, backward=discard)
+                run.call(batch_idx)
             outcomes.append(wrapper.last_outcome)
 
     oracle_optimizer = plain_class(oracle_model.parameters(), **hyper)
@@ -486,7 +519,7 @@ def test_failed_inner_step_leaves_the_window(
     want_outcomes = expected_outcomes(plan.discard_outcomes if discard else plan.outcomes, stepped)
     assert outcomes == want_outcomes, f"the calls took {outcomes}, expected {want_outcomes} ({scenario})"
     if sixteen:
-        got_scales = [scale for batch_idx, scale in scales if batch_idx in counted]
+        got_scales = [scale for batch_idx, scale in run.scales if batch_idx in counted]
         assert got_scales == want_scales, (
             f"the backward passes were scaled by {got_scales}; a plain GradScaler over the windows {windows} scales "
             f"them by {want_scales}: the failed step changed the loss scaler"
@@ -498,6 +531,73 @@ def test_failed_inner_step_leaves_the_window(
 
 
 # -- REENT-001: a step() inside a running step() --------------------------------------------------------------
+
+
+@dataclass
+class _Reentry:
+    """Calls whose closure runs its backward, then calls ``step()`` again: the inner call is refused [REENT-001]."""
+
+    model: Halves
+    halves: Mapping[str, torch.nn.Module]
+    wrappers: dict[str, Any]
+    closure_for: Callable[[str, int], Callable[[], torch.Tensor]]
+    calls: list[str]
+    """The names of the closures that ran."""
+    on_failure: str
+
+    def attempt(
+        self, name: str, target: str, other: str, outer_step: bool | None, inner_step: bool | None, held: int
+    ) -> int:
+        """Wrapper ``name``'s step whose closure calls ``target``'s step; returns the micro-steps ``name`` holds now."""
+        wrappers = self.wrappers
+        refused: list[BaseException] = []
+
+        def reentering() -> torch.Tensor:
+            loss = self.closure_for(name, 1)()
+            try:
+                wrappers[target].step(self.closure_for(target, 1), make_optimizer_step=inner_step)
+            except RuntimeError as error:
+                refused.append(error)
+                raise
+            return loss
+
+        before, others = snapshot(self.model), snapshot(self.halves[other])
+        outcomes = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
+        self.calls.clear()
+        what = (
+            f"wrapper {name}'s step(make_optimizer_step={outer_step}) whose closure called wrapper "
+            f"{target}'s step(make_optimizer_step={inner_step}) (on_failure={self.on_failure!r})"
+        )
+        with refuses(
+            RuntimeError,
+            what,
+            "REENT-001: a step() called while a step() of the same context runs is refused with "
+            "RuntimeError, and the outer call fails with it",
+        ) as raised:
+            wrappers[name].step(reentering, make_optimizer_step=outer_step)
+        assert len(refused) == 1, f"{what}: the inner step() was not refused with RuntimeError"
+        assert raised.value is refused[0], (
+            f"{what}: the outer call raised {raised.value!r}, not the inner call's {refused[0]!r}"
+        )
+        assert self.calls == [name], f"{what}: the closures that ran are {self.calls}, only {name}'s may"
+        assert_unchanged(snapshot(self.halves[other]), others, f"{what}, wrapper {other}'s window")
+        now = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
+        if self.on_failure != "discard":
+            assert_unchanged(snapshot(self.model), before, what)
+            assert now == outcomes, f"{what} changed the outcomes from {outcomes} to {now}"
+            return held
+        whole = snapshot(self.model)
+        assert_same_values(whole.values, before.values, what)
+        assert whole.flags == before.flags, f"{what}: flags not restored"
+        discarded = snapshot(self.halves[name]).grads
+        assert_same_grads(
+            discarded,
+            [None] * len(discarded),
+            f"{what}: wrapper {name}'s window was written by the outer closure, so it is discarded (FAIL-003)",
+        )
+        assert now == outcomes | {name: D}, f"{what}: the outcomes are {now}, expected {name} DISCARDED"
+        assert_discard_note(raised.value, wrappers[name].optimizer, (held, held + 1), what)
+        return 0
 
 
 @pytest.mark.requirement("REENT-001", "CLOS-003", "STEP-004", "FAIL-002", "FAIL-003", "FAIL-004")
@@ -557,64 +657,11 @@ def test_step_inside_a_running_step_is_refused(
         for name in halves:
             target = name if reentered == "same" else ("b" if name == "a" else "a")
             other = "b" if name == "a" else "a"
+            reentry = _Reentry(model, halves, wrappers, closure_for, calls, on_failure)
             held = 1
             for outer_step in (False, None, True):
                 for inner_step in (None, True, False):
-                    refused: list[BaseException] = []
-
-                    def reentering(
-                        name: str = name,
-                        target: str = target,
-                        inner_step: bool | None = inner_step,
-                        refused: list[BaseException] = refused,
-                    ) -> torch.Tensor:
-                        loss = closure_for(name, 1)()
-                        try:
-                            wrappers[target].step(closure_for(target, 1), make_optimizer_step=inner_step)
-                        except RuntimeError as error:
-                            refused.append(error)
-                            raise
-                        return loss
-
-                    before = snapshot(model)
-                    others = snapshot(halves[other])
-                    outcomes = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
-                    calls.clear()
-                    what = (
-                        f"wrapper {name}'s step(make_optimizer_step={outer_step}) whose closure called wrapper "
-                        f"{target}'s step(make_optimizer_step={inner_step}) (on_failure={on_failure!r})"
-                    )
-                    with refuses(
-                        RuntimeError,
-                        what,
-                        "REENT-001: a step() called while a step() of the same context runs is refused with "
-                        "RuntimeError, and the outer call fails with it",
-                    ) as raised:
-                        wrappers[name].step(reentering, make_optimizer_step=outer_step)
-                    assert len(refused) == 1, f"{what}: the inner step() was not refused with RuntimeError"
-                    assert raised.value is refused[0], (
-                        f"{what}: the outer call raised {raised.value!r}, not the inner call's {refused[0]!r}"
-                    )
-                    assert calls == [name], f"{what}: the closures that ran are {calls}, only {name}'s may"
-                    assert_unchanged(snapshot(halves[other]), others, f"{what}, wrapper {other}'s window")
-                    now = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
-                    if not discard:
-                        assert_unchanged(snapshot(model), before, what)
-                        assert now == outcomes, f"{what} changed the outcomes from {outcomes} to {now}"
-                        continue
-                    whole = snapshot(model)
-                    assert_same_values(whole.values, before.values, what)
-                    assert whole.flags == before.flags, f"{what}: flags not restored"
-                    discarded = snapshot(halves[name]).grads
-                    assert_same_grads(
-                        discarded,
-                        [None] * len(discarded),
-                        f"{what}: wrapper {name}'s window was written by the outer closure, so it is discarded "
-                        "(FAIL-003)",
-                    )
-                    assert now == outcomes | {name: D}, f"{what}: the outcomes are {now}, expected {name} DISCARDED"
-                    assert_discard_note(raised.value, wrappers[name].optimizer, (held, held + 1), what)
-                    held = 0
+                    held = reentry.attempt(name, target, other, outer_step, inner_step, held)
         for name in halves:
             wrappers[name].step(closure_for(name, 1))
             assert wrappers[name].last_outcome is A, (
@@ -807,7 +854,7 @@ _TAKEN = {
 
 def _pair(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, list[Any]]:
     """A fresh context (one micro-step per window) with A (SGD momentum, the first layer) and B (Adam, the last)."""
-    context = make_context(**_scaler_settings(cell, GROWING))
+    context = make_context(**scaler_settings(cell, GROWING))
     model = context.prepare_module(make_model())
     first_weight, first_bias, last_weight, last_bias = model.parameters()
     opt_a = context.wrap(torch.optim.SGD([first_weight, first_bias], lr=0.5, momentum=0.9))
