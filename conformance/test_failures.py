@@ -748,6 +748,50 @@ GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
 that recorded an overflow: a found-inf the scaler kept of a failed window shows in the next scales."""
 
 
+def _b_fails_after_unscaling(rig: _Rig, batch: Batch, failing: str, on_failure: str, scales: list[float]) -> bool:
+    """Wrapper ``b``'s closing call fails after its window was unscaled; whether the restored window then stepped.
+
+    ``closure``: the closure backpropagates an infinite loss, unscales and raises. ``inner-step``: the window is
+    prepared by ``unscale_gradients()`` and the inner step raises; under ``"restore"`` the retry steps it here.
+    """
+    a, b = rig.wrappers["a"], rig.wrappers["b"]
+    if failing == "closure":
+
+        def overflowing() -> None:
+            b.backward(rig.loss("b", batch) * math.inf)
+            b.unscale_gradients()
+            raise PlannedFailure("the closure fails after unscaling an overflowing window")
+
+        before = _Snapshot.of(rig, state=False)
+        call = f"wrapper b's closing step() whose closure unscaled an overflow, then raised ({on_failure})"
+        with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
+            b.step(overflowing)
+        before.assert_unchanged(rig, call, discarded="b" if on_failure == "discard" else None)
+        return False
+    loss = rig.loss("b", batch)
+    loss.register_hook(lambda grad: scales.append(float(grad)))
+    b.backward(loss)
+    b.unscale_gradients()
+    inner = b.optimizer
+
+    def raising(*args: Any, **kwargs: Any) -> None:
+        raise PlannedFailure("the inner step fails on purpose")
+
+    inner.step = raising
+    call = "wrapper b's closing step() of a window unscale_gradients() prepared, its inner step raising"
+    try:
+        with refuses(PlannedFailure, call, "TXN-001: the inner step's exception propagates"):
+            b.step(make_optimizer_step=True)
+    finally:
+        del inner.step
+    if on_failure == "restore":
+        b.step(make_optimizer_step=True)  # the prepared window is back: its step applies it
+        assert a.last_outcome is S and b.last_outcome is S, f"batch 1: {b.last_outcome} after the retry"
+        return True
+    assert b.last_outcome is StepOutcome.DISCARDED, f"the failed call left {b.last_outcome}, not DISCARDED"
+    return False
+
+
 @pytest.mark.requirement("FAIL-003", "FAIL-004", "AMP-003", "CLIP-002")
 @pytest.mark.cells(devices=EAGER, precisions=("16-mixed",))
 @pytest.mark.parametrize("failing", ["closure", "inner-step"])
@@ -794,40 +838,8 @@ def test_a_failed_window_leaves_no_found_inf_behind(
     for batch_idx, batch in enumerate(batches):
         with rig.context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
             a.step(recorded("a", batch))
-            if batch_idx == 1 and failing == "closure":
-
-                def overflowing(batch: Batch = batch) -> None:
-                    b.backward(rig.loss("b", batch) * math.inf)
-                    b.unscale_gradients()
-                    raise PlannedFailure("the closure fails after unscaling an overflowing window")
-
-                before = _Snapshot.of(rig, state=False)
-                call = f"wrapper b's closing step() whose closure unscaled an overflow, then raised ({on_failure})"
-                with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
-                    b.step(overflowing)
-                before.assert_unchanged(rig, call, discarded="b" if on_failure == "discard" else None)
-            elif batch_idx == 1:
-                loss = rig.loss("b", batch)
-                loss.register_hook(lambda grad: scales.append(float(grad)))
-                b.backward(loss)
-                b.unscale_gradients()
-                inner = b.optimizer
-
-                def raising(*args: Any, **kwargs: Any) -> None:
-                    raise PlannedFailure("the inner step fails on purpose")
-
-                inner.step = raising
-                call = "wrapper b's closing step() of a window unscale_gradients() prepared, its inner step raising"
-                try:
-                    with refuses(PlannedFailure, call, "TXN-001: the inner step's exception propagates"):
-                        b.step(make_optimizer_step=True)
-                finally:
-                    del inner.step
-                if on_failure == "restore":
-                    b.step(make_optimizer_step=True)  # the prepared window is back: its step applies it
-                    assert a.last_outcome is S and b.last_outcome is S, f"batch 1: {b.last_outcome} after the retry"
-                    continue
-                assert b.last_outcome is StepOutcome.DISCARDED, f"the failed call left {b.last_outcome}, not DISCARDED"
+            if batch_idx == 1 and _b_fails_after_unscaling(rig, batch, failing, on_failure, scales):
+                continue
             b.step(recorded("b", batch))
             assert a.last_outcome is S and b.last_outcome is S, f"batch {batch_idx}: {a.last_outcome}, {b.last_outcome}"
     plans: dict[str, tuple[torch.optim.Optimizer, Sequence[Sequence[int]]]] = {
@@ -1014,6 +1026,81 @@ def test_restore_returns_to_the_last_successful_call(
 # -- FAIL-006: states and copies carry the policy ------------------------------------------------------------
 
 
+def _policy_training(make_context: MakeContext, policy: str) -> tuple[TrainingContext, torch.nn.Module, Any]:
+    """A context of ``on_failure=policy`` (``accumulate_grad_batches=3``), its model and one SGD wrapper."""
+    context = make_context(accumulate_grad_batches=3, **failure_settings(policy))
+    model = context.prepare_module(make_model(seed=5))
+    return context, model, context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def _policy_micro_step(
+    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Batch, cell: Cell, **kw: Any
+) -> None:
+    """One ``step(closure)`` on ``batch``, with the keywords ``kw``."""
+
+    def closure() -> None:
+        with context.autocast():
+            wrapper.backward(mse(model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR)
+
+    wrapper.step(closure, **kw)
+
+
+def _saved(context: TrainingContext) -> dict[str, Any]:
+    """The context's state as a checkpoint carries it: through ``torch.save`` and ``torch.load(weights_only=True)``."""
+    buffer = io.BytesIO()
+    torch.save(context.state_dict(), buffer)
+    state: dict[str, Any] = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    return state
+
+
+def _assert_refused_by_the_other_policy(
+    make_context: MakeContext, cell: Cell, batch: Batch, state: dict[str, Any], taken: str, other: str
+) -> None:
+    """A context of policy ``other``, its window open, refuses ``state``: its state, window and outcome unchanged."""
+    refusing, refusing_model, refusing_wrapper = _policy_training(make_context, other)
+    _policy_micro_step(refusing, refusing_model, refusing_wrapper, batch, cell)
+    before_state = copy.deepcopy(refusing.state_dict())
+    held = grads(list(refusing_model.parameters()))
+    with refuses(
+        ValueError,
+        f"load_state_dict of a {taken} into an on_failure={other!r} context",
+        "FAIL-006, CKPT-003: a state of the other failure policy is refused before anything changes",
+    ):
+        refusing.load_state_dict(copy.deepcopy(state))
+    what = f"after the refused load of a {taken}"
+    assert_same_state(refusing.state_dict(), before_state, f"{what}, context.state_dict()")
+    assert_same_grads(grads(list(refusing_model.parameters())), held, what)
+    assert refusing_wrapper.last_outcome is A, f"{what}: last_outcome {refusing_wrapper.last_outcome}"
+    assert refusing.on_failure == other, f"{what}: on_failure reads {refusing.on_failure!r}"
+
+
+def _assert_a_copy_keeps_the_policy(
+    whole: tuple[TrainingContext, torch.nn.Module, Any], how: str, policy: str, batch: Batch, cell: Cell
+) -> None:
+    """A ``pickle`` or ``deepcopy`` of the training state reads ``policy`` and acts on it; the original untouched."""
+    _, model, _ = whole
+    clone = pickle.loads(pickle.dumps(whole)) if how == "pickle" else copy.deepcopy(whole)
+    clone_context, clone_model, clone_wrapper = clone
+    assert clone_context.on_failure == policy, (
+        f"a {how} of an on_failure={policy!r} context reads {clone_context.on_failure!r} (FAIL-006)"
+    )
+    original = grads(list(model.parameters()))
+    window = grads(list(clone_model.parameters()))
+
+    def failing() -> None:
+        with clone_context.autocast():
+            loss = mse(clone_model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
+        clone_wrapper.backward(loss)
+        raise PlannedFailure("the closure fails after its backward")
+
+    call = f"a failed call on a {how} of an on_failure={policy!r} training state"
+    with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
+        clone_wrapper.step(failing)
+    want: list[torch.Tensor | None] = [None] * len(window) if policy == "discard" else window
+    assert_same_grads(grads(list(clone_model.parameters())), want, f"{call} (FAIL-006: the copy's policy)")
+    assert_same_grads(grads(list(model.parameters())), original, f"{call}: the original's window")
+
+
 @pytest.mark.requirement("FAIL-006", "CKPT-003", "PICKLE-001", "FAIL-003", "FAIL-004")
 @pytest.mark.features("checkpointing", "exact_restore")
 @pytest.mark.cells(devices=EAGER, precisions=("32-true", "16-mixed"))
@@ -1037,77 +1124,20 @@ def test_states_and_copies_carry_the_failure_policy(
     """
     batches = make_batches(3, seed=29)
     pickling = "pickling" in implementation.features
-
-    def build(policy: str) -> tuple[TrainingContext, torch.nn.Module, Any]:
-        context = make_context(accumulate_grad_batches=3, **failure_settings(policy))
-        model = context.prepare_module(make_model(seed=5))
-        return context, model, context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
-
-    def micro_step(context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Batch, **kw: Any) -> None:
-        def closure() -> None:
-            with context.autocast():
-                wrapper.backward(mse(model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR)
-
-        wrapper.step(closure, **kw)
-
-    def saved(context: TrainingContext) -> dict[str, Any]:
-        buffer = io.BytesIO()
-        torch.save(context.state_dict(), buffer)
-        state: dict[str, Any] = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
-        return state
-
     for policy, other in (("discard", "restore"), ("restore", "discard")):
-        context, model, wrapper = build(policy)
-        micro_step(context, model, wrapper, batches[0])
-        open_state = saved(context)
-        micro_step(context, model, wrapper, batches[1], make_optimizer_step=True)
-        closed_state = saved(context)
-        micro_step(context, model, wrapper, batches[2])
+        context, model, wrapper = _policy_training(make_context, policy)
+        _policy_micro_step(context, model, wrapper, batches[0], cell)
+        open_state = _saved(context)
+        _policy_micro_step(context, model, wrapper, batches[1], cell, make_optimizer_step=True)
+        closed_state = _saved(context)
+        _policy_micro_step(context, model, wrapper, batches[2], cell)
         for taken, state in (("with a window open", open_state), ("with no window open", closed_state)):
-            fresh, _, _ = build(policy)
+            fresh, _, _ = _policy_training(make_context, policy)
             fresh.load_state_dict(copy.deepcopy(state))
             assert fresh.on_failure == policy, f"a {policy!r} context reads {fresh.on_failure!r} after a load"
-            refusing, refusing_model, refusing_wrapper = build(other)
-            micro_step(refusing, refusing_model, refusing_wrapper, batches[1])
-            before_state = copy.deepcopy(refusing.state_dict())
-            held = grads(list(refusing_model.parameters()))
-            with refuses(
-                ValueError,
-                f"load_state_dict of a state of an on_failure={policy!r} context, taken {taken}, into an "
-                f"on_failure={other!r} one",
-                "FAIL-006, CKPT-003: a state of the other failure policy is refused before anything changes",
-            ):
-                refusing.load_state_dict(copy.deepcopy(state))
-            what = f"after the refused load of a {policy!r} state taken {taken}"
-            assert_same_state(refusing.state_dict(), before_state, f"{what}, context.state_dict()")
-            assert_same_grads(grads(list(refusing_model.parameters())), held, what)
-            assert refusing_wrapper.last_outcome is A, f"{what}: last_outcome {refusing_wrapper.last_outcome}"
-            assert refusing.on_failure == other, f"{what}: on_failure reads {refusing.on_failure!r}"
-        if not pickling:
-            continue
-        for how in ("pickle", "deepcopy"):
-            whole = (context, model, wrapper)
-            clone = pickle.loads(pickle.dumps(whole)) if how == "pickle" else copy.deepcopy(whole)
-            clone_context, clone_model, clone_wrapper = clone
-            assert clone_context.on_failure == policy, (
-                f"a {how} of an on_failure={policy!r} context reads {clone_context.on_failure!r} (FAIL-006)"
+            _assert_refused_by_the_other_policy(
+                make_context, cell, batches[1], state, f"{policy!r} state taken {taken}", other
             )
-            original = grads(list(model.parameters()))
-            window = grads(list(clone_model.parameters()))
-
-            def failing(
-                clone_context: TrainingContext = clone_context,
-                clone_model: torch.nn.Module = clone_model,
-                clone_wrapper: Any = clone_wrapper,
-            ) -> None:
-                with clone_context.autocast():
-                    loss = mse(clone_model, batches[1], cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
-                clone_wrapper.backward(loss)
-                raise PlannedFailure("the closure fails after its backward")
-
-            call = f"a failed call on a {how} of an on_failure={policy!r} training state"
-            with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
-                clone_wrapper.step(failing)
-            want: list[torch.Tensor | None] = [None] * len(window) if policy == "discard" else window
-            assert_same_grads(grads(list(clone_model.parameters())), want, f"{call} (FAIL-006: the copy's policy)")
-            assert_same_grads(grads(list(model.parameters())), original, f"{call}: the original's window")
+        if pickling:
+            for how in ("pickle", "deepcopy"):
+                _assert_a_copy_keeps_the_policy((context, model, wrapper), how, policy, batches[1], cell)

@@ -272,6 +272,45 @@ def test_hooks_follow_every_backward_and_step(
     assert_params_close(pair.model, pair.oracle, cell, "two wrappers with hooks registered")
 
 
+class _Boom(Exception):
+    """A hook's planted failure."""
+
+
+def _boom(*args: Any) -> None:
+    raise _Boom
+
+
+def _removed_and_refused_hooks_do_not_run(pair: _Pair, batch: Batch) -> None:
+    """A removed hook and one registered with a refused one never run; a raising ``after_step`` leaves the step."""
+    recorder = Recorder(pair.names)
+    recorder.register(pair.context).remove()
+    with refuses(
+        TypeError,
+        "context.register_hooks(after_step=..., before_backward=3)",
+        "HOOK-004: a hook that is not callable is refused with TypeError when it is registered",
+    ):
+        pair.context.register_hooks(after_step=recorder.after_step, before_backward=3)  # type: ignore[arg-type]
+    after = pair.context.register_hooks(after_step=_boom)
+    with pytest.raises(_Boom):
+        pair.step(pair.sgd, pair.model.a, batch, True)
+    after.remove()
+    assert pair.sgd.last_outcome is not A, "the step an after_step hook raised from must stay taken"
+    assert recorder.events == [], "a removed hook, or one registered with a refused one, ran"
+
+
+def _refused_backward_runs_no_hook(pair: _Pair, batch: Batch) -> None:
+    """A ``backward()`` refused on a prepared window runs no hook [HOOK-001]."""
+    refused = Recorder(pair.names)
+    handle = refused.register(pair.context)
+    pair.step(pair.sgd, pair.model.a, batch, False)
+    pair.sgd.unscale_gradients()
+    count = len(refused.events)
+    with pytest.raises(RuntimeError):
+        pair.sgd.backward(mse(pair.model.a, batch, pair.device, pair.dtype))
+    assert len(refused.events) == count, "a refused backward() ran hooks (HOOK-001)"
+    handle.remove()
+
+
 @pytest.mark.requirement("HOOK-004", "HOOK-001", "FAIL-002", "FAIL-003", "FAIL-004")
 @pytest.mark.features("hooks")
 @pytest.mark.parametrize("on_failure", ON_FAILURE)
@@ -298,20 +337,14 @@ def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(
     pair = _Pair(make_context, cell, grad_scaler=settings, **failure_settings(on_failure))
     batches = make_batches(3, seed=17)
 
-    class Boom(Exception):
-        pass
-
-    def boom(*args: Any) -> None:
-        raise Boom
-
     # One accumulated micro-step first, so that the failing calls have a window to leave as it was.
     pair.step(pair.sgd, pair.model.a, batches[0], False)
     pair.step(pair.adam, pair.model.b, batches[0], False)
     window, other = grads(pair.model.a.parameters()), grads(pair.model.b.parameters())
     values = param_values(pair.model.parameters())
     for kind, make in (("before_backward", False), ("before_backward", True), ("before_optimizer_step", True)):
-        handle = pair.context.register_hooks(**{kind: boom})
-        with pytest.raises(Boom) as raised:
+        handle = pair.context.register_hooks(**{kind: _boom})
+        with pytest.raises(_Boom) as raised:
             pair.step(pair.sgd, pair.model.a, batches[1], make)
         handle.remove()
         what = f"a raising {kind} hook (on_failure={on_failure!r})"
@@ -332,20 +365,7 @@ def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(
         assert_same_grads(grads(pair.model.a.parameters()), window, f"{what} left the window changed (HOOK-004)")
         assert pair.sgd.last_outcome is A, f"{what} changed last_outcome"
 
-    recorder = Recorder(pair.names)
-    recorder.register(pair.context).remove()
-    with refuses(
-        TypeError,
-        "context.register_hooks(after_step=..., before_backward=3)",
-        "HOOK-004: a hook that is not callable is refused with TypeError when it is registered",
-    ):
-        pair.context.register_hooks(after_step=recorder.after_step, before_backward=3)  # type: ignore[arg-type]
-    after = pair.context.register_hooks(after_step=boom)
-    with pytest.raises(Boom):
-        pair.step(pair.sgd, pair.model.a, batches[1], True)
-    after.remove()
-    assert pair.sgd.last_outcome is not A, "the step an after_step hook raised from must stay taken"
-    assert recorder.events == [], "a removed hook, or one registered with a refused one, ran"
+    _removed_and_refused_hooks_do_not_run(pair, batches[1])
 
     oracle_sgd = torch.optim.SGD(pair.oracle.a.parameters(), lr=0.1, momentum=0.9)
     scaler = plain_scaler(cell, GradScalerSettings())
@@ -357,12 +377,4 @@ def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(
     oracle_step_done(cell)
     assert_params_close(pair.model.a, pair.oracle.a, cell, f"the retry after the raising hooks ({on_failure})")
 
-    refused = Recorder(pair.names)
-    handle = refused.register(pair.context)
-    pair.step(pair.sgd, pair.model.a, batches[2], False)
-    pair.sgd.unscale_gradients()
-    count = len(refused.events)
-    with pytest.raises(RuntimeError):
-        pair.sgd.backward(mse(pair.model.a, batches[2], pair.device, pair.dtype))
-    assert len(refused.events) == count, "a refused backward() ran hooks (HOOK-001)"
-    handle.remove()
+    _refused_backward_runs_no_hook(pair, batches[2])

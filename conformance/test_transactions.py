@@ -600,6 +600,21 @@ class _Reentry:
         return 0
 
 
+def _sgd_and_adam_oracle(oracle: Halves, window: Sequence[Batch], cell: Cell) -> None:
+    """Half ``a`` (SGD with momentum) and half ``b`` (Adam) one step each on their mean over ``window``; one update."""
+    scaler = plain_scaler(cell)
+    optimizers = {
+        "a": torch.optim.SGD(oracle.a.parameters(), lr=SGD_LR, momentum=0.9),
+        "b": torch.optim.Adam(oracle.b.parameters(), lr=ADAM_LR),
+    }
+    for name, half in (("a", oracle.a), ("b", oracle.b)):
+        for batch in window:
+            scaled_backward(oracle_loss(half, batch, cell), scaler)
+        real_step(optimizers[name], len(window), scaler)
+    update_scaler(scaler)
+    oracle_step_done(cell)
+
+
 @pytest.mark.requirement("REENT-001", "CLOS-003", "STEP-004", "FAIL-002", "FAIL-003", "FAIL-004")
 @pytest.mark.cells(devices=EAGER)
 @pytest.mark.parametrize("reentered", ["same", "other"])
@@ -675,20 +690,8 @@ def test_step_inside_a_running_step_is_refused(
                 f"{wrappers[name].last_outcome}"
             )
 
-    # The oracle by hand: each half one step on the mean of its micro-batches (under "discard" batch 0 is gone with
-    # the discarded window), one scaler update for both.
-    window = batches[1:] if discard else batches
-    scaler = plain_scaler(cell)
-    optimizers = {
-        "a": torch.optim.SGD(oracle.a.parameters(), lr=SGD_LR, momentum=0.9),
-        "b": torch.optim.Adam(oracle.b.parameters(), lr=ADAM_LR),
-    }
-    for name, half in (("a", oracle.a), ("b", oracle.b)):
-        for batch in window:
-            scaled_backward(oracle_loss(half, batch, cell), scaler)
-        real_step(optimizers[name], len(window), scaler)
-    update_scaler(scaler)
-    oracle_step_done(cell)
+    # Under "discard" batch 0 is gone with the discarded window.
+    _sgd_and_adam_oracle(oracle, batches[1:] if discard else batches, cell)
     assert_params_close(model, oracle, cell, f"two windows that closed after refused re-entered steps ({on_failure})")
 
 
