@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_optimizer.conformance.assertions import requires_grad_flags
+from lightning_optimizer.conformance.assertions import grads, requires_grad_flags
 from lightning_optimizer.conformance.harness import (
     assert_params_close,
     cell_device,
@@ -281,10 +281,6 @@ def _raise_inside() -> None:
     raise ValueError("closure failed")
 
 
-def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor | None]:
-    return {name: None if p.grad is None else p.grad.detach().clone() for name, p in model.named_parameters()}
-
-
 def _backward_everything(model: torch.nn.Module, wrapper: Any) -> None:
     """Backpropagate a loss that involves every parameter: only those that require grad take a gradient."""
     loss = sum((param * param).sum() for param in model.parameters())
@@ -293,12 +289,13 @@ def _backward_everything(model: torch.nn.Module, wrapper: Any) -> None:
 
 
 def _assert_gradients_only_where_on(
-    before: dict[str, torch.Tensor | None], model: torch.nn.Module, on: dict[str, bool], what: str
+    before: list[torch.Tensor | None], model: torch.nn.Module, on: dict[str, bool], what: str
 ) -> None:
-    for name, param in model.named_parameters():
+    """The parameters that require grad (``on``) took a gradient since ``before`` (:func:`.grads`), no other did."""
+    for (name, param), old in zip(model.named_parameters(), before, strict=True):
         if name not in on:
             continue
-        old, new = before[name], param.grad
+        new = param.grad
         changed = (old is None) != (new is None) or (old is not None and new is not None and not torch.equal(old, new))
         assert changed == on[name], (
             f"{what}: parameter {name!r} {'took' if changed else 'took no'} gradient, but it "
@@ -331,14 +328,14 @@ def test_toggling_follows_flags_and_groups_changed_after_wrap(make_context: Make
                 seen.update(requires_grad_flags(model))
                 _backward_everything(model, wrapper)
 
-            before = _grads(model)
+            before = grads(model.parameters())
             wrapper.step(closure, make_optimizer_step=False)
             assert _held(seen) == want, f"{phase}: flags inside {owner}'s closure are {seen}, expected {want}"
             assert requires_grad_flags(model) == flags, (
                 f"{phase}: flags after {owner}'s closure are {requires_grad_flags(model)}, not {flags}"
             )
             _assert_gradients_only_where_on(before, model, want, f"{phase}, {owner}'s closure")
-            before = _grads(model)
+            before = grads(model.parameters())
             with wrapper.toggle_model():
                 inside = requires_grad_flags(model)
                 _backward_everything(model, wrapper)
