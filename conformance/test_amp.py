@@ -15,6 +15,7 @@ from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.assertions import assert_grads_close, assert_same_grads, grads
 from lightning_optimizer.conformance.harness import (
+    LOSS_FACTOR,
     REORDERED_TOLERANCES,
     Halves,
     assert_params_close,
@@ -69,8 +70,6 @@ def _halves(make_context: MakeContext, cell: Cell, **kwargs: Any) -> tuple[Train
     return context, model, opt_a, opt_b
 
 
-LOSS_FACTOR = 1e-3
-"""Keeps scaled fp16 gradients finite at GradScaler's initial scale, so that only injected overflows skip."""
 CLIPPED_LOSS_FACTOR = 1.0
 """Gradients of order one, which the clipping checks' thresholds (0.05, 0.02) really clip. Under 16-mixed the
 first step may overflow at the initial scale; the oracle's plain GradScaler skips it too."""
