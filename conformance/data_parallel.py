@@ -10,18 +10,21 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from lightning_optimizer.conformance.harness import cell_device, cell_dtype, mse, oracle_autocast, oracle_scaler
+from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, assert_params_close, oracle_scaler
 from lightning_optimizer.conformance.oracles import oracle_copy
-from lightning_optimizer.conformance.scenarios import EPOCH, LOSS_FACTOR, build_model, build_optimizer, global_batches
+from lightning_optimizer.conformance.plain_loop import oracle_loss, real_step, scaled_backward, update_scaler
+from lightning_optimizer.conformance.scenarios import EPOCH, build_model, build_optimizer, global_batches
 from lightning_optimizer.spec import Cell, StepOutcome
 
 __all__ = [
     "EVERY_SECOND_BATCH",
     "SCHEDULE_CUT_SHORT_KEPT_OPEN",
     "Plan",
+    "assert_epoch",
     "expected_outcomes",
     "load",
     "oracle",
@@ -68,7 +71,6 @@ def oracle(cell: Cell, plans: Sequence[Plan]) -> list[list[torch.nn.Module]]:
     Under 16-mixed one plain ``GradScaler`` scales every loss, each optimizer is unscaled and stepped at the end
     of its window, and the scaler is updated once per batch in which an optimizer stepped.
     """
-    device, dtype = cell_device(cell), cell_dtype(cell)
     models = [oracle_copy(build_model(plan.module), cell) for plan in plans]
     optimizers = [build_optimizer(plan.module, model.parameters()) for plan, model in zip(plans, models, strict=True)]
     scaler = oracle_scaler(cell)
@@ -76,29 +78,15 @@ def oracle(cell: Cell, plans: Sequence[Plan]) -> list[list[torch.nn.Module]]:
     for batch_idx, batch in enumerate(global_batches(cell.world_size)):
         stepped = False
         for plan, model, optimizer in zip(plans, models, optimizers, strict=True):
-            with oracle_autocast(cell):
-                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
-            (loss if scaler is None else scaler.scale(loss)).backward()
+            scaled_backward(oracle_loss(model, batch, cell), scaler)
             length = plan.closing.get(batch_idx)
             if length is None:
                 continue
-            with torch.no_grad():
-                for param in model.parameters():
-                    assert param.grad is not None
-                    param.grad /= length
-            if scaler is None:
-                optimizer.step()
-            else:
-                scaler.unscale_(optimizer)
-                finite = all(
-                    param.grad is None or bool(torch.isfinite(param.grad).all()) for param in model.parameters()
-                )
-                assert finite, f"the check's own oracle overflowed at batch {batch_idx}: its losses are too large"
-                scaler.step(optimizer)
-                stepped = True
-            optimizer.zero_grad(set_to_none=True)
-        if scaler is not None and stepped:
-            scaler.update()
+            finite = real_step(optimizer, length, scaler, check_finite=scaler is not None)
+            assert finite, f"the check's own oracle overflowed at batch {batch_idx}: its losses are too large"
+            stepped = True
+        if stepped:
+            update_scaler(scaler)
         after.append([copy.deepcopy(model) for model in models])
     return after
 
@@ -119,3 +107,31 @@ def load(cell: Cell, module: str, values: list[torch.Tensor]) -> torch.nn.Module
         for param, value in zip(model.parameters(), values, strict=True):
             param.copy_(value)
     return model
+
+
+def assert_epoch(cell: Cell, plans: Sequence[Plan], result: dict[str, Any], label: str, run: str) -> None:
+    """After every batch of ``result`` (a run of the epoch): the outcomes the plans give, the oracle's parameters.
+
+    ``result["outcomes"][batch_idx][j]`` are the wrappers' ``last_outcome`` after module ``j``'s call [STEP-004];
+    ``result["params"][batch_idx][j]`` module ``j``'s parameters, within the reordered tolerance of the plain loop
+    on the global batch. ``run`` says what ran the epoch, with its requirement (``"DDP [DDP-002]"``).
+    """
+    windows = "; ".join(f"module {plan.module!r} {list(plan.windows)}" for plan in plans)
+    for batch_idx in range(EPOCH):
+        for j, plan in enumerate(plans):
+            got, want = result["outcomes"][batch_idx][j], expected_outcomes(plans, batch_idx, j)
+            assert got == want, (
+                f"{label}: after module {plan.module!r}'s step() in batch {batch_idx} the wrappers' last_outcome "
+                f"are {got}, expected {want} (windows {windows}) [STEP-004]"
+            )
+    after = oracle(cell, plans)
+    for batch_idx in range(EPOCH):
+        for j, plan in enumerate(plans):
+            assert_params_close(
+                load(cell, plan.module, result["params"][batch_idx][j]),
+                after[batch_idx][j],
+                cell,
+                f"{label}, module {plan.module!r}, after batch {batch_idx} (windows {list(plan.windows)}): {run} vs "
+                "one process on the global batch",
+                REORDERED_TOLERANCES[cell.precision],
+            )

@@ -32,6 +32,7 @@ __all__ = [
     "ON_FAILURE",
     "FlakyAdam",
     "FlakySGD",
+    "LOSS_FACTOR",
     "PlannedFailure",
     "Halves",
     "assert_discard_note",
@@ -52,10 +53,15 @@ __all__ = [
     "oracle_step_done",
     "refuses",
     "run_steps",
+    "scaler_settings",
     "tolerance_for",
 ]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+
+LOSS_FACTOR = 1e-3
+"""The checks' factor on their losses: it keeps 16-mixed's scaled float16 gradients finite at GradScaler's initial
+scale (and at the other scales the checks set), so that only an injected overflow skips a step."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,11 @@ ON_FAILURE: tuple[Any, ...] = (
 The default (``"discard"``, FAIL-001) everywhere; ``"restore"`` only where the implementation claims the feature
 ``"exact_restore"`` (``n/a`` otherwise). Build the context with ``make_context(**failure_settings(on_failure))``.
 """
+
+
+def scaler_settings(cell: Cell, settings: GradScalerSettings) -> dict[str, Any]:
+    """The factory's ``grad_scaler`` argument: ``settings`` in 16-mixed cells, nothing in the others."""
+    return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
 
 
 def failure_settings(on_failure: str) -> dict[str, Any]:

@@ -12,16 +12,21 @@ import copy
 from collections.abc import Sequence
 
 import torch
-from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
     Batch,
     cell_device,
     cell_dtype,
-    mse,
-    oracle_autocast,
     oracle_scaler,
     oracle_step_done,
+)
+from lightning_optimizer.conformance.plain_loop import (
+    oracle_loss,
+    real_step,
+    scaled_backward,
+    train_windows,
+    update_scaler,
+    window_mean,
 )
 from lightning_optimizer.spec import Cell, StepOutcome
 
@@ -40,45 +45,10 @@ def oracle_copy(model: torch.nn.Module, cell: Cell) -> torch.nn.Module:
     return copy.deepcopy(model).to(device=cell_device(cell), dtype=cell_dtype(cell))
 
 
-def recipe_backward(
-    loss: torch.Tensor,
-    scaler: GradScaler | None,
-    accumulate_grad_batches: int = 1,
-    *,
-    scales: list[float] | None = None,
-) -> None:
-    """A micro-step's backward as torch's AMP recipe runs it: under 16-mixed ``scaler.scale(loss / N)`` [AMP-007].
-
-    Call it outside the forward's autocast region, where the recipe runs backward passes [BWD-002]. ``scales``
-    receives the factor the loss is backpropagated by (the gradient reaching it), under 16-mixed only: what the
-    checks record of an implementation's backward the same way.
-    """
-    if scales is not None and scaler is not None:
-        loss.register_hook(lambda grad: scales.append(float(grad)))
-    if scaler is None:
-        loss.backward()
-    else:
-        scaler.scale(loss / accumulate_grad_batches).backward()
-
-
-def recipe_window_mean(
-    params: Sequence[torch.Tensor], window_length: int, scaler: GradScaler | None, accumulate_grad_batches: int = 1
-) -> None:
-    """The window's mean [ACC-001] from the sum that :func:`recipe_backward` accumulated.
-
-    Under 16-mixed each micro-step was divided by ``accumulate_grad_batches`` already: the sum is multiplied by
-    ``N / window_length``; otherwise it is divided by ``window_length``.
-    """
-    divided_by = 1 if scaler is None else accumulate_grad_batches
-    if window_length == divided_by:
-        return
-    with torch.no_grad():
-        for param in params:
-            if param.grad is not None:
-                if divided_by == 1:
-                    param.grad /= window_length
-                else:
-                    param.grad *= divided_by / window_length
+recipe_backward = scaled_backward
+"""A micro-step's backward as torch's AMP recipe runs it (:func:`.plain_loop.scaled_backward`) [AMP-007]."""
+recipe_window_mean = window_mean
+"""The window's mean from what :func:`recipe_backward` summed (:func:`.plain_loop.window_mean`) [ACC-001]."""
 
 
 class WindowOracle:
@@ -100,25 +70,11 @@ class WindowOracle:
         Under 16-mixed each loss is scaled as the recipe does (:func:`recipe_backward`); the mean is unscaled once,
         stepped, and the scaler updated once.
         """
-        device, dtype = cell_device(self.cell), cell_dtype(self.cell)
-        for window in windows:
-            self.optimizer.zero_grad(set_to_none=True)
-            for batch_idx in window:
-                with oracle_autocast(self.cell):
-                    loss = mse(self.model, batches[batch_idx], device, dtype)
-                recipe_backward(loss, self.scaler, self.accumulate_grad_batches)
-            recipe_window_mean(list(self.model.parameters()), len(window), self.scaler, self.accumulate_grad_batches)
-            if self.scaler is None:
-                self.optimizer.step()
-                self.stepped.append(True)
-            else:
-                scale = self.scaler.get_scale()
-                self.scaler.unscale_(self.optimizer)
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-                self.stepped.append(self.scaler.get_scale() >= scale)
-            oracle_step_done(self.cell)
         self.optimizer.zero_grad(set_to_none=True)
+        n = self.accumulate_grad_batches
+        self.stepped += train_windows(
+            self.cell, self.model, self.optimizer, batches, windows, self.scaler, accumulate=n, factor=1.0
+        )
 
 
 def oracle_mean_steps(
@@ -136,26 +92,14 @@ def oracle_mean_steps(
     ``GradScaler`` scales every backward, unscales and steps each module's optimizer, and updates once at the end,
     as one training iteration of several optimizers does.
     """
-    device, dtype = cell_device(cell), cell_dtype(cell)
     scaler = oracle_scaler(cell)
     for index, module in enumerate(modules):
         optimizer = torch.optim.SGD(module.parameters(), lr=lr)
         window = batches if windows is None else [batches[batch_idx] for batch_idx in windows[index]]
         for batch in window:
-            with oracle_autocast(cell):
-                loss = mse(module, batch, device, dtype) * loss_factor
-            (loss if scaler is None else scaler.scale(loss)).backward()
-        with torch.no_grad():
-            for param in module.parameters():
-                assert param.grad is not None
-                param.grad /= len(window)
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.unscale_(optimizer)
-            scaler.step(optimizer)
-    if scaler is not None:
-        scaler.update()
+            scaled_backward(oracle_loss(module, batch, cell, factor=loss_factor), scaler)
+        real_step(optimizer, len(window), scaler)
+    update_scaler(scaler)
     oracle_step_done(cell)
 
 

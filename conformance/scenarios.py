@@ -16,6 +16,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_optimizer.conformance.harness import (
+    LOSS_FACTOR,
     Batch,
     PlannedFailure,
     build_context,
@@ -54,8 +55,6 @@ EPOCH = 7
 """Batches in the epoch: with ``ACCUMULATE`` micro-steps a window, the schedule alone closes batches 2 and 5 and
 flushes batch 6 (the last)."""
 ACCUMULATE = 3
-LOSS_FACTOR = 1e-3
-"""Every loss is multiplied by this: it keeps scaled fp16 gradients finite at GradScaler's initial scale."""
 
 
 @dataclass(frozen=True)

@@ -50,14 +50,22 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import (
+    LOSS_FACTOR,
     Batch,
     cell_device,
     cell_dtype,
     make_batches,
     make_model,
     oracle_autocast,
-    oracle_scaler,
     oracle_step_done,
+)
+from lightning_optimizer.conformance.plain_loop import (
+    clipper,
+    params_of,
+    plain_scaler,
+    real_step,
+    scaled_backward,
+    update_scaler,
 )
 from lightning_optimizer.spec import Cell, FailurePolicy, GradScalerSettings, StepOutcome
 
@@ -109,8 +117,6 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = get_args(EventKind)
 Clipping = tuple[Literal["norm", "value"], float]
 """``gradient_clip_algorithm`` and ``gradient_clip_val``."""
 
-LOSS_FACTOR = 1e-3
-"""Keeps scaled fp16 gradients finite at GradScaler's initial scale, so that only injected overflows skip."""
 COUPLING = 0.5
 """Weight of the other heads' outputs in a head's prediction: a missing toggle leaks gradients into them."""
 FREEZABLE: Final = (0, 1, 2)
@@ -375,10 +381,6 @@ _EVENT_FACTS: dict[EventKind, tuple[str, str]] = {
 }
 
 
-def _optimizer_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    return [param for group in optimizer.param_groups for param in group["params"]]
-
-
 class ScheduleOracle:
     """The plain-PyTorch run of a schedule: bare optimizers, plain autocast, one plain ``GradScaler``.
 
@@ -393,11 +395,7 @@ class ScheduleOracle:
         self.optimizers = [
             make_optimizer(spec, self.model.head(i).groups(spec)) for i, spec in enumerate(schedule.heads)
         ]
-        self.scaler: GradScaler | None
-        if schedule.grad_scaler is not None and cell.precision == "16-mixed":
-            self.scaler = GradScaler(cell_device(cell).type, **schedule.grad_scaler.as_kwargs())
-        else:
-            self.scaler = oracle_scaler(cell)
+        self.scaler: GradScaler | None = plain_scaler(cell, schedule.grad_scaler)
         self.batches = schedule_batches(schedule)
         self.pending = [0] * len(self.optimizers)
         """Micro-steps in each optimizer's open window."""
@@ -460,21 +458,15 @@ class ScheduleOracle:
     def _update(self) -> None:
         assert self.scaler is not None
         self._stepped = False
-        old = self.scaler.get_scale()
-        self.scaler.update()
-        new = self.scaler.get_scale()
-        if new != old:
-            self.facts.add(("loss_scale", "grown" if new > old else "backed off"))
+        # Every gradient a window still holds (each once, should two optimizers share a parameter).
+        held = {id(param): param for optimizer in self.optimizers for param in params_of(optimizer)}
+        change = update_scaler(self.scaler, held.values())
+        if change != 1.0:
+            self.facts.add(("loss_scale", "grown" if change > 1.0 else "backed off"))
             if self._copied:
                 self.facts.add(("copies", "copy then overflow or growth"))
             if any(self.pending):
                 self.facts.add(("window", "open across a scale change"))
-            # Every gradient a window still holds (each once, should two optimizers share a parameter).
-            params = {id(param): param for optimizer in self.optimizers for param in _optimizer_params(optimizer)}
-            with torch.no_grad():
-                for param in params.values():
-                    if param.grad is not None:
-                        param.grad.mul_(new / old)
 
     def _closes(self, position: IterationPosition, call: Call) -> bool:
         if call.make_optimizer_step is not None:
@@ -498,31 +490,13 @@ class ScheduleOracle:
             self.pending[index] += 1
             self.last_outcomes[index] = StepOutcome.ACCUMULATED
             return StepOutcome.ACCUMULATED
-        params = _optimizer_params(optimizer)
         window = self.pending[index] + 1
         self._record_real_step(position, call, window)
-        # The window's mean [ACC-001]: its sum over the window's length, or under 16-mixed, whose micro-steps were
-        # divided by accumulate_grad_batches already, that sum times accumulate_grad_batches / length [AMP-007].
-        divided_by = 1 if self.scaler is None else self.schedule.accumulate_grad_batches
-        with torch.no_grad():
-            for param in params:
-                if param.grad is None or window == divided_by:
-                    continue
-                if divided_by == 1:
-                    param.grad /= window
-                else:
-                    param.grad *= divided_by / window
-        finite = True
-        if self.scaler is not None:
-            self.scaler.unscale_(optimizer)
-            finite = all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None)
-        self._clip(params)
-        if self.scaler is None:
-            optimizer.step()
-        else:
-            self.scaler.step(optimizer)
-            self._stepped = True
-        optimizer.zero_grad(set_to_none=True)
+        # The window's mean [ACC-001], unscaled [AMP-002], clipped [CLIP-001], stepped (or skipped [AMP-004]).
+        clip = None if self.schedule.clipping is None else clipper(*self.schedule.clipping)
+        n = self.schedule.accumulate_grad_batches
+        finite = real_step(optimizer, window, self.scaler, n, clip=clip, check_finite=self.scaler is not None)
+        self._stepped = self.scaler is not None
         oracle_step_done(self.cell)
         self.pending[index] = 0
         self.steps[index] += finite
@@ -534,7 +508,7 @@ class ScheduleOracle:
 
     def discard(self, index: int) -> None:
         """Optimizer ``index``'s window is discarded by a failed call [FAIL-003]: no gradient, no micro-step."""
-        for param in _optimizer_params(self.optimizers[index]):
+        for param in params_of(self.optimizers[index]):
             param.grad = None
         self.pending[index] = 0
         self.last_outcomes[index] = StepOutcome.DISCARDED
@@ -566,28 +540,18 @@ class ScheduleOracle:
                 facts.add(("window", "cut short by True"))
             if call.make_optimizer_step is None and position.is_last and not on_schedule:
                 facts.add(("window", "partial, flushed by the last batch"))
-        params = _optimizer_params(self.optimizers[call.optimizer])
+        params = params_of(self.optimizers[call.optimizer])
         if any(param.grad is None for param in params):
             facts.add(("parameters", "no gradient in a window"))
 
-    def _clip(self, params: list[torch.Tensor]) -> None:
-        if self.schedule.clipping is None:
-            return
-        algorithm, value = self.schedule.clipping
-        with_grads = [param for param in params if param.grad is not None]
-        if algorithm == "norm":
-            torch.nn.utils.clip_grad_norm_(with_grads, value)
-        else:
-            torch.nn.utils.clip_grad_value_(with_grads, value)
-
     def _backward(self, position: IterationPosition, call: Call) -> None:
         """The call's forward and backward pass, with only its own optimizer's parameters requiring grad."""
-        own = {id(param) for param in _optimizer_params(self.optimizers[call.optimizer])}
+        own = {id(param) for param in params_of(self.optimizers[call.optimizer])}
         others = [
             param
             for i, optimizer in enumerate(self.optimizers)
             if i != call.optimizer
-            for param in _optimizer_params(optimizer)
+            for param in params_of(optimizer)
             if id(param) not in own and param.requires_grad
         ]
         for param in others:
@@ -598,11 +562,7 @@ class ScheduleOracle:
                     self.model, call.optimizer, self.batches[position.index], self.cell, non_finite=call.non_finite
                 )
             loss.register_hook(lambda grad: self.scales.append(float(grad)))  # the factor it is backpropagated by
-            if self.scaler is None:
-                loss.backward()
-            else:
-                # The recipe's scaled backward: each micro-step's loss divided by accumulate_grad_batches [AMP-007].
-                self.scaler.scale(loss / self.schedule.accumulate_grad_batches).backward()
+            scaled_backward(loss, self.scaler, self.schedule.accumulate_grad_batches)
         finally:
             for param in others:
                 param.requires_grad_(True)

@@ -13,7 +13,9 @@ import pytest
 import torch
 from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.assertions import assert_grads_close, assert_same_grads, grads
 from lightning_optimizer.conformance.harness import (
+    LOSS_FACTOR,
     REORDERED_TOLERANCES,
     Halves,
     assert_params_close,
@@ -27,16 +29,28 @@ from lightning_optimizer.conformance.harness import (
     oracle_step_done,
     refuses,
     run_steps,
+    scaler_settings,
     tolerance_for,
 )
 from lightning_optimizer.conformance.oracles import (
     WindowOracle,
     expected_outcomes,
     oracle_copy,
-    recipe_backward,
-    recipe_window_mean,
 )
 from lightning_optimizer.conformance.outcomes import not_applicable
+from lightning_optimizer.conformance.plain_loop import (
+    PrepareHook,
+    clipper,
+    oracle_loss,
+    params_of,
+    plain_scaler,
+    real_step,
+    rescale_grads,
+    scaled_backward,
+    train_windows,
+    update_scaler,
+    window_mean,
+)
 from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -56,8 +70,6 @@ def _halves(make_context: MakeContext, cell: Cell, **kwargs: Any) -> tuple[Train
     return context, model, opt_a, opt_b
 
 
-LOSS_FACTOR = 1e-3
-"""Keeps scaled fp16 gradients finite at GradScaler's initial scale, so that only injected overflows skip."""
 CLIPPED_LOSS_FACTOR = 1.0
 """Gradients of order one, which the clipping checks' thresholds (0.05, 0.02) really clip. Under 16-mixed the
 first step may overflow at the initial scale; the oracle's plain GradScaler skips it too."""
@@ -81,14 +93,6 @@ def _closure(wrapper: Any, loss: Callable[[], torch.Tensor]) -> Callable[[], Non
         wrapper.backward(loss())
 
     return closure
-
-
-def _oracle_loss(
-    model: torch.nn.Module, batch: Any, cell: Cell, blow_up: bool = False, factor: float = LOSS_FACTOR
-) -> torch.Tensor:
-    with oracle_autocast(cell):
-        loss = mse(model, batch, cell_device(cell), cell_dtype(cell)) * factor
-    return loss * float("inf") if blow_up else loss
 
 
 @pytest.mark.requirement("AMP-001")
@@ -162,13 +166,11 @@ def test_overflow_in_one_optimizer_skips_only_that_one(make_context: MakeContext
                 not any(v.isnan().any() for v in s.values() if isinstance(v, torch.Tensor))
                 for s in opt_a.optimizer.state.values()
             ), "a skipped step wrote non-finite values into A's optimizer state"
-        scaler.scale(_oracle_loss(oracle.a, batch, cell, blow_up)).backward()
-        scaler.scale(_oracle_loss(oracle.b, batch, cell)).backward()
+        scaled_backward(oracle_loss(oracle.a, batch, cell, blow_up), scaler)
+        scaled_backward(oracle_loss(oracle.b, batch, cell), scaler)
         for optimizer in (oracle_a, oracle_b):
-            scaler.unscale_(optimizer)
-            scaler.step(optimizer)
-            optimizer.zero_grad(set_to_none=True)
-        scaler.update()
+            real_step(optimizer, 1, scaler)
+        update_scaler(scaler)
         oracle_step_done(cell)
     assert outcomes[0] == (SKIP, S), f"batch 0 outcomes (A, B): {outcomes[0]}, expected A skipped and B stepped"
     assert all(pair == (S, S) for pair in outcomes[1:]), f"outcomes after the overflow: {outcomes[1:]}"
@@ -203,7 +205,7 @@ def test_open_window_survives_a_scale_change(make_context: MakeContext, cell: Ce
                 assert opt_b.last_outcome is SKIP, f"B's infinite gradients did not skip its step: {opt_b.last_outcome}"
     assert opt_a.last_outcome is S, f"A's window did not step: {opt_a.last_outcome}"
     for batch in batches:
-        _oracle_loss(oracle.a, batch, cell).backward()
+        oracle_loss(oracle.a, batch, cell).backward()
     for param in oracle.a.parameters():
         assert param.grad is not None
         param.grad /= 2
@@ -235,17 +237,9 @@ def _clipping_oracle(cell: Cell, batches: list[Any], clip: Callable[[list[torch.
     optimizer = torch.optim.SGD(oracle.parameters(), lr=0.5)
     scaler = oracle_scaler(cell)
     for batch in batches:
-        loss = _oracle_loss(oracle, batch, cell, factor=CLIPPED_LOSS_FACTOR)
-        (loss if scaler is None else scaler.scale(loss)).backward()
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        clip(list(oracle.parameters()))
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-            scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        scaled_backward(oracle_loss(oracle, batch, cell, factor=CLIPPED_LOSS_FACTOR), scaler)
+        real_step(optimizer, 1, scaler, clip=clip)
+        update_scaler(scaler)
         oracle_step_done(cell)
     return oracle
 
@@ -400,7 +394,7 @@ def test_bf16_mixed_is_autocast_only(make_context: MakeContext, cell: Cell) -> N
         out = model(x)
     assert out.dtype == torch.bfloat16, f"bf16-mixed computed the forward pass in {out.dtype}"
     wrapper.backward(_loss(context, model, batch, cell))
-    _oracle_loss(oracle, batch, cell).backward()
+    oracle_loss(oracle, batch, cell).backward()
     for got, want in zip(model.parameters(), oracle.parameters(), strict=True):
         assert got.grad is not None and want.grad is not None
         torch.testing.assert_close(got.grad, want.grad, msg="bf16-mixed scaled or changed the gradient")
@@ -444,9 +438,6 @@ EAGER_DEVICES = ("cpu", "cuda")
 compiles a graph for each new sequence of operations, and the clipping and unscaling checks over windows on XLA
 are ``test_configured_clipping_over_windows`` and the ones of one window."""
 
-ClipFunction = Callable[[list[torch.Tensor]], object]
-PrepareHook = Callable[[list[torch.Tensor]], object]
-
 
 class _Thirds(torch.nn.Module):
     """Three independent parts, one optimizer each."""
@@ -458,156 +449,13 @@ class _Thirds(torch.nn.Module):
         self.c = make_model(seed=23)
 
 
-def _scaler_setting(cell: Cell, settings: GradScalerSettings) -> dict[str, GradScalerSettings]:
-    """The factory's ``grad_scaler`` argument: ``settings`` in 16-mixed cells, nothing in the others."""
-    return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
-
-
-def _plain_scaler(cell: Cell, settings: GradScalerSettings) -> GradScaler | None:
-    """The oracle's own ``torch.amp.GradScaler`` with ``settings`` under 16-mixed, ``None`` otherwise."""
-    if cell.precision != "16-mixed":
-        return None
-    return GradScaler(cell_device(cell).type, **settings.as_kwargs())
-
-
-def _clipper(algorithm: str, value: float) -> ClipFunction:
-    def clip(params: list[torch.Tensor]) -> None:
-        if algorithm == "norm":
-            torch.nn.utils.clip_grad_norm_(params, value)
-        else:
-            torch.nn.utils.clip_grad_value_(params, value)
-
-    return clip
-
-
-def _params_of(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    return [param for group in optimizer.param_groups for param in group["params"]]
-
-
-def _grads(params: Iterable[torch.Tensor]) -> list[torch.Tensor | None]:
-    return [None if param.grad is None else param.grad.detach().clone() for param in params]
-
-
-def _rescale_grads(params: Iterable[torch.Tensor], factor: float) -> None:
-    """An open window brought to a new loss scale: every present gradient multiplied by ``factor``, in place."""
-    with torch.no_grad():
-        for param in params:
-            if param.grad is not None:
-                param.grad.mul_(factor)
-
-
-def _assert_grads_unchanged(params: Iterable[torch.Tensor], before: list[torch.Tensor | None], what: str) -> None:
-    for i, (param, old) in enumerate(zip(params, before, strict=True)):
-        now = param.grad
-        if old is None:
-            assert now is None, f"{what}: parameter {i} had no gradient and now has one"
-            continue
-        assert now is not None, f"{what}: the gradient of parameter {i} was removed"
-        if not torch.equal(now, old):
-            diff = (now.double() - old.double()).abs().max().item()
-            raise AssertionError(f"{what}: the gradient of parameter {i} changed (max abs change {diff:.3g})")
-
-
-def _assert_grads_close(
-    grads: Iterable[torch.Tensor | None], expected: list[torch.Tensor | None], cell: Cell, what: str
-) -> None:
-    tol = tolerance_for(cell)
-    for i, (grad, want) in enumerate(zip(grads, expected, strict=True)):
-        assert want is not None, "the oracle's window has a parameter without gradient"
-        assert grad is not None, f"{what}: parameter {i} has no gradient"
-        got_cpu, want_cpu = grad.detach().double().cpu(), want.double().cpu()
-        if not torch.allclose(got_cpu, want_cpu, rtol=tol.rtol, atol=tol.atol):
-            ratio = (got_cpu.norm() / want_cpu.norm()).item()
-            raise AssertionError(
-                f"{what}: the gradient of parameter {i} differs from the oracle's on {cell.id} "
-                f"(max abs diff {(got_cpu - want_cpu).abs().max().item():.3g}, norm {ratio:.4g} x the oracle's)"
-            )
-
-
-def _snapshot(into: list[list[torch.Tensor | None]]) -> PrepareHook:
+def _recorder(into: list[list[torch.Tensor | None]]) -> PrepareHook:
     """A hook that records the prepared gradients of a window into ``into``."""
 
     def record(params: list[torch.Tensor]) -> None:
-        into.append(_grads(params))
+        into.append(grads(params))
 
     return record
-
-
-def _scaled_backward(
-    scaler: GradScaler | None, loss: torch.Tensor, accumulate: int, scales: list[float] | None = None
-) -> None:
-    """The recipe's backward of a micro-step: ``scaler.scale(loss / accumulate)`` under 16-mixed [AMP-007]."""
-    recipe_backward(loss, scaler, accumulate, scales=scales)
-
-
-def _oracle_real_step(
-    optimizer: torch.optim.Optimizer,
-    window_length: int,
-    scaler: GradScaler | None,
-    accumulate: int,
-    *,
-    clip: ClipFunction | None = None,
-    after_prepare: PrepareHook | None = None,
-) -> None:
-    """The documented loop's real step: the window's mean, ``unscale_``, clip, (inspect), step, zero.
-
-    The mean of what :func:`_scaled_backward` summed: under 16-mixed times ``accumulate / window_length``.
-    """
-    params = _params_of(optimizer)
-    recipe_window_mean(params, window_length, scaler, accumulate)
-    if scaler is not None:
-        scaler.unscale_(optimizer)
-    if clip is not None:
-        clip(params)
-    if after_prepare is not None:
-        after_prepare(params)
-    if scaler is None:
-        optimizer.step()
-    else:
-        scaler.step(optimizer)
-    optimizer.zero_grad(set_to_none=True)
-
-
-def _oracle_update(scaler: GradScaler | None, open_windows: Iterable[torch.Tensor]) -> None:
-    """End of an iteration in which an optimizer stepped: one ``update``; windows still open go to the new scale."""
-    if scaler is None:
-        return
-    old = scaler.get_scale()
-    scaler.update()
-    new = scaler.get_scale()
-    if new != old:
-        _rescale_grads(open_windows, new / old)
-
-
-def _oracle_windows(
-    cell: Cell,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    batches: list[Any],
-    windows: list[list[int]],
-    scaler: GradScaler | None,
-    *,
-    accumulate: int,
-    factor: float,
-    clip: ClipFunction | None = None,
-    after_prepare: PrepareHook | None = None,
-    blow_up: frozenset[int] = frozenset(),
-) -> list[bool]:
-    """One optimizer, one real step per window; returns whether each window stepped (16-mixed: no back-off).
-
-    ``accumulate`` is the implementation's ``accumulate_grad_batches``: the recipe divides each 16-mixed loss by it.
-    """
-    stepped = []
-    for window in windows:
-        for batch_idx in window:
-            loss = _oracle_loss(model, batches[batch_idx], cell, batch_idx in blow_up, factor)
-            _scaled_backward(scaler, loss, accumulate)
-        scale = None if scaler is None else scaler.get_scale()
-        _oracle_real_step(optimizer, len(window), scaler, accumulate, clip=clip, after_prepare=after_prepare)
-        _oracle_update(scaler, ())
-        stepped.append(scaler is None or scaler.get_scale() >= cast(float, scale))
-        oracle_step_done(cell)
-    return stepped
 
 
 CLIP_SCHEDULE: tuple[bool | None, ...] = (None, True, None, None, None)
@@ -632,7 +480,7 @@ def test_configured_clipping_over_windows(make_context: MakeContext, cell: Cell,
         accumulate_grad_batches=3,
         gradient_clip_val=CLIP_VALUE,
         gradient_clip_algorithm=algorithm,
-        **_scaler_setting(cell, SMALL_SCALE),
+        **scaler_settings(cell, SMALL_SCALE),
     )
     base = make_model()
     oracle_model = oracle_copy(base, cell)
@@ -646,16 +494,16 @@ def test_configured_clipping_over_windows(make_context: MakeContext, cell: Cell,
             wrapper.step(_closure(wrapper, loss), make_optimizer_step=CLIP_SCHEDULE[batch_idx])
             outcomes.append(wrapper.last_outcome)
     oracle_optimizer = torch.optim.SGD(oracle_model.parameters(), lr=CLIP_LR)
-    stepped = _oracle_windows(
+    stepped = train_windows(
         cell,
         oracle_model,
         oracle_optimizer,
         batches,
         CLIP_WINDOWS,
-        _plain_scaler(cell, SMALL_SCALE),
+        plain_scaler(cell, SMALL_SCALE),
         accumulate=3,
         factor=CLIPPED_LOSS_FACTOR,
-        clip=_clipper(algorithm, CLIP_VALUE),
+        clip=clipper(algorithm, CLIP_VALUE),
     )
     assert outcomes == expected_outcomes([A, S, S, A, S], stepped), (
         f"outcomes were {outcomes} for windows {CLIP_WINDOWS} (accumulate_grad_batches=3)"
@@ -698,7 +546,7 @@ def _grouped_sgd(part: torch.nn.Module, wrap: Callable[[torch.optim.SGD], Any]) 
 )
 def test_configured_clipping_spans_groups_and_spares_other_windows(make_context: MakeContext, cell: Cell) -> None:
     """A's clip takes the total norm over all its groups (one added after wrap); B's open window is not touched."""
-    context = make_context(gradient_clip_val=CLIP_VALUE, **_scaler_setting(cell, SMALL_SCALE))
+    context = make_context(gradient_clip_val=CLIP_VALUE, **scaler_settings(cell, SMALL_SCALE))
     model = context.prepare_module(Halves(21, 22))
     assert isinstance(model, Halves)
     opt_a = _grouped_sgd(model.a, context.wrap)
@@ -707,8 +555,8 @@ def test_configured_clipping_spans_groups_and_spares_other_windows(make_context:
     assert isinstance(oracle, Halves)
     oracle_a = _grouped_sgd(oracle.a, lambda optimizer: optimizer)
     oracle_b = torch.optim.SGD(oracle.b.parameters(), lr=CLIP_LR)
-    scaler = _plain_scaler(cell, SMALL_SCALE)
-    clip = _clipper("norm", CLIP_VALUE)
+    scaler = plain_scaler(cell, SMALL_SCALE)
+    clip = clipper("norm", CLIP_VALUE)
     batches = make_batches(3)
     outcomes = []
     for batch_idx, batch in enumerate(batches):
@@ -717,20 +565,20 @@ def test_configured_clipping_spans_groups_and_spares_other_windows(make_context:
             loss_b = partial(_loss, context, model.b, batch, cell, factor=CLIPPED_LOSS_FACTOR)
             opt_b.step(_closure(opt_b, loss_b), make_optimizer_step=b_closes)
             outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
-            b_before = None if b_closes else _grads(model.b.parameters())
+            b_before = None if b_closes else grads(model.b.parameters())
             loss_a = partial(_loss, context, model.a, batch, cell, factor=CLIPPED_LOSS_FACTOR)
             opt_a.step(_closure(opt_a, loss_a))
             outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
             if b_before is not None:
-                _assert_grads_unchanged(
-                    model.b.parameters(), b_before, f"batch {batch_idx}: B's open window across A's clipped step"
+                assert_same_grads(
+                    grads(model.b.parameters()), b_before, f"batch {batch_idx}: B's open window across A's clipped step"
                 )
-        _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, factor=CLIPPED_LOSS_FACTOR), 1)
+        scaled_backward(oracle_loss(oracle.b, batch, cell, factor=CLIPPED_LOSS_FACTOR), scaler, 1)
         if b_closes:
-            _oracle_real_step(oracle_b, len(batches), scaler, 1, clip=clip)
-        _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=CLIPPED_LOSS_FACTOR), 1)
-        _oracle_real_step(oracle_a, 1, scaler, 1, clip=clip)
-        _oracle_update(scaler, () if b_closes else oracle.b.parameters())
+            real_step(oracle_b, len(batches), scaler, 1, clip=clip)
+        scaled_backward(oracle_loss(oracle.a, batch, cell, factor=CLIPPED_LOSS_FACTOR), scaler, 1)
+        real_step(oracle_a, 1, scaler, 1, clip=clip)
+        update_scaler(scaler, () if b_closes else oracle.b.parameters())
         oracle_step_done(cell)
     want = [(None, A), (S, A), (S, A), (S, A), (S, S), (S, S)]
     assert outcomes == want, f"(A, B) outcomes after each call were {outcomes}, expected {want}"
@@ -756,26 +604,26 @@ UNSCALE_WINDOWS = [[0, 1, 2], [3, 4], [5, 6]]
 )
 def test_unscale_gradients_over_windows(make_context: MakeContext, cell: Cell) -> None:
     """Backward, then step: ``unscale_gradients()`` on a window's last micro-step gives its unscaled mean; a clip."""
-    context = make_context(accumulate_grad_batches=3, **_scaler_setting(cell, SMALL_SCALE))
+    context = make_context(accumulate_grad_batches=3, **scaler_settings(cell, SMALL_SCALE))
     base = make_model()
     oracle_model = oracle_copy(base, cell)
     model = context.prepare_module(base)
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=CLIP_LR))
     batches = make_batches(7)
     prepared: list[list[torch.Tensor | None]] = []
-    hand_clip = _clipper("norm", HAND_CLIP)
+    hand_clip = clipper("norm", HAND_CLIP)
 
     def inspect_then_clip(params: list[torch.Tensor]) -> None:
-        prepared.append(_grads(params))
+        prepared.append(grads(params))
         hand_clip(params)
 
-    stepped = _oracle_windows(
+    stepped = train_windows(
         cell,
         oracle_model,
         torch.optim.SGD(oracle_model.parameters(), lr=CLIP_LR),
         batches,
         UNSCALE_WINDOWS,
-        _plain_scaler(cell, SMALL_SCALE),
+        plain_scaler(cell, SMALL_SCALE),
         accumulate=3,
         factor=CLIPPED_LOSS_FACTOR,
         after_prepare=inspect_then_clip,
@@ -787,8 +635,8 @@ def test_unscale_gradients_over_windows(make_context: MakeContext, cell: Cell) -
             if batch_idx in UNSCALE_CLOSING:
                 window = UNSCALE_WINDOWS[UNSCALE_CLOSING.index(batch_idx)]
                 wrapper.unscale_gradients()
-                _assert_grads_close(
-                    _grads(model.parameters()),
+                assert_grads_close(
+                    grads(model.parameters()),
                     prepared[UNSCALE_CLOSING.index(batch_idx)],
                     cell,
                     f"after unscale_gradients() on the last micro-step of the window {window} (its mean over "
@@ -811,7 +659,7 @@ def _unscaling_closure(
     def closure() -> None:
         wrapper.backward(loss())
         wrapper.unscale_gradients()
-        into.append(_grads(params))
+        into.append(grads(params))
 
     return closure
 
@@ -834,7 +682,7 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
     A: windows of two; batch 1 backward, ``unscale_gradients()``, step; batch 3 the same inside the closing step's
     closure. B (momentum): a window of three, open across A's batch 1, then one of one.
     """
-    context = make_context(gradient_clip_val=CLIP_VALUE, **_scaler_setting(cell, SMALL_SCALE))
+    context = make_context(gradient_clip_val=CLIP_VALUE, **scaler_settings(cell, SMALL_SCALE))
     model = context.prepare_module(Halves(21, 22))
     assert isinstance(model, Halves)
     opt_a = context.wrap(torch.optim.SGD(model.a.parameters(), lr=CLIP_LR))
@@ -843,8 +691,8 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
     assert isinstance(oracle, Halves)
     oracle_a = torch.optim.SGD(oracle.a.parameters(), lr=CLIP_LR)
     oracle_b = torch.optim.SGD(oracle.b.parameters(), lr=CLIP_LR, momentum=0.9)
-    scaler = _plain_scaler(cell, SMALL_SCALE)
-    clip = _clipper("norm", CLIP_VALUE)
+    scaler = plain_scaler(cell, SMALL_SCALE)
+    clip = clipper("norm", CLIP_VALUE)
     a_closes, b_closes = (False, True, False, True), (False, False, True, True)
     a_params: list[torch.Tensor] = list(model.a.parameters())
     a_length = b_length = 0
@@ -854,12 +702,12 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
             opt_b.backward(_loss(context, model.b, batch, cell, factor=CLIPPED_LOSS_FACTOR))
             opt_b.step(make_optimizer_step=b_closes[batch_idx])
             outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
-            _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, factor=CLIPPED_LOSS_FACTOR), 1)
+            scaled_backward(oracle_loss(oracle.b, batch, cell, factor=CLIPPED_LOSS_FACTOR), scaler, 1)
             b_length += 1
             if b_closes[batch_idx]:
-                _oracle_real_step(oracle_b, b_length, scaler, 1, clip=clip)
+                real_step(oracle_b, b_length, scaler, 1, clip=clip)
                 b_length = 0
-            b_before = _grads(model.b.parameters()) if b_length else None
+            b_before = grads(model.b.parameters()) if b_length else None
             loss_a = partial(_loss, context, model.a, batch, cell, factor=CLIPPED_LOSS_FACTOR)
             prepared: list[list[torch.Tensor | None]] = []
             if not a_closes[batch_idx]:
@@ -868,10 +716,10 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
             elif batch_idx == 1:
                 opt_a.backward(loss_a())
                 opt_a.unscale_gradients()
-                prepared.append(_grads(a_params))
+                prepared.append(grads(a_params))
                 if b_before is not None:
-                    _assert_grads_unchanged(
-                        model.b.parameters(),
+                    assert_same_grads(
+                        grads(model.b.parameters()),
                         b_before,
                         f"batch {batch_idx}: B's open window after A's unscale_gradients()",
                     )
@@ -880,16 +728,16 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
                 opt_a.step(_unscaling_closure(opt_a, loss_a, a_params, prepared), make_optimizer_step=True)
             outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
             if b_before is not None:
-                _assert_grads_unchanged(
-                    model.b.parameters(), b_before, f"batch {batch_idx}: B's open window after A's step"
+                assert_same_grads(
+                    grads(model.b.parameters()), b_before, f"batch {batch_idx}: B's open window after A's step"
                 )
-            _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=CLIPPED_LOSS_FACTOR), 1)
+            scaled_backward(oracle_loss(oracle.a, batch, cell, factor=CLIPPED_LOSS_FACTOR), scaler, 1)
             a_length += 1
             if a_closes[batch_idx]:
                 want: list[list[torch.Tensor | None]] = []
-                _oracle_real_step(oracle_a, a_length, scaler, 1, clip=clip, after_prepare=_snapshot(want))
+                real_step(oracle_a, a_length, scaler, 1, clip=clip, after_prepare=_recorder(want))
                 form = "backward, then" if batch_idx == 1 else "in the closure of"
-                _assert_grads_close(
+                assert_grads_close(
                     prepared[0],
                     want[0],
                     cell,
@@ -899,7 +747,7 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
                 a_length = 0
         if a_closes[batch_idx] or b_closes[batch_idx]:
             open_windows = [*(oracle.a.parameters() if a_length else ()), *(oracle.b.parameters() if b_length else ())]
-            _oracle_update(scaler, open_windows)
+            update_scaler(scaler, open_windows)
         oracle_step_done(cell)
     want_outcomes = [(None, A), (A, A), (A, A), (S, A), (S, S), (A, S), (A, S), (S, S)]
     assert outcomes == want_outcomes, f"(A, B) outcomes after each call were {outcomes}, expected {want_outcomes}"
@@ -984,16 +832,22 @@ def test_open_window_across_scale_growth_and_back_off(make_context: MakeContext,
             last[2] = S
             want_outcomes.append(tuple(last))
         if not a_idle:
-            _scaled_backward(scaler, _oracle_loss(oracle.a, batch, cell, factor=GROWTH_LOSS_FACTOR), 3, expected_scales)
+            scaled_backward(
+                oracle_loss(oracle.a, batch, cell, factor=GROWTH_LOSS_FACTOR), scaler, 3, scales=expected_scales
+            )
             a_length += 1
-        _scaled_backward(scaler, _oracle_loss(oracle.b, batch, cell, blow_up, GROWTH_LOSS_FACTOR), 3, expected_scales)
-        _scaled_backward(scaler, _oracle_loss(oracle.c, batch, cell, factor=GROWTH_LOSS_FACTOR), 3, expected_scales)
+        scaled_backward(
+            oracle_loss(oracle.b, batch, cell, blow_up, GROWTH_LOSS_FACTOR), scaler, 3, scales=expected_scales
+        )
+        scaled_backward(
+            oracle_loss(oracle.c, batch, cell, factor=GROWTH_LOSS_FACTOR), scaler, 3, scales=expected_scales
+        )
         if a_closes:
-            _oracle_real_step(oracle_a, a_length, scaler, 3)
+            real_step(oracle_a, a_length, scaler, 3)
             a_length = 0
-        _oracle_real_step(oracle_b, 1, scaler, 3)
-        _oracle_real_step(oracle_c, 1, scaler, 3)
-        _oracle_update(scaler, oracle.a.parameters() if a_length else ())
+        real_step(oracle_b, 1, scaler, 3)
+        real_step(oracle_c, 1, scaler, 3)
+        update_scaler(scaler, oracle.a.parameters() if a_length else ())
         oracle_step_done(cell)
     assert outcomes == want_outcomes, f"(A, B, C) outcomes after each call were {outcomes}, expected {want_outcomes}"
     scales = _scales(seen)
@@ -1008,7 +862,7 @@ def test_open_window_across_scale_growth_and_back_off(make_context: MakeContext,
 
 
 def _state_entries(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
-    return [dict(optimizer.state[param]) if param in optimizer.state else {} for param in _params_of(optimizer)]
+    return [dict(optimizer.state[param]) if param in optimizer.state else {} for param in params_of(optimizer)]
 
 
 def _assert_state_close(actual: list[dict[str, Any]], expected: list[dict[str, Any]], cell: Cell, what: str) -> None:
@@ -1081,11 +935,11 @@ def test_skip_with_fused_and_foreach_adam(make_context: MakeContext, cell: Cell,
     states: list[list[dict[str, Any]]] = []
 
     def after_prepare(params: list[torch.Tensor]) -> None:
-        prepared.append(_grads(params))
+        prepared.append(grads(params))
 
     scaler = oracle_scaler(cell)
     for indices in windows:
-        _oracle_windows(
+        train_windows(
             cell,
             oracle_model,
             oracle_optimizer,
@@ -1112,8 +966,8 @@ def test_skip_with_fused_and_foreach_adam(make_context: MakeContext, cell: Cell,
             if (batch_idx + 1) % window == 0:
                 wrapper.unscale_gradients()
                 if batch_idx == len(batches) - 1:
-                    _assert_grads_close(
-                        _grads(params), prepared[1], cell, f"unscale_gradients() on {windows[1]} ({kind} Adam)"
+                    assert_grads_close(
+                        grads(params), prepared[1], cell, f"unscale_gradients() on {windows[1]} ({kind} Adam)"
                     )
             wrapper.step()
             outcomes.append(wrapper.last_outcome)
@@ -1159,7 +1013,7 @@ def test_skipped_fused_step_does_not_make_a_scheduler_warn(
     wrapper = context.wrap(_adam("fused", model.parameters(), cell))
     oracle_optimizer = _adam("fused", oracle_model.parameters(), cell)
     batch = make_batches(1)[0]
-    _oracle_windows(
+    train_windows(
         cell,
         oracle_model,
         oracle_optimizer,
@@ -1208,7 +1062,7 @@ def test_bf16_mixed_windows_are_unscaled_and_never_skip(make_context: MakeContex
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9))
     batches = make_batches(6)
     oracle_optimizer = torch.optim.SGD(oracle_model.parameters(), lr=0.5, momentum=0.9)
-    _oracle_windows(
+    train_windows(
         cell, oracle_model, oracle_optimizer, batches, [[0, 1, 2]], None, accumulate=3, factor=CLIPPED_LOSS_FACTOR
     )
     seen: list[torch.Tensor] = []
@@ -1269,10 +1123,10 @@ def _tensors_match(got: torch.Tensor, want: torch.Tensor, cell: Cell) -> bool:
 
 
 def _assert_grads_match(
-    grads: Iterable[torch.Tensor | None], expected: Iterable[torch.Tensor | None], cell: Cell, what: str
+    got_grads: Iterable[torch.Tensor | None], expected: Iterable[torch.Tensor | None], cell: Cell, what: str
 ) -> None:
     """Every gradient is the oracle's (``None`` where its is), in the tolerance of :func:`_tensors_match`."""
-    for i, (got, want) in enumerate(zip(grads, expected, strict=True)):
+    for i, (got, want) in enumerate(zip(got_grads, expected, strict=True)):
         if want is None:
             assert got is None, f"{what}: parameter {i} has a gradient, the oracle's has none"
             continue
@@ -1322,17 +1176,17 @@ class _OutsideBatchOracle:
         return self.pending[index] + 1 >= self.accumulate
 
     def backward(self, index: int, batch: Any, blow_up: bool) -> None:
-        loss = _oracle_loss(self.parts[index], batch, self.cell, blow_up)
-        recipe_backward(loss, self.scaler, self.accumulate, scales=self.scales)
+        loss = oracle_loss(self.parts[index], batch, self.cell, blow_up)
+        scaled_backward(loss, self.scaler, self.accumulate, scales=self.scales)
         self.unstepped.add(index)
 
     def probe(self) -> None:
         """The factor a probe loss is backpropagated by now, measured as the check measures the implementation's."""
         leaf = torch.zeros((), device=cell_device(self.cell), requires_grad=True)
-        recipe_backward(leaf * 1.0, self.scaler, self.accumulate, scales=self.scales)
+        scaled_backward(leaf * 1.0, self.scaler, self.accumulate, scales=self.scales)
 
     def prepare(self, index: int) -> None:
-        recipe_window_mean(list(self.parts[index].parameters()), self.pending[index] + 1, self.scaler, self.accumulate)
+        window_mean(list(self.parts[index].parameters()), self.pending[index] + 1, self.scaler, self.accumulate)
         self.scaler.unscale_(self.optimizers[index])
         self.prepared.add(index)
 
@@ -1350,13 +1204,10 @@ class _OutsideBatchOracle:
             self.pending[index] += 1
             self.last_outcomes[index] = A
             return A
-        optimizer, params = self.optimizers[index], list(self.parts[index].parameters())
-        if index not in self.prepared:
-            recipe_window_mean(params, self.pending[index] + 1, self.scaler, self.accumulate)
-            self.scaler.unscale_(optimizer)
-        finite = all(bool(torch.isfinite(param.grad).all()) for param in params if param.grad is not None)
-        self.scaler.step(optimizer)
-        optimizer.zero_grad(set_to_none=True)
+        prepared, window = index in self.prepared, self.pending[index] + 1
+        finite = real_step(
+            self.optimizers[index], window, self.scaler, self.accumulate, check_finite=True, prepared=prepared
+        )
         oracle_step_done(self.cell)
         self.pending[index] = 0
         self.prepared.discard(index)
@@ -1367,19 +1218,17 @@ class _OutsideBatchOracle:
         return outcome
 
     def _update(self) -> None:
-        old = self.scaler.get_scale()
-        self.scaler.update()
-        new = self.scaler.get_scale()
-        if new == old:
+        change = update_scaler(self.scaler)
+        if change == 1.0:
             return
-        self.facts.add("grown" if new > old else "backed off")
+        self.facts.add("grown" if change > 1.0 else "backed off")
         for index, part in enumerate(self.parts):
             held = [param for param in part.parameters() if param.grad is not None]
             if held and self.pending[index]:
                 self.facts.add("micro-steps")
             elif held and index in self.unstepped:
                 self.facts.add("a backward not stepped")  # no micro-step counted yet: the case AMP-006 names
-            _rescale_grads(held, new / old)
+            rescale_grads(held, change)
 
 
 def _outside_batch_round(order: str, count: int, closes: Sequence[bool]) -> list[tuple[str, int]]:
@@ -1524,7 +1373,7 @@ def _divisor_case(make_context: MakeContext, cell: Cell, closing: str, length: i
     where = "inside batch()" if inside else "outside batch()"
     case = f"{where}, windows of {length} closed by {closing}, unscale_gradients() {form}"
     accumulate = length if closing == "schedule" else length + 1
-    context = make_context(accumulate_grad_batches=accumulate, **_scaler_setting(cell, SMALL_SCALE))
+    context = make_context(accumulate_grad_batches=accumulate, **scaler_settings(cell, SMALL_SCALE))
     base = make_model()
     oracle_model = oracle_copy(base, cell)
     model = context.prepare_module(base)
@@ -1534,12 +1383,12 @@ def _divisor_case(make_context: MakeContext, cell: Cell, closing: str, length: i
     windows = [list(range(length)), list(range(length, 2 * length))]
     want: list[list[torch.Tensor | None]] = []
     oracle_optimizer = torch.optim.SGD(oracle_model.parameters(), lr=CLIP_LR)
-    scaler = _plain_scaler(cell, SMALL_SCALE)
+    scaler = plain_scaler(cell, SMALL_SCALE)
     closing_step: bool | None = True if closing == "true" else None
-    hand_clip = _clipper("norm", HAND_CLIP)
+    hand_clip = clipper("norm", HAND_CLIP)
 
     def inspect_then_clip(into: list[list[torch.Tensor | None]], params: list[torch.Tensor]) -> None:
-        into.append(_grads(params))
+        into.append(grads(params))
         hand_clip(params)
 
     def unscale_inspect_clip(loss: Callable[[], torch.Tensor], into: list[list[torch.Tensor | None]]) -> None:
@@ -1573,7 +1422,7 @@ def _divisor_case(make_context: MakeContext, cell: Cell, closing: str, length: i
             )
         assert len(got) == 1, f"{case}, window {window_idx}: the closing closure ran {len(got)} times, not once"
         oracle_args = (cell, oracle_model, oracle_optimizer, batches, [window], scaler)
-        _oracle_windows(
+        train_windows(
             *oracle_args,
             accumulate=accumulate,
             factor=CLIPPED_LOSS_FACTOR,

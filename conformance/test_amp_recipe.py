@@ -11,7 +11,7 @@ skips the window and backs off). AMP-008: a closure's backward that did not go t
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.assertions import assert_same_grads, assert_same_values, grads, param_values
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     assert_discard_note,
@@ -30,8 +31,9 @@ from lightning_optimizer.conformance.harness import (
     oracle_step_done,
     refuses,
 )
-from lightning_optimizer.conformance.oracles import oracle_copy, recipe_backward, recipe_window_mean
+from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.conformance.outcomes import unavailable
+from lightning_optimizer.conformance.plain_loop import real_step, scaled_backward, update_scaler
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 try:
@@ -176,20 +178,14 @@ class _Recipe:
         index, n = call.wrapper, self.plan.accumulate
         with oracle_autocast(self.cell):
             loss = _loss(self.model, index, x, factor)
-        recipe_backward(loss, self.scaler, n, scales=self.factors)
+        scaled_backward(loss, self.scaler, n, scales=self.factors)
         closes = call.make_optimizer_step
         if closes is None:
             closes = (batch_idx + 1) % n == 0 or is_last
         if not closes:
             self.pending[index] += 1
             return A
-        optimizer = self.optimizers[index]
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        recipe_window_mean(params, self.pending[index] + 1, self.scaler, n)
-        self.scaler.unscale_(optimizer)
-        finite = all(bool(p.grad.isfinite().all()) for p in params if p.grad is not None)
-        self.scaler.step(optimizer)
-        optimizer.zero_grad(set_to_none=True)
+        finite = real_step(self.optimizers[index], self.pending[index] + 1, self.scaler, n, check_finite=True)
         oracle_step_done(self.cell)
         self.pending[index] = 0
         self._stepped = True
@@ -200,14 +196,7 @@ class _Recipe:
         if not self._stepped:
             return
         self._stepped = False
-        old = self.scaler.get_scale()
-        self.scaler.update()
-        new = self.scaler.get_scale()
-        if new != old:
-            with torch.no_grad():
-                for param in self.model.parameters():
-                    if param.grad is not None:
-                        param.grad.mul_(new / old)
+        update_scaler(self.scaler, self.model.parameters())
 
 
 def _run_edge_plan(make_context: MakeContext, cell: Cell, plan: EdgePlan) -> None:
@@ -415,8 +404,35 @@ UNSCALED_FORMS: dict[str, Callable[[Any, torch.Tensor, torch.Tensor], None]] = {
 """What a closure runs instead of (or besides) a wrapper's backward of its loss."""
 
 
-def _window_of(params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
-    return [None if p.grad is None else p.grad.detach().clone() for p in params]
+def _retry_recipe(
+    base: _Parts, cell: Cell, inputs: list[torch.Tensor], factor: float, *, discard: bool, closing: bool
+) -> _Parts:
+    """The recipe of the refused-call check, batch by batch, on a copy of ``base``.
+
+    A's windows {0, 1}, {2} (``closing``) or {0, 1, 2}, without batch 0 under ``discard``; B's {0, 2}; one update per
+    batch in which an optimizer stepped.
+    """
+    recipe = oracle_copy(base, cell)
+    assert isinstance(recipe, _Parts)
+    optimizers = [_optimizer(recipe, index) for index in range(2)]
+    scaler = GradScaler(cell_device(cell).type)
+    pending = [0, 0]
+    first: tuple[tuple[int, bool], ...] = ((1, False),) if discard else ((0, False), (1, False))
+    plan = {0: first, 1: ((0, closing),), 2: ((0, True), (1, True))}
+    for batch, calls in plan.items():
+        stepped = False
+        for index, closes in calls:
+            with oracle_autocast(cell):
+                loss = _loss(recipe, index, inputs[batch], factor)
+            scaled_backward(loss, scaler, 3)
+            pending[index] += 1
+            if closes:
+                real_step(optimizers[index], pending[index], scaler, 3)
+                pending[index], stepped = 0, True
+        if stepped:
+            update_scaler(scaler)  # torch's default growth_interval: the scale stays, so no open window is rescaled
+        oracle_step_done(cell)
+    return recipe
 
 
 @pytest.mark.requirement("AMP-008", "CLOS-003", "AMP-007", "FAIL-002", "FAIL-003", "FAIL-004")
@@ -470,7 +486,7 @@ def test_unscaled_backward_in_a_closure_is_refused(
         other.step(good(1, inputs[0]), make_optimizer_step=False)
     params = list(model.parameters())
     own = [p for group in wrapper.param_groups for p in group["params"]]
-    grads, values = _window_of(params), [p.detach().clone() for p in params]
+    held, values = grads(params), param_values(params)
     outcome = wrapper.last_outcome
     checkpointing = "checkpointing" in implementation.features
     state = copy.deepcopy(context.state_dict()) if checkpointing and not discard else None
@@ -488,15 +504,10 @@ def test_unscaled_backward_in_a_closure_is_refused(
         ) as raised:
             wrapper.step(bad, make_optimizer_step=closing)
         what = f"a refused step() whose closure ran {unscaled} (on_failure={on_failure!r})"
-        after = _window_of(params)
-        for i, (param, got, want) in enumerate(zip(params, after, grads, strict=True)):
-            if discard and any(param is p for p in own):
-                assert got is None, f"{what}: the gradient of parameter {i} survived the discarded window (FAIL-003)"
-                continue
-            same = (got is None and want is None) or (got is not None and want is not None and torch.equal(got, want))
-            assert same, f"{what}: the gradient of parameter {i} changed (CLOS-003: the window as before the call)"
-        for i, (param, value) in enumerate(zip(params, values, strict=True)):
-            assert torch.equal(param.detach(), value), f"{what}: parameter {i} changed"
+        gone = [discard and any(param is p for p in own) for param in params]  # the discarded window (FAIL-003)
+        want = [None if discarded else grad for discarded, grad in zip(gone, held, strict=True)]
+        assert_same_grads(grads(params), want, f"{what} (CLOS-003: the window as before the call)")
+        assert_same_values(param_values(params), values, what)
         if discard:
             assert wrapper.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome is {wrapper.last_outcome}"
             assert_discard_note(raised.value, wrapper.optimizer, (1, 2), what)
@@ -510,33 +521,7 @@ def test_unscaled_backward_in_a_closure_is_refused(
         wrapper.step(good(0, inputs[2]), make_optimizer_step=True)
         other.step(good(1, inputs[2]), make_optimizer_step=True)
 
-    # The recipe, batch by batch: A's windows {0, 1}, {2} (closing) or {0, 1, 2}, without batch 0 under "discard";
-    # B's {0, 2}; one update per batch in which an optimizer stepped.
-    recipe = oracle_copy(base, cell)
-    assert isinstance(recipe, _Parts)
-    optimizers = [_optimizer(recipe, index) for index in range(2)]
-    scaler = GradScaler(cell_device(cell).type)
-    pending = [0, 0]
-    first: tuple[tuple[int, bool], ...] = ((1, False),) if discard else ((0, False), (1, False))
-    plan = {0: first, 1: ((0, closing),), 2: ((0, True), (1, True))}
-    for batch, calls in plan.items():
-        stepped = False
-        for index, closes in calls:
-            with oracle_autocast(cell):
-                loss = _loss(recipe, index, inputs[batch], factor)
-            recipe_backward(loss, scaler, 3)
-            pending[index] += 1
-            if closes:
-                optimizer = optimizers[index]
-                mine = [p for group in optimizer.param_groups for p in group["params"]]
-                recipe_window_mean(mine, pending[index], scaler, 3)
-                scaler.unscale_(optimizer)
-                scaler.step(optimizer)
-                optimizer.zero_grad(set_to_none=True)
-                pending[index], stepped = 0, True
-        if stepped:
-            scaler.update()  # torch's default growth_interval: the scale stays, so no open window is rescaled
-        oracle_step_done(cell)
+    recipe = _retry_recipe(base, cell, inputs, factor, discard=discard, closing=closing)
     assert_params_close(model, recipe, cell, f"after the refused call ({unscaled}) and its corrected retry")
 
 
@@ -569,8 +554,8 @@ def test_a_gradient_penalty_through_autograd_grad_is_not_refused(
         x = x.clone().requires_grad_(of == "inputs")
         loss = _loss(module, 0, x, 1e-2)
         wrt = [x] if of == "inputs" else list(module.parameters())
-        grads = torch.autograd.grad(loss, wrt, create_graph=True)
-        return loss + sum((grad.pow(2).sum() for grad in grads), torch.zeros((), device=x.device))
+        gradients = torch.autograd.grad(loss, wrt, create_graph=True)
+        return loss + sum((grad.pow(2).sum() for grad in gradients), torch.zeros((), device=x.device))
 
     for batch_idx, x in enumerate(inputs):
         with context.batch(batch_idx, is_last=batch_idx == 1):
@@ -591,11 +576,9 @@ def test_a_gradient_penalty_through_autograd_grad_is_not_refused(
     for x in inputs:
         with oracle_autocast(cell):
             loss = penalised(recipe, x)
-        recipe_backward(loss, scaler, 2)
-    recipe_window_mean(list(recipe.parameters()), 2, scaler, 2)
-    scaler.unscale_(optimizer)
-    scaler.step(optimizer)
-    scaler.update()
+        scaled_backward(loss, scaler, 2)
+    real_step(optimizer, 2, scaler, 2)
+    update_scaler(scaler)
     oracle_step_done(cell)
     assert_params_close(model, recipe, cell, f"a window of two whose closures took a gradient penalty on the {of}")
 
@@ -626,7 +609,7 @@ def test_open_window_state_of_another_divisor_is_refused(make_context: MakeConte
     with other.batch(0):
         other_wrapper.step(lambda: other_wrapper.backward(_loss_under(other, other_model, x)), make_optimizer_step=True)
     before = copy.deepcopy(other.state_dict())
-    grads = _window_of(list(other_model.parameters()))
+    held = grads(other_model.parameters())
     with refuses(
         ValueError,
         "load_state_dict of a 16-mixed state with a window open under accumulate_grad_batches=2, where it is 3",
@@ -634,7 +617,7 @@ def test_open_window_state_of_another_divisor_is_refused(make_context: MakeConte
     ):
         other.load_state_dict(open_state)
     assert_same_state(other.state_dict(), before, "after the refused load, context.state_dict()")
-    assert _window_of(list(other_model.parameters())) == grads, "the refused load changed gradients"
+    assert_same_grads(grads(other_model.parameters()), held, "the refused load changed gradients")
     same, _, _ = build(2)
     same.load_state_dict(open_state)
     closed = copy.deepcopy(before)

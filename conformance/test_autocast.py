@@ -27,7 +27,8 @@ from lightning_optimizer.conformance.harness import (
     oracle_step_done,
     tolerance_for,
 )
-from lightning_optimizer.conformance.oracles import expected_outcomes, oracle_copy, recipe_backward, recipe_window_mean
+from lightning_optimizer.conformance.oracles import expected_outcomes, oracle_copy
+from lightning_optimizer.conformance.plain_loop import real_step, scaled_backward, update_scaler
 from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -226,21 +227,12 @@ def _gan_scenario(make_context: MakeContext, cell: Cell, form: str, around: str)
         with oracle_autocast(cell) if own_region else nullcontext():
             loss = loss_of()
         with torch.autocast(device.type, enabled=False):
-            recipe_backward(loss, scaler)
+            scaled_backward(loss, scaler)
         for param in others:
             param.requires_grad_(True)
 
     def plain_step(optimizer: torch.optim.Optimizer, window: int) -> None:
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        recipe_window_mean(params, window, scaler)
-        if scaler is None:
-            optimizer.step()
-            stepped.append(True)
-        else:
-            scaler.unscale_(optimizer)
-            stepped.append(all(bool(p.grad.isfinite().all()) for p in params if p.grad is not None))
-            scaler.step(optimizer)
-        optimizer.zero_grad(set_to_none=True)
+        stepped.append(real_step(optimizer, window, scaler, check_finite=scaler is not None))
 
     # The implementation's epoch, then the plain loop's: regions are thread state, and one must not run inside the
     # other's. Parameters after each batch are kept and compared.
@@ -288,8 +280,7 @@ def _gan_scenario(make_context: MakeContext, cell: Cell, form: str, around: str)
                     gen_window = 0
                 plain_call(partial(_dis_loss, oracle, noise, real), list(oracle.generator.parameters()))
                 plain_step(plain_dis, 1)
-            if scaler is not None:
-                scaler.update()
+            update_scaler(scaler)
             oracle_step_done(cell)
             _assert_close_to(
                 after_batches[batch_idx], oracle, cell, f"{form}, region around the {around}, after batch {batch_idx}"
@@ -417,7 +408,7 @@ def test_backward_runs_outside_autocast(make_context: MakeContext, cell: Cell, w
         for batch_idx in window:
             with _own_region(cell) if where == "own-region" else oracle_autocast(cell):
                 loss = _spread(oracle(inputs[batch_idx]))
-            recipe_backward(loss, scaler, HEAD_ACCUMULATE)
+            scaled_backward(loss, scaler, HEAD_ACCUMULATE)
         stepped.append(_plain_real_step(plain, len(window), scaler, HEAD_ACCUMULATE))
         oracle_step_done(cell)
     assert outcomes == expected_outcomes([A, S, A, S], stepped), f"outcomes were {outcomes} ({where})"
@@ -431,18 +422,8 @@ def test_backward_runs_outside_autocast(make_context: MakeContext, cell: Cell, w
 
 def _plain_real_step(optimizer: torch.optim.Optimizer, window: int, scaler: GradScaler | None, accumulate: int) -> bool:
     """The recipe's real step (the window's mean, unscaled, stepped; the scaler updated); whether it stepped."""
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    recipe_window_mean(params, window, scaler, accumulate)
-    if scaler is None:
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return True
-    scale = scaler.get_scale()
-    scaler.unscale_(optimizer)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return scaler.get_scale() >= scale
+    real_step(optimizer, window, scaler, accumulate)
+    return update_scaler(scaler) >= 1.0
 
 
 @pytest.mark.requirement("BWD-002", "HOOK-001")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_optimizer.conformance.assertions import assert_same_grads, grads, last_outcome, param_values
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     Batch,
@@ -30,6 +31,7 @@ from lightning_optimizer.conformance.harness import (
     tolerance_for,
 )
 from lightning_optimizer.conformance.oracles import WindowOracle, oracle_copy
+from lightning_optimizer.conformance.plain_loop import oracle_loss, real_step, scaled_backward, window_mean
 from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -70,8 +72,8 @@ class TwoPassSAM(torch.optim.Optimizer):
         with torch.enable_grad():
             loss = closure()
         groups = [(group, [p for p in group["params"] if p.grad is not None]) for group in self.param_groups]
-        grads = [p.grad for _, params in groups for p in params]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+        present = [p.grad for _, params in groups for p in params]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in present]))
         moves: list[tuple[torch.Tensor, torch.Tensor]] = []
         for group, params in groups:
             for p in params:
@@ -88,12 +90,6 @@ class TwoPassSAM(torch.optim.Optimizer):
                 assert p.grad is not None
                 p.add_(p.grad, alpha=-group["lr"])
         return loss
-
-
-def _outcome(wrapper: Any) -> StepOutcome | None:
-    """A wrapper's ``last_outcome``, read now."""
-    outcome: StepOutcome | None = wrapper.last_outcome
-    return outcome
 
 
 SCHEDULES: dict[str, Sequence[bool | None]] = {
@@ -247,6 +243,32 @@ def test_a_two_pass_optimizer_evaluates_the_closure_again(
     assert_params_close(model, oracle, cell, "a two-pass optimizer beside an SGD wrapper", tolerance_for(cell))
 
 
+def _two_pass_oracle(oracle: Halves, window: Sequence[Batch], retry: Batch, other: Sequence[Batch], cell: Cell) -> None:
+    """The plain loop of the SAM check: bare SAM on half ``a``, bare SGD on half ``b``.
+
+    SAM's first evaluation is the mean over ``window``, each further one ``retry`` anew; SGD steps on ``other``'s mean.
+    """
+    oracle_sam, oracle_sgd = TwoPassSAM(oracle.a.parameters()), torch.optim.SGD(oracle.b.parameters(), lr=0.1)
+    calls: list[int] = []
+
+    def oracle_closure() -> torch.Tensor:
+        oracle_sam.zero_grad(set_to_none=True)
+        calls.append(1)
+        first = len(calls) == 1  # the first call is the window's mean; each further one the call's batch anew
+        losses = []
+        for batch in window if first else [retry]:
+            losses.append(oracle_loss(oracle.a, batch, cell, factor=1.0))
+            scaled_backward(losses[-1], None)
+        if first:
+            window_mean(oracle.a.parameters(), len(window), None)
+        return losses[-1]
+
+    oracle_sam.step(oracle_closure)
+    for batch in other:
+        scaled_backward(oracle_loss(oracle.b, batch, cell, factor=1.0), None)
+    real_step(oracle_sgd, len(other), None)
+
+
 @pytest.mark.requirement("CLOS-003", "CLOS-005", "FAIL-003", "FAIL-004", "FAIL-002")
 @EAGER_UNSCALED
 @pytest.mark.parametrize("on_failure", ON_FAILURE)
@@ -296,9 +318,7 @@ def test_a_two_pass_optimizer_whose_second_evaluation_raises(
 
     sam.step(closure_for(sam, model.a, batches[0]), make_optimizer_step=False)
     sgd.step(closure_for(sgd, model.b, batches[0]), make_optimizer_step=False)
-    values = [p.detach().clone() for p in model.parameters()]
-    window = [p.grad.detach().clone() for p in model.a.parameters() if p.grad is not None]
-    other = [p.grad.detach().clone() for p in model.b.parameters() if p.grad is not None]
+    values, window, other = param_values(model.parameters()), grads(model.a.parameters()), grads(model.b.parameters())
     evaluations.clear()
     with refuses(
         RuntimeError,
@@ -309,56 +329,27 @@ def test_a_two_pass_optimizer_whose_second_evaluation_raises(
         sam.step(closure_for(sam, model.a, batches[1], fail_at=2), make_optimizer_step=True)
     what = f"a SAM step whose second evaluation raised (on_failure={on_failure!r})"
     assert len(evaluations) == 2, f"{what}: the closure ran {len(evaluations)} times, SAM's second run raised"
-    kept = [p.grad.detach().clone() for p in model.b.parameters() if p.grad is not None]
-    assert len(kept) == len(other) and all(torch.equal(a, b) for a, b in zip(kept, other, strict=True)), (
-        f"{what}: the SGD wrapper's open window changed (FAIL-002)"
-    )
+    assert_same_grads(grads(model.b.parameters()), other, f"{what}: the SGD wrapper's open window changed (FAIL-002)")
     assert sgd.last_outcome is StepOutcome.ACCUMULATED, f"{what}: the SGD wrapper's outcome {sgd.last_outcome}"
-    grads = [p.grad for p in model.a.parameters()]
     if discard:
-        assert all(grad is None for grad in grads), f"{what}: the discarded window kept gradients (FAIL-003)"
+        discarded = [None] * len(window)
+        assert_same_grads(
+            grads(model.a.parameters()), discarded, f"{what}: the discarded window kept gradients (FAIL-003)"
+        )
         assert sam.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome {sam.last_outcome} (FAIL-003)"
     else:
-        assert len(grads) == len(window) and all(
-            grad is not None and torch.equal(grad, want) for grad, want in zip(grads, window, strict=True)
-        ), f"{what}: the window's gradients are not what they were before the call (CLOS-003, FAIL-004)"
+        assert_same_grads(
+            grads(model.a.parameters()),
+            window,
+            f"{what}: the window's gradients are not what they were before the call (CLOS-003, FAIL-004)",
+        )
         assert sam.last_outcome is StepOutcome.ACCUMULATED, f"{what}: last_outcome {sam.last_outcome} (FAIL-004)"
     with torch.no_grad():  # SAM moved its parameters before the evaluation raised: its user puts them back
         for param, value in zip(model.parameters(), values, strict=True):
             param.copy_(value)
     evaluations.clear()
     sam.step(closure_for(sam, model.a, batches[1]), make_optimizer_step=True)
-    assert _outcome(sam) is StepOutcome.STEPPED, f"the retry after {what}: {_outcome(sam)}"
+    assert last_outcome(sam) is StepOutcome.STEPPED, f"the retry after {what}: {last_outcome(sam)}"
     sgd.step(closure_for(sgd, model.b, batches[1]), make_optimizer_step=True)
-
-    window_batches = [batches[1]] if discard else batches[:2]
-    oracle_sam, oracle_sgd = TwoPassSAM(oracle.a.parameters()), torch.optim.SGD(oracle.b.parameters(), lr=0.1)
-    calls: list[int] = []
-
-    def oracle_closure() -> torch.Tensor:
-        oracle_sam.zero_grad(set_to_none=True)
-        calls.append(1)
-        first = len(calls) == 1  # the first call is the window's mean; each further one the call's batch anew
-        losses = []
-        for batch in window_batches if first else [batches[1]]:
-            with oracle_autocast(cell):
-                loss = mse(oracle.a, batch, device, dtype)
-            loss.backward()
-            losses.append(loss)
-        if first:
-            with torch.no_grad():
-                for param in oracle.a.parameters():
-                    assert param.grad is not None
-                    param.grad /= len(window_batches)
-        return losses[-1]
-
-    oracle_sam.step(oracle_closure)
-    for batch in batches[:2]:
-        with oracle_autocast(cell):
-            mse(oracle.b, batch, device, dtype).backward()
-    with torch.no_grad():
-        for param in oracle.b.parameters():
-            assert param.grad is not None
-            param.grad /= 2
-    oracle_sgd.step()
+    _two_pass_oracle(oracle, [batches[1]] if discard else batches[:2], batches[1], batches[:2], cell)
     assert_params_close(model, oracle, cell, f"the retry after {what}", tolerance_for(cell))

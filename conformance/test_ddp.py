@@ -19,13 +19,7 @@ from lightning_optimizer.conformance.data_parallel import (
     EVERY_SECOND_BATCH,
     SCHEDULE_CUT_SHORT_KEPT_OPEN,
     Plan,
-    expected_outcomes,
-    load,
-    oracle,
-)
-from lightning_optimizer.conformance.harness import (
-    REORDERED_TOLERANCES,
-    assert_params_close,
+    assert_epoch,
 )
 from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.conformance.scenarios import (
@@ -103,27 +97,7 @@ def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) 
                         f"{label}, {name}: parameter {i} differs between rank 0 and rank {rank} after batch "
                         f"{batch_idx}; after every real step the ranks must hold identical parameters [DDP-002]"
                     )
-    for batch_idx in range(EPOCH):
-        for j in range(len(plans)):
-            expected = expected_outcomes(plans, batch_idx, j)
-            got = first["outcomes"][batch_idx][j]
-            assert got == expected, (
-                f"{label}: after {modules[j]}'s step() in batch {batch_idx}, the wrappers' last_outcome are "
-                f"{got}, expected {expected} (windows: "
-                + "; ".join(f"{name} {list(plan.windows)}" for name, plan in zip(modules, plans, strict=True))
-                + ")"
-            )
-    after = oracle(cell, plans)
-    for batch_idx in range(EPOCH):
-        for j, (plan, name) in enumerate(zip(plans, modules, strict=True)):
-            assert_params_close(
-                load(cell, plan.module, first["params"][batch_idx][j]),
-                after[batch_idx][j],
-                cell,
-                f"{label}, {name}, after batch {batch_idx} (windows {list(plan.windows)}): DDP vs one process on "
-                "the global batch [DDP-002]",
-                REORDERED_TOLERANCES[cell.precision],
-            )
+    assert_epoch(cell, plans, first, label, "DDP [DDP-002]")
 
 
 ONE_MODULE = (SCHEDULE_CUT_SHORT_KEPT_OPEN,)

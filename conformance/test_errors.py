@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_optimizer.conformance.assertions import assert_same_grads, assert_unchanged, grads, snapshot
 from lightning_optimizer.conformance.harness import (
+    LOSS_FACTOR,
     Halves,
     assert_params_close,
     cell_device,
@@ -34,12 +36,12 @@ def _open_window(make_context: MakeContext, cell: Cell) -> tuple[torch.nn.Module
     model = context.prepare_module(make_model())
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
     run_steps(context, model, wrapper, make_batches(1), cell, lambda i: False)
-    return model, wrapper, [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    return model, wrapper, grads(model.parameters())
 
 
-def _assert_unchanged(model: torch.nn.Module, wrapper: Any, grads: list[torch.Tensor | None], what: str) -> None:
-    for param, grad in zip(model.parameters(), grads, strict=True):
-        assert grad is not None and param.grad is not None and torch.equal(param.grad, grad), f"{what} changed a grad"
+def _assert_window_intact(model: torch.nn.Module, wrapper: Any, held: list[torch.Tensor | None], what: str) -> None:
+    """The open window's gradients and outcome as they were, and it still closes on time."""
+    assert_same_grads(grads(model.parameters()), held, what)
     before = wrapper.last_outcome
     assert before is StepOutcome.ACCUMULATED, f"{what} changed the outcome to {before}"
     wrapper.step(make_optimizer_step=None)
@@ -56,11 +58,11 @@ def test_non_callable_closure(make_context: MakeContext, cell: Cell, closure: ob
     The second call would also be refused for the window's stage (a ``False`` step after ``unscale_gradients()``,
     CLIP-002): the argument is checked first, so the error is still the ``TypeError``.
     """
-    model, wrapper, grads = _open_window(make_context, cell)
+    model, wrapper, held = _open_window(make_context, cell)
     why = "ERR-001: a closure that is not callable is refused with TypeError before anything runs"
     with refuses(TypeError, f"wrapper.step({closure!r}) with a window open", why):
         wrapper.step(closure)
-    _assert_unchanged(model, wrapper, grads, f"step(closure={closure!r})")
+    _assert_window_intact(model, wrapper, held, f"step(closure={closure!r})")
     model, wrapper, _ = _open_window(make_context, cell)
     wrapper.unscale_gradients()
     prepared = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
@@ -80,7 +82,7 @@ def test_non_callable_closure(make_context: MakeContext, cell: Cell, closure: ob
 @pytest.mark.varies(faults=("invalid argument",), window=("k >= 2 micro-steps",))
 def test_non_bool_make_optimizer_step(make_context: MakeContext, cell: Cell, value: object) -> None:
     """A ``make_optimizer_step`` that is not a ``bool`` or ``None`` raises ``TypeError`` and changes nothing."""
-    model, wrapper, grads = _open_window(make_context, cell)
+    model, wrapper, held = _open_window(make_context, cell)
     calls = []
     with refuses(
         TypeError,
@@ -89,7 +91,7 @@ def test_non_bool_make_optimizer_step(make_context: MakeContext, cell: Cell, val
     ):
         wrapper.step(lambda: calls.append(1), make_optimizer_step=value)
     assert calls == [], "the closure ran although make_optimizer_step was invalid"
-    _assert_unchanged(model, wrapper, grads, f"make_optimizer_step={value!r}")
+    _assert_window_intact(model, wrapper, held, f"make_optimizer_step={value!r}")
 
 
 @pytest.mark.requirement("CTX-001")
@@ -163,26 +165,6 @@ def test_state_dict_of_another_layout(make_context: MakeContext, cell: Cell) -> 
             assert torch.equal(after["state"][index][key], value), f"state[{index}][{key!r}] changed by a refused load"
 
 
-def _snapshot(model: torch.nn.Module) -> dict[str, Any]:
-    """Parameters, gradients (all present) and flags of ``model``, on the CPU (one transfer on XLA)."""
-    params = list(model.parameters())
-    grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
-    flat = torch.cat([t.detach().flatten() for t in (*params, *grads)]).cpu()
-    return {
-        "the parameters and the windows' gradients": flat,
-        "which parameters have a gradient": [p.grad is not None for p in params],
-        "the requires_grad flags": [p.requires_grad for p in params],
-    }
-
-
-def _same_tensors(got: Any, want: Any) -> bool:
-    return torch.equal(got, want) if isinstance(want, torch.Tensor) else bool(got == want)
-
-
-LOSS_FACTOR = 1e-3
-"""Keeps 16-mixed's scaled float16 gradients finite at the default initial scale: every real step is taken."""
-
-
 @pytest.mark.requirement("ERR-001", "ERR-002", "STEP-004")
 # The checks and windows work alike on every device; on XLA the two halves' steps would only add compile time.
 @pytest.mark.cells(devices=("cpu", "cuda"))
@@ -217,7 +199,7 @@ def test_bad_arguments_leave_both_windows(make_context: MakeContext, cell: Cell)
     with context.batch(0):
         for name in halves:
             wrappers[name].step(closure_for(name, 0))
-    before = _snapshot(model)
+    before = snapshot(model)
     with context.batch(1):
         for name, other in (("a", "b"), ("b", "a")):
             bad: list[tuple[str, dict[str, Any]]] = [
@@ -241,12 +223,11 @@ def test_bad_arguments_leave_both_windows(make_context: MakeContext, cell: Cell)
                     f"wrapper {name}'s step({what}) changed wrapper {other}'s last_outcome from {others_outcome} to "
                     f"{wrappers[other].last_outcome}"
                 )
-            after = _snapshot(model)
-            for part in before:
-                assert _same_tensors(after[part], before[part]), (
-                    f"wrapper {name}'s refused calls ({', '.join(what for what, _ in bad)}), with both windows "
-                    f"open, changed {part}"
-                )
+            assert_unchanged(
+                model,
+                before,
+                f"wrapper {name}'s refused calls ({', '.join(what for what, _ in bad)}), with both windows open",
+            )
         for name in halves:
             wrappers[name].step(closure_for(name, 1))
             assert wrappers[name].last_outcome is StepOutcome.STEPPED, (

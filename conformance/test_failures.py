@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 import torch
-from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.assertions import assert_same_grads, assert_same_values, grads, param_values
 from lightning_optimizer.conformance.harness import (
+    LOSS_FACTOR,
     ON_FAILURE,
     Batch,
     FlakyAdam,
@@ -43,11 +44,18 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     mse,
-    oracle_autocast,
     oracle_step_done,
     refuses,
 )
-from lightning_optimizer.conformance.oracles import oracle_copy, recipe_backward, recipe_window_mean
+from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.conformance.plain_loop import (
+    clipper,
+    oracle_loss,
+    plain_scaler,
+    real_step,
+    scaled_backward,
+    update_scaler,
+)
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -57,8 +65,6 @@ EAGER = ("cpu", "cuda")
 """The checks that train windows against an oracle run on the eager devices: no rule here depends on the device,
 and on XLA every new graph compiles (the policy's construction check runs there too)."""
 
-LOSS_FACTOR = 1e-3
-"""Keeps 16-mixed's scaled float16 gradients finite at the default scale: only a planted overflow is not finite."""
 SGD_LR = 10.0
 """Large enough that a window's mean over a wrong length, or a micro-batch too many, moves the parameters far beyond
 every precision's tolerance."""
@@ -71,26 +77,6 @@ _KINDS: dict[str, tuple[type[torch.optim.Optimizer], type[torch.optim.Optimizer]
     "Adam": (FlakyAdam, torch.optim.Adam, {"lr": ADAM_LR}),
 }
 """The flaky optimizer of each kind, its plain twin for the oracle, and their hyper-parameters."""
-
-
-def _grads(params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
-    return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
-
-
-def _values(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    return [p.detach().cpu().clone() for p in params]
-
-
-def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor | None], what: str) -> None:
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert (a is None) == (b is None), f"{what}: the gradient of parameter {i} is {a}, was {b}"
-        if a is not None and b is not None:
-            assert a.dtype == b.dtype and torch.equal(a, b), f"{what}: the gradient of parameter {i} changed"
-
-
-def _assert_same_values(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert torch.equal(a, b), f"{what}: parameter {i} changed"
 
 
 @dataclass
@@ -106,8 +92,8 @@ class _Snapshot:
     @classmethod
     def of(cls, rig: _Rig, *, state: bool) -> _Snapshot:
         return cls(
-            _values(list(rig.model.parameters())),
-            {name: _grads(params) for name, params in rig.params.items()},
+            param_values(list(rig.model.parameters())),
+            {name: grads(params) for name, params in rig.params.items()},
             [p.requires_grad for p in rig.model.parameters()],
             {name: wrapper.last_outcome for name, wrapper in rig.wrappers.items()},
             copy.deepcopy(rig.context.state_dict()) if state else None,
@@ -116,16 +102,16 @@ class _Snapshot:
     def assert_unchanged(self, rig: _Rig, what: str, *, discarded: str | None = None) -> None:
         """As before, except the window of wrapper ``discarded`` (every gradient ``None``, ``DISCARDED``)."""
         now = _Snapshot.of(rig, state=False)
-        _assert_same_values(now.values, self.values, what)
+        assert_same_values(now.values, self.values, what)
         assert now.flags == self.flags, f"{what} changed requires_grad flags: {now.flags}, before {self.flags}"
-        for name, grads in self.grads.items():
+        for name, window in self.grads.items():
             if name == discarded:
-                _assert_same_grads(now.grads[name], [None] * len(grads), f"{what}, wrapper {name}'s discarded window")
+                assert_same_grads(now.grads[name], [None] * len(window), f"{what}, wrapper {name}'s discarded window")
                 assert now.outcomes[name] is D, (
                     f"{what}: wrapper {name}'s last_outcome is {now.outcomes[name]}, expected DISCARDED [FAIL-003]"
                 )
                 continue
-            _assert_same_grads(now.grads[name], grads, f"{what}, wrapper {name}'s window")
+            assert_same_grads(now.grads[name], window, f"{what}, wrapper {name}'s window")
             assert now.outcomes[name] is self.outcomes[name], (
                 f"{what}: wrapper {name}'s last_outcome is {now.outcomes[name]}, was {self.outcomes[name]}"
             )
@@ -200,10 +186,8 @@ def _oracle_run(
     mean (unscaled, clipped by norm) at its last batch; one ``GradScaler`` (torch's recipe, AMP-007), updated at the
     end of each batch in which an optimizer stepped (``in_batch``) or after each real step (AMP-003).
     """
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    scaler = None
-    if cell.precision == "16-mixed":
-        scaler = GradScaler(device.type, **(settings or GradScalerSettings()).as_kwargs())
+    scaler = plain_scaler(cell, settings)
+    clip_norm = None if clip is None else clipper("norm", clip)
     halves = {"a": oracle.a, "b": oracle.b}
     scales: list[float] = []
     for batch_idx, batch in enumerate(batches):
@@ -212,28 +196,16 @@ def _oracle_run(
             window = next((w for w in windows if batch_idx in w), None)
             if window is None:
                 continue
-            with oracle_autocast(cell):
-                loss = mse(halves[name], batch, device, dtype) * LOSS_FACTOR
-            recipe_backward(loss, scaler, accumulate, scales=scales)
+            scaled_backward(oracle_loss(halves[name], batch, cell), scaler, accumulate, scales=scales)
             if batch_idx != window[-1]:
                 continue
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            recipe_window_mean(params, len(window), scaler, accumulate)
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            if clip is not None:
-                torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], clip)
-            if scaler is None:
-                optimizer.step()
-            else:
-                scaler.step(optimizer)
-                stepped = True
-                if not in_batch:
-                    scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            real_step(optimizer, len(window), scaler, accumulate, clip=clip_norm)
+            stepped = True
+            if not in_batch:
+                update_scaler(scaler)
             oracle_step_done(cell)
-        if scaler is not None and stepped and in_batch:
-            scaler.update()
+        if stepped and in_batch:
+            update_scaler(scaler)
     return scales
 
 
@@ -289,6 +261,156 @@ def _planted_hook(rig: _Rig, implementation: ImplementationInfo[Any]) -> Callabl
     return handle.remove
 
 
+def _failing_closures(
+    rig: _Rig, batch: Batch, implementation: ImplementationInfo[Any]
+) -> tuple[list[tuple[str, Callable[[], Any], type[BaseException]]], Callable[[], Any]]:
+    """Wrapper ``a``'s closures that fail before any backward writes into its window, and the one a hook fails."""
+    a, b = rig.wrappers["a"], rig.wrappers["b"]
+    outside = torch.zeros(3, device=rig.device, dtype=rig.dtype, requires_grad=True)
+
+    def raise_at_once() -> None:
+        raise PlannedFailure("the closure fails at once")
+
+    def forward_then_raise() -> None:
+        rig.loss("a", batch)
+        raise PlannedFailure("the closure fails after its forward pass")
+
+    def zero_grad_then_raise() -> None:
+        a.zero_grad()
+        b.zero_grad(set_to_none=False)
+        rig.loss("a", batch)
+        raise PlannedFailure("the closure fails after zero_grad() of both wrappers (both windows open: no-ops)")
+
+    def autograd_grad_then_raise() -> None:
+        loss = rig.loss("a", batch)
+        torch.autograd.grad(loss, rig.params["a"])
+        raise PlannedFailure("the closure fails after torch.autograd.grad, which writes no .grad")
+
+    def backward_elsewhere_then_raise() -> None:
+        a.backward((outside * 2.0).sum())
+        raise PlannedFailure("the closure fails after a backward that wrote no gradient of the window")
+
+    def reentering() -> None:
+        rig.loss("a", batch)
+        b.step(rig.closure("b", batch))
+
+    def hooked() -> None:
+        a.backward(rig.loss("a", batch))
+
+    failing: list[tuple[str, Callable[[], Any], type[BaseException]]] = [
+        ("a closure that raises at once", raise_at_once, PlannedFailure),
+        ("a closure that raises after its forward pass", forward_then_raise, PlannedFailure),
+        ("a closure that raises after zero_grad() of both wrappers", zero_grad_then_raise, PlannedFailure),
+        ("a closure that raises after torch.autograd.grad", autograd_grad_then_raise, PlannedFailure),
+        (
+            "a closure whose wrapper.backward wrote no gradient of the window",
+            backward_elsewhere_then_raise,
+            PlannedFailure,
+        ),
+        ("a closure that re-enters step()", reentering, RuntimeError),
+    ]
+    if "hooks" in implementation.features:
+        failing.append(("a closure whose backward's before_backward hook raises", hooked, PlannedFailure))
+    return failing, hooked
+
+
+def _fail_with_both_windows_open(
+    rig: _Rig, implementation: ImplementationInfo[Any], batch: Batch, on_failure: str, state: bool
+) -> None:
+    """Wrapper ``a``'s failing and refused calls, both windows open: each changes nothing [FAIL-002].
+
+    Then a call whose closure ran ``loss.backward()`` before raising: discarded or restored [FAIL-003, FAIL-004].
+    """
+    a = rig.wrappers["a"]
+    failing, hooked = _failing_closures(rig, batch, implementation)
+    for make_step in (False, True):
+        for what, closure, raised in failing:
+            call = f"wrapper a's step(make_optimizer_step={make_step}) with {what} (on_failure={on_failure!r})"
+            before = _Snapshot.of(rig, state=state)
+            remove = _planted_hook(rig, implementation) if closure is hooked else None
+            try:
+                with refuses(
+                    raised, call, "FAIL-002: the exception of a call that fails before any backward wrote propagates"
+                ):
+                    a.step(closure, make_optimizer_step=make_step)
+            finally:
+                if remove is not None:
+                    remove()
+            before.assert_unchanged(rig, f"{call}: it failed before any backward wrote (FAIL-002)")
+        refused: list[tuple[str, dict[str, Any]]] = [
+            ("closure=3", {"closure": 3}),
+            ("make_optimizer_step='yes'", {"closure": rig.closure("a", batch), "make_optimizer_step": "yes"}),
+        ]
+        for what, arguments in refused:
+            before = _Snapshot.of(rig, state=state)
+            with refuses(
+                TypeError,
+                f"wrapper a's step({what})",
+                "ERR-001, ERR-002: a bad argument is refused with TypeError before anything runs",
+            ):
+                a.step(**arguments)
+            before.assert_unchanged(rig, f"wrapper a's refused step({what}) (FAIL-002)")
+    # A plain loss.backward() writes into the window as a wrapper's backward does [FAIL-002].
+    before = _Snapshot.of(rig, state=state)
+
+    def plain_then_raise() -> None:
+        rig.loss("a", batch).backward()
+        raise PlannedFailure("the closure fails after loss.backward()")
+
+    call = f"wrapper a's step() whose closure raises after loss.backward() (on_failure={on_failure!r})"
+    with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates") as error:
+        a.step(plain_then_raise, make_optimizer_step=False)
+    if on_failure == "discard":
+        before.assert_unchanged(rig, f"{call}: loss.backward() wrote into the window (FAIL-003)", discarded="a")
+        assert_discard_note(error.value, a.optimizer, (1, 2), call)
+    else:
+        before.assert_unchanged(rig, f"{call} (FAIL-004)")
+
+
+def _fail_on_a_prepared_window(rig: _Rig, batch: Batch, on_failure: str) -> None:
+    """A window prepared by ``unscale_gradients()``: failed closing steps and refused calls change nothing.
+
+    The closing micro-step in the backward-then-step form, prepared by hand: the closing step's closure fails
+    before any backward, and the stage refuses what it forbids [FAIL-002, CLIP-002].
+    """
+    a = rig.wrappers["a"]
+    a.backward(rig.loss("a", batch))
+    a.unscale_gradients()
+
+    def forward_then_raise_prepared() -> None:
+        rig.loss("a", batch)
+        raise PlannedFailure("the closing step's closure fails after its forward pass")
+
+    def backward_refused() -> None:
+        a.backward(rig.loss("a", batch))  # refused: the window is prepared (CLIP-002)
+
+    for what, closure, raised in (
+        ("a closure that raises after its forward pass", forward_then_raise_prepared, PlannedFailure),
+        ("a closure whose backward is refused", backward_refused, RuntimeError),
+    ):
+        for closing in (None, True):
+            call = (
+                f"wrapper a's closing step(make_optimizer_step={closing}) of a window unscale_gradients() "
+                f"prepared, with {what} (on_failure={on_failure!r})"
+            )
+            before = _Snapshot.of(rig, state=False)
+            with refuses(raised, call, "FAIL-002: the closure's exception propagates"):
+                a.step(closure, make_optimizer_step=closing)
+            before.assert_unchanged(rig, f"{call}: no backward wrote, the prepared window stays (FAIL-002)")
+    for what, refused_call in (
+        ("step(make_optimizer_step=False)", lambda: a.step(make_optimizer_step=False)),
+        ("zero_grad()", a.zero_grad),
+    ):
+        before = _Snapshot.of(rig, state=False)
+        with refuses(
+            RuntimeError,
+            f"wrapper a's {what} after unscale_gradients(), before the closing step()",
+            "CLIP-002: a stage that forbids the call refuses it, changing nothing (FAIL-002)",
+        ):
+            refused_call()
+        before.assert_unchanged(rig, f"wrapper a's refused {what} on a prepared window (FAIL-002)")
+
+
 @pytest.mark.requirement("FAIL-002", "FAIL-003", "FAIL-004", "REENT-001", "ERR-001", "ERR-002", "CLIP-002")
 @pytest.mark.cells(devices=EAGER)
 @pytest.mark.parametrize("on_failure", ON_FAILURE)
@@ -333,139 +455,12 @@ def test_a_call_that_fails_before_any_backward_changes_nothing(
     with rig.context.batch(0):
         a.step(rig.closure("a", batches[0]))
         b.step(rig.closure("b", batches[0]))
-    outside = torch.zeros(3, device=rig.device, dtype=rig.dtype, requires_grad=True)
-
-    def raise_at_once() -> None:
-        raise PlannedFailure("the closure fails at once")
-
-    def forward_then_raise() -> None:
-        rig.loss("a", batches[1])
-        raise PlannedFailure("the closure fails after its forward pass")
-
-    def zero_grad_then_raise() -> None:
-        a.zero_grad()
-        b.zero_grad(set_to_none=False)
-        rig.loss("a", batches[1])
-        raise PlannedFailure("the closure fails after zero_grad() of both wrappers (both windows open: no-ops)")
-
-    def autograd_grad_then_raise() -> None:
-        loss = rig.loss("a", batches[1])
-        torch.autograd.grad(loss, rig.params["a"])
-        raise PlannedFailure("the closure fails after torch.autograd.grad, which writes no .grad")
-
-    def backward_elsewhere_then_raise() -> None:
-        a.backward((outside * 2.0).sum())
-        raise PlannedFailure("the closure fails after a backward that wrote no gradient of the window")
-
-    def reentering() -> None:
-        rig.loss("a", batches[1])
-        b.step(rig.closure("b", batches[1]))
-
-    def hooked() -> None:
-        a.backward(rig.loss("a", batches[1]))
-
-    failing: list[tuple[str, Callable[[], Any], type[BaseException]]] = [
-        ("a closure that raises at once", raise_at_once, PlannedFailure),
-        ("a closure that raises after its forward pass", forward_then_raise, PlannedFailure),
-        ("a closure that raises after zero_grad() of both wrappers", zero_grad_then_raise, PlannedFailure),
-        ("a closure that raises after torch.autograd.grad", autograd_grad_then_raise, PlannedFailure),
-        (
-            "a closure whose wrapper.backward wrote no gradient of the window",
-            backward_elsewhere_then_raise,
-            PlannedFailure,
-        ),
-        ("a closure that re-enters step()", reentering, RuntimeError),
-    ]
-    remove_hook: list[Callable[[], Any] | None] = [None]
-    if "hooks" in implementation.features:
-        failing.append(("a closure whose backward's before_backward hook raises", hooked, PlannedFailure))
     with rig.context.batch(1):
-        for make_step in (False, True):
-            for what, closure, raised in failing:
-                call = f"wrapper a's step(make_optimizer_step={make_step}) with {what} (on_failure={on_failure!r})"
-                before = _Snapshot.of(rig, state=state)
-                if closure is hooked:
-                    remove_hook[0] = _planted_hook(rig, implementation)
-                try:
-                    with refuses(
-                        raised,
-                        call,
-                        "FAIL-002: the exception of a call that fails before any backward wrote propagates",
-                    ):
-                        a.step(closure, make_optimizer_step=make_step)
-                finally:
-                    remove = remove_hook[0]
-                    if remove is not None:
-                        remove()
-                        remove_hook[0] = None
-                before.assert_unchanged(rig, f"{call}: it failed before any backward wrote (FAIL-002)")
-            refused: list[tuple[str, dict[str, Any]]] = [
-                ("closure=3", {"closure": 3}),
-                ("make_optimizer_step='yes'", {"closure": rig.closure("a", batches[1]), "make_optimizer_step": "yes"}),
-            ]
-            for what, arguments in refused:
-                before = _Snapshot.of(rig, state=state)
-                with refuses(
-                    TypeError,
-                    f"wrapper a's step({what})",
-                    "ERR-001, ERR-002: a bad argument is refused with TypeError before anything runs",
-                ):
-                    a.step(**arguments)
-                before.assert_unchanged(rig, f"wrapper a's refused step({what}) (FAIL-002)")
-        # A plain loss.backward() writes into the window as a wrapper's backward does [FAIL-002].
-        before = _Snapshot.of(rig, state=state)
-
-        def plain_then_raise() -> None:
-            rig.loss("a", batches[1]).backward()
-            raise PlannedFailure("the closure fails after loss.backward()")
-
-        call = f"wrapper a's step() whose closure raises after loss.backward() (on_failure={on_failure!r})"
-        with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates") as error:
-            a.step(plain_then_raise, make_optimizer_step=False)
-        if discard:
-            before.assert_unchanged(rig, f"{call}: loss.backward() wrote into the window (FAIL-003)", discarded="a")
-            assert_discard_note(error.value, a.optimizer, (1, 2), call)
-        else:
-            before.assert_unchanged(rig, f"{call} (FAIL-004)")
+        _fail_with_both_windows_open(rig, implementation, batches[1], on_failure, state)
         a.step(rig.closure("a", batches[1]))
         b.step(rig.closure("b", batches[1]))
     with rig.context.batch(2):
-        # The closing micro-step in the backward-then-step form, prepared by hand; the stage refuses what it forbids.
-        a.backward(rig.loss("a", batches[2]))
-        a.unscale_gradients()
-
-        def forward_then_raise_prepared() -> None:
-            rig.loss("a", batches[2])
-            raise PlannedFailure("the closing step's closure fails after its forward pass")
-
-        def backward_refused() -> None:
-            a.backward(rig.loss("a", batches[2]))  # refused: the window is prepared (CLIP-002)
-
-        for what, closure, raised in (
-            ("a closure that raises after its forward pass", forward_then_raise_prepared, PlannedFailure),
-            ("a closure whose backward is refused", backward_refused, RuntimeError),
-        ):
-            for closing in (None, True):
-                call = (
-                    f"wrapper a's closing step(make_optimizer_step={closing}) of a window unscale_gradients() "
-                    f"prepared, with {what} (on_failure={on_failure!r})"
-                )
-                before = _Snapshot.of(rig, state=False)
-                with refuses(raised, call, "FAIL-002: the closure's exception propagates"):
-                    a.step(closure, make_optimizer_step=closing)
-                before.assert_unchanged(rig, f"{call}: no backward wrote, the prepared window stays (FAIL-002)")
-        for what, refused_call in (
-            ("step(make_optimizer_step=False)", lambda: a.step(make_optimizer_step=False)),
-            ("zero_grad()", a.zero_grad),
-        ):
-            before = _Snapshot.of(rig, state=False)
-            with refuses(
-                RuntimeError,
-                f"wrapper a's {what} after unscale_gradients(), before the closing step()",
-                "CLIP-002: a stage that forbids the call refuses it, changing nothing (FAIL-002)",
-            ):
-                refused_call()
-            before.assert_unchanged(rig, f"wrapper a's refused {what} on a prepared window (FAIL-002)")
+        _fail_on_a_prepared_window(rig, batches[2], on_failure)
         a.step()
         b.step(rig.closure("b", batches[2]))
     assert a.last_outcome is S and b.last_outcome is S, (
@@ -594,6 +589,80 @@ _DISCARDS = {
 }
 
 
+@dataclass
+class _DiscardRun:
+    """Wrapper ``a``'s calls in a :class:`_Discard` plan: the planned ones, and the one that fails."""
+
+    plan: _Discard
+    rig: _Rig
+    batches: list[Batch]
+    plain: bool
+    """The closures run ``loss.backward()`` (the plan's ``"plain"`` form, outside 16-mixed)."""
+
+    def call(self, batch_idx: int, *, make_step: bool | None = None, unscale: bool = False) -> None:
+        """The planned call of ``batch_idx`` (or with ``make_step``), its window prepared first with ``unscale``."""
+        a, plan, batch = self.rig.a, self.plan, self.batches[batch_idx]
+        make_step = plan.schedule.get(batch_idx) if make_step is None else make_step
+        if plan.form == "backward":
+            a.backward(self.rig.loss("a", batch))
+            if unscale:
+                a.unscale_gradients()
+            a.step(make_optimizer_step=make_step)
+        else:
+            a.step(self.rig.closure("a", batch, plain=self.plain, unscale=unscale), make_optimizer_step=make_step)
+
+    def fail(self, batch_idx: int) -> None:
+        """The call of ``batch_idx``, failing where the plan says, after its window was written."""
+        a, plan, batch = self.rig.a, self.plan, self.batches[batch_idx]
+        if plan.where in ("closure", "prepared closure"):
+
+            def closure() -> None:
+                loss = self.rig.loss("a", batch)
+                if plan.form == "plain":
+                    loss.backward()
+                else:
+                    a.backward(loss)
+                if plan.where == "prepared closure":
+                    a.unscale_gradients()
+                raise PlannedFailure("the closure fails after its backward")
+
+            a.step(closure, make_optimizer_step=plan.schedule.get(batch_idx))
+        elif plan.where == "hook":
+
+            def before_optimizer_step(wrapper: Any) -> None:
+                if wrapper is a:
+                    raise PlannedFailure("the before_optimizer_step hook fails")
+
+            handle = self.rig.context.register_hooks(before_optimizer_step=before_optimizer_step)
+            try:
+                self.call(batch_idx)
+            finally:
+                handle.remove()
+        else:
+            self.rig.inner.fail = True  # type: ignore[attr-defined]
+            try:
+                self.call(batch_idx, unscale=plan.where == "prepared")
+            finally:
+                self.rig.inner.fail = False  # type: ignore[attr-defined]
+
+    def fail_and_retry(self, batch_idx: int, what: str) -> None:
+        """The failing call discards ``a``'s window and only it [FAIL-003]; then the retry the plan makes."""
+        a, plan, rig = self.rig.a, self.plan, self.rig
+        prepared = plan.where in ("prepared", "prepared closure")
+        before = _Snapshot.of(rig, state=False)
+        with refuses(PlannedFailure, what, "CLOS-003, TXN-001, HOOK-004: the failure propagates") as raised:
+            self.fail(batch_idx)
+        before.assert_unchanged(rig, what, discarded="a")
+        assert_discard_note(raised.value, a.optimizer, (plan.held, plan.held + 1), what)
+        if prepared:
+            a.zero_grad()  # the discarded window is not prepared any more: zero_grad() is taken
+            assert_same_grads(grads(rig.params["a"]), [None] * len(rig.params["a"]), f"{what}, zero_grad()")
+        if plan.retry == "same":
+            self.call(batch_idx, unscale=prepared)
+        elif plan.retry == "accumulate":
+            self.call(batch_idx, make_step=False)
+
+
 @pytest.mark.requirement("FAIL-003", "FAIL-002", "CLOS-003", "TXN-001", "HOOK-004", "STEP-004", "ACC-001", "AMP-003")
 @pytest.mark.cells(devices=EAGER)
 @pytest.mark.parametrize(
@@ -640,55 +709,8 @@ def test_a_discarded_window_is_gone_and_the_next_is_exact(make_context: MakeCont
     plan = _DISCARDS[scenario]
     sixteen = cell.precision == "16-mixed"
     rig = _Rig(make_context, cell, plan.kind, two=plan.other is not None, accumulate_grad_batches=plan.accumulate)
-    a = rig.a
     batches = make_batches(plan.batches, seed=23)
-    plain = plan.form == "plain" and not sixteen  # 16-mixed: only the failing closure runs loss.backward()
-
-    def call(batch_idx: int, *, make_step: bool | None = None, unscale: bool = False) -> None:
-        make_step = plan.schedule.get(batch_idx) if make_step is None else make_step
-        batch = batches[batch_idx]
-        if plan.form == "backward":
-            a.backward(rig.loss("a", batch))
-            if unscale:
-                a.unscale_gradients()
-            a.step(make_optimizer_step=make_step)
-        else:
-            a.step(rig.closure("a", batch, plain=plain, unscale=unscale), make_optimizer_step=make_step)
-
-    def fail(batch_idx: int) -> None:
-        batch = batches[batch_idx]
-        make_step = plan.schedule.get(batch_idx)
-        if plan.where in ("closure", "prepared closure"):
-
-            def closure() -> None:
-                loss = rig.loss("a", batch)
-                if plan.form == "plain":
-                    loss.backward()
-                else:
-                    a.backward(loss)
-                if plan.where == "prepared closure":
-                    a.unscale_gradients()
-                raise PlannedFailure("the closure fails after its backward")
-
-            a.step(closure, make_optimizer_step=make_step)
-        elif plan.where == "hook":
-
-            def before_optimizer_step(wrapper: Any) -> None:
-                if wrapper is a:
-                    raise PlannedFailure("the before_optimizer_step hook fails")
-
-            handle = rig.context.register_hooks(before_optimizer_step=before_optimizer_step)
-            try:
-                call(batch_idx)
-            finally:
-                handle.remove()
-        else:
-            rig.inner.fail = True  # type: ignore[attr-defined]
-            try:
-                call(batch_idx, unscale=plan.where == "prepared")
-            finally:
-                rig.inner.fail = False  # type: ignore[attr-defined]
-
+    run = _DiscardRun(plan, rig, batches, plain=plan.form == "plain" and not sixteen)
     outcomes: list[StepOutcome | None] = []
     for batch_idx in range(plan.batches):
         last = batch_idx == plan.batches - 1
@@ -697,22 +719,10 @@ def test_a_discarded_window_is_gone_and_the_next_is_exact(make_context: MakeCont
         )
         with block:
             if batch_idx == plan.failing:
-                before = _Snapshot.of(rig, state=False)
-                what = f"{scenario}: wrapper a's failed call in batch {batch_idx}"
-                with refuses(PlannedFailure, what, "CLOS-003, TXN-001, HOOK-004: the failure propagates") as raised:
-                    fail(batch_idx)
-                before.assert_unchanged(rig, what, discarded="a")
-                assert_discard_note(raised.value, a.optimizer, (plan.held, plan.held + 1), what)
-                if plan.where in ("prepared", "prepared closure"):
-                    a.zero_grad()  # the discarded window is not prepared any more: zero_grad() is taken
-                    _assert_same_grads(_grads(rig.params["a"]), [None] * len(rig.params["a"]), f"{what}, zero_grad()")
-                if plan.retry == "same":
-                    call(batch_idx, unscale=plan.where in ("prepared", "prepared closure"))
-                elif plan.retry == "accumulate":
-                    call(batch_idx, make_step=False)
+                run.fail_and_retry(batch_idx, f"{scenario}: wrapper a's failed call in batch {batch_idx}")
             else:
-                call(batch_idx)
-            outcomes.append(a.last_outcome)
+                run.call(batch_idx)
+            outcomes.append(rig.a.last_outcome)
             if plan.other is not None:
                 rig.wrappers["b"].step(rig.closure("b", batches[batch_idx]), make_optimizer_step=plan.other[batch_idx])
     assert outcomes == list(plan.outcomes), (
@@ -736,6 +746,50 @@ def test_a_discarded_window_is_gone_and_the_next_is_exact(make_context: MakeCont
 GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
 """The scale doubles after every iteration in which an optimizer stepped and nothing overflowed, and halves after one
 that recorded an overflow: a found-inf the scaler kept of a failed window shows in the next scales."""
+
+
+def _b_fails_after_unscaling(rig: _Rig, batch: Batch, failing: str, on_failure: str, scales: list[float]) -> bool:
+    """Wrapper ``b``'s closing call fails after its window was unscaled; whether the restored window then stepped.
+
+    ``closure``: the closure backpropagates an infinite loss, unscales and raises. ``inner-step``: the window is
+    prepared by ``unscale_gradients()`` and the inner step raises; under ``"restore"`` the retry steps it here.
+    """
+    a, b = rig.wrappers["a"], rig.wrappers["b"]
+    if failing == "closure":
+
+        def overflowing() -> None:
+            b.backward(rig.loss("b", batch) * math.inf)
+            b.unscale_gradients()
+            raise PlannedFailure("the closure fails after unscaling an overflowing window")
+
+        before = _Snapshot.of(rig, state=False)
+        call = f"wrapper b's closing step() whose closure unscaled an overflow, then raised ({on_failure})"
+        with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
+            b.step(overflowing)
+        before.assert_unchanged(rig, call, discarded="b" if on_failure == "discard" else None)
+        return False
+    loss = rig.loss("b", batch)
+    loss.register_hook(lambda grad: scales.append(float(grad)))
+    b.backward(loss)
+    b.unscale_gradients()
+    inner = b.optimizer
+
+    def raising(*args: Any, **kwargs: Any) -> None:
+        raise PlannedFailure("the inner step fails on purpose")
+
+    inner.step = raising
+    call = "wrapper b's closing step() of a window unscale_gradients() prepared, its inner step raising"
+    try:
+        with refuses(PlannedFailure, call, "TXN-001: the inner step's exception propagates"):
+            b.step(make_optimizer_step=True)
+    finally:
+        del inner.step
+    if on_failure == "restore":
+        b.step(make_optimizer_step=True)  # the prepared window is back: its step applies it
+        assert a.last_outcome is S and b.last_outcome is S, f"batch 1: {b.last_outcome} after the retry"
+        return True
+    assert b.last_outcome is StepOutcome.DISCARDED, f"the failed call left {b.last_outcome}, not DISCARDED"
+    return False
 
 
 @pytest.mark.requirement("FAIL-003", "FAIL-004", "AMP-003", "CLIP-002")
@@ -784,40 +838,8 @@ def test_a_failed_window_leaves_no_found_inf_behind(
     for batch_idx, batch in enumerate(batches):
         with rig.context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
             a.step(recorded("a", batch))
-            if batch_idx == 1 and failing == "closure":
-
-                def overflowing(batch: Batch = batch) -> None:
-                    b.backward(rig.loss("b", batch) * math.inf)
-                    b.unscale_gradients()
-                    raise PlannedFailure("the closure fails after unscaling an overflowing window")
-
-                before = _Snapshot.of(rig, state=False)
-                call = f"wrapper b's closing step() whose closure unscaled an overflow, then raised ({on_failure})"
-                with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
-                    b.step(overflowing)
-                before.assert_unchanged(rig, call, discarded="b" if on_failure == "discard" else None)
-            elif batch_idx == 1:
-                loss = rig.loss("b", batch)
-                loss.register_hook(lambda grad: scales.append(float(grad)))
-                b.backward(loss)
-                b.unscale_gradients()
-                inner = b.optimizer
-
-                def raising(*args: Any, **kwargs: Any) -> None:
-                    raise PlannedFailure("the inner step fails on purpose")
-
-                inner.step = raising
-                call = "wrapper b's closing step() of a window unscale_gradients() prepared, its inner step raising"
-                try:
-                    with refuses(PlannedFailure, call, "TXN-001: the inner step's exception propagates"):
-                        b.step(make_optimizer_step=True)
-                finally:
-                    del inner.step
-                if on_failure == "restore":
-                    b.step(make_optimizer_step=True)  # the prepared window is back: its step applies it
-                    assert a.last_outcome is S and b.last_outcome is S, f"batch 1: {b.last_outcome} after the retry"
-                    continue
-                assert b.last_outcome is StepOutcome.DISCARDED, f"the failed call left {b.last_outcome}, not DISCARDED"
+            if batch_idx == 1 and _b_fails_after_unscaling(rig, batch, failing, on_failure, scales):
+                continue
             b.step(recorded("b", batch))
             assert a.last_outcome is S and b.last_outcome is S, f"batch {batch_idx}: {a.last_outcome}, {b.last_outcome}"
     plans: dict[str, tuple[torch.optim.Optimizer, Sequence[Sequence[int]]]] = {
@@ -839,6 +861,106 @@ def test_a_failed_window_leaves_no_found_inf_behind(
 
 CLIP = 2e-4
 """A norm the windows' gradients exceed: the preparation of a real step changes them in place."""
+
+
+@dataclass
+class _Restored:
+    """Failures of wrapper ``a``'s calls under ``"restore"``, each checked to leave everything as before [FAIL-004]."""
+
+    rig: _Rig
+    state: bool
+    """Whether the context's state is compared too (checkpointing claimed)."""
+    hooks: bool
+
+    def expect(self, what: str, failing: Callable[[], Any], *, prepared: bool = False) -> None:
+        """``failing()`` raises the planted failure and leaves the rig as it was."""
+        before = _Snapshot.of(self.rig, state=self.state and not prepared)
+        with refuses(PlannedFailure, what, "CLOS-003, TXN-001, HOOK-004: the failure propagates"):
+            failing()
+        before.assert_unchanged(self.rig, f"{what}: under on_failure='restore' (FAIL-004)")
+
+    def after_backward(self, batch: Batch) -> Callable[[], None]:
+        """A closure that raises after its backward."""
+
+        def closure() -> None:
+            self.rig.wrappers["a"].backward(self.rig.loss("a", batch))
+            raise PlannedFailure("the closure fails after its backward")
+
+        return closure
+
+    def inner_fails(self, call: Callable[[], Any]) -> Callable[[], Any]:
+        """``call`` with the inner optimizer's step raising."""
+
+        def failing() -> None:
+            self.rig.inner.fail = True  # type: ignore[attr-defined]
+            try:
+                call()
+            finally:
+                self.rig.inner.fail = False  # type: ignore[attr-defined]
+
+        return failing
+
+    def hook_fails(self, call: Callable[[], Any]) -> Callable[[], Any]:
+        """``call`` with a ``before_optimizer_step`` hook that raises."""
+
+        def failing() -> None:
+            def before_optimizer_step(wrapper: Any) -> None:
+                raise PlannedFailure("the before_optimizer_step hook fails")
+
+            handle = self.rig.context.register_hooks(before_optimizer_step=before_optimizer_step)
+            try:
+                call()
+            finally:
+                handle.remove()
+
+        return failing
+
+    def batch(self, batch_idx: int, batch: Batch) -> None:
+        """Batch ``batch_idx``'s failures of wrapper ``a``, then its successful call."""
+        a, where = self.rig.wrappers["a"], f"batch {batch_idx}"
+        if batch_idx in (0, 1, 3, 6, 7):
+            self.expect(
+                f"{where}: a closure that raises after its backward", partial(a.step, self.after_backward(batch))
+            )
+        if batch_idx == 1:
+            self.expect(
+                f"{where}: a step cut short whose inner step raises",
+                self.inner_fails(partial(a.step, self.rig.closure("a", batch), make_optimizer_step=True)),
+            )
+        if batch_idx == 2 and self.hooks:
+            self.expect(
+                f"{where}: a closing step whose before_optimizer_step hook raises",
+                self.hook_fails(partial(a.step, self.rig.closure("a", batch))),
+            )
+        if batch_idx == 7:
+            a.zero_grad(set_to_none=False)  # a window is open: nothing happens [ZERO-002]
+            self.expect(
+                f"{where}: again, after zero_grad(set_to_none=False)", partial(a.step, self.after_backward(batch))
+            )
+        if batch_idx == 4:
+            a.backward(self.rig.loss("a", batch))
+            self.expect(
+                f"{where}: a step() cut short after its backward, whose inner step raises",
+                self.inner_fails(lambda: a.step(make_optimizer_step=True)),
+            )
+            a.step()
+        elif batch_idx == 8:
+            a.backward(self.rig.loss("a", batch))
+            a.unscale_gradients()
+            self.expect(
+                f"{where}: the closing step() of a prepared window, whose inner step raises",
+                self.inner_fails(a.step),
+                prepared=True,
+            )
+            with refuses(
+                RuntimeError,
+                "wrapper a's zero_grad() after unscale_gradients() and a failed closing step()",
+                "CLIP-002, FAIL-004: the restored window is still prepared; zero_grad() is refused",
+            ):
+                a.zero_grad()
+            a.step()
+        else:
+            a.step(self.rig.closure("a", batch))
 
 
 @pytest.mark.requirement("FAIL-004", "CLOS-003", "TXN-001", "HOOK-004", "CLIP-001", "CLIP-002")
@@ -884,98 +1006,14 @@ def test_restore_returns_to_the_last_successful_call(
         gradient_clip_val=CLIP,
         on_failure="restore",
     )
-    a, b = rig.wrappers["a"], rig.wrappers["b"]
     batches = make_batches(9, seed=27)
-    state = "checkpointing" in implementation.features
-    hooks = "hooks" in implementation.features
-
-    def after_backward(batch: Batch) -> Callable[[], None]:
-        def closure() -> None:
-            a.backward(rig.loss("a", batch))
-            raise PlannedFailure("the closure fails after its backward")
-
-        return closure
-
-    def expect(what: str, failing: Callable[[], Any], *, prepared: bool = False) -> None:
-        before = _Snapshot.of(rig, state=state and not prepared)
-        with refuses(PlannedFailure, what, "CLOS-003, TXN-001, HOOK-004: the failure propagates"):
-            failing()
-        before.assert_unchanged(rig, f"{what}: under on_failure='restore' (FAIL-004)")
-
-    def inner_fails(call: Callable[[], Any]) -> Callable[[], Any]:
-        def failing() -> None:
-            rig.inner.fail = True  # type: ignore[attr-defined]
-            try:
-                call()
-            finally:
-                rig.inner.fail = False  # type: ignore[attr-defined]
-
-        return failing
-
-    def hook_fails(call: Callable[[], Any]) -> Callable[[], Any]:
-        def failing() -> None:
-            def before_optimizer_step(wrapper: Any) -> None:
-                raise PlannedFailure("the before_optimizer_step hook fails")
-
-            handle = rig.context.register_hooks(before_optimizer_step=before_optimizer_step)
-            try:
-                call()
-            finally:
-                handle.remove()
-
-        return failing
-
+    failing = _Restored(rig, "checkpointing" in implementation.features, "hooks" in implementation.features)
     for batch_idx, batch in enumerate(batches):
         with rig.context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
-            where = f"batch {batch_idx}"
-            if batch_idx in (0, 1, 3, 6, 7):
-                expect(
-                    f"{where}: a closure that raises after its backward",
-                    partial(a.step, after_backward(batch)),
-                )
-            if batch_idx == 1:
-                expect(
-                    f"{where}: a step cut short whose inner step raises",
-                    inner_fails(partial(a.step, rig.closure("a", batch), make_optimizer_step=True)),
-                )
-            if batch_idx == 2 and hooks:
-                expect(
-                    f"{where}: a closing step whose before_optimizer_step hook raises",
-                    hook_fails(partial(a.step, rig.closure("a", batch))),
-                )
-            if batch_idx == 7:
-                a.zero_grad(set_to_none=False)  # a window is open: nothing happens [ZERO-002]
-                expect(
-                    f"{where}: again, after zero_grad(set_to_none=False)",
-                    partial(a.step, after_backward(batch)),
-                )
-            if batch_idx == 4:
-                a.backward(rig.loss("a", batch))
-                expect(
-                    f"{where}: a step() cut short after its backward, whose inner step raises",
-                    inner_fails(lambda: a.step(make_optimizer_step=True)),
-                )
-                a.step()
-            elif batch_idx == 8:
-                a.backward(rig.loss("a", batch))
-                a.unscale_gradients()
-                expect(
-                    f"{where}: the closing step() of a prepared window, whose inner step raises",
-                    inner_fails(a.step),
-                    prepared=True,
-                )
-                with refuses(
-                    RuntimeError,
-                    "wrapper a's zero_grad() after unscale_gradients() and a failed closing step()",
-                    "CLIP-002, FAIL-004: the restored window is still prepared; zero_grad() is refused",
-                ):
-                    a.zero_grad()
-                a.step()
-            else:
-                a.step(rig.closure("a", batch))
-            b.step(rig.closure("b", batch))
-            closes = batch_idx % 3 == 2
-            assert a.last_outcome is (S if closes else A), f"{where}: wrapper a's last_outcome {a.last_outcome}"
+            failing.batch(batch_idx, batch)
+            rig.wrappers["b"].step(rig.closure("b", batch))
+            closes, outcome = batch_idx % 3 == 2, rig.wrappers["a"].last_outcome
+            assert outcome is (S if closes else A), f"batch {batch_idx}: wrapper a's last_outcome {outcome}"
     windows = [(0, 1, 2), (3, 4, 5), (6, 7, 8)]
     plans: dict[str, tuple[torch.optim.Optimizer, Sequence[Sequence[int]]]] = {
         "a": (torch.optim.SGD(rig.oracle.a.parameters(), lr=SGD_LR, momentum=0.9), windows),
@@ -986,6 +1024,81 @@ def test_restore_returns_to_the_last_successful_call(
 
 
 # -- FAIL-006: states and copies carry the policy ------------------------------------------------------------
+
+
+def _policy_training(make_context: MakeContext, policy: str) -> tuple[TrainingContext, torch.nn.Module, Any]:
+    """A context of ``on_failure=policy`` (``accumulate_grad_batches=3``), its model and one SGD wrapper."""
+    context = make_context(accumulate_grad_batches=3, **failure_settings(policy))
+    model = context.prepare_module(make_model(seed=5))
+    return context, model, context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def _policy_micro_step(
+    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Batch, cell: Cell, **kw: Any
+) -> None:
+    """One ``step(closure)`` on ``batch``, with the keywords ``kw``."""
+
+    def closure() -> None:
+        with context.autocast():
+            wrapper.backward(mse(model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR)
+
+    wrapper.step(closure, **kw)
+
+
+def _saved(context: TrainingContext) -> dict[str, Any]:
+    """The context's state as a checkpoint carries it: through ``torch.save`` and ``torch.load(weights_only=True)``."""
+    buffer = io.BytesIO()
+    torch.save(context.state_dict(), buffer)
+    state: dict[str, Any] = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    return state
+
+
+def _assert_refused_by_the_other_policy(
+    make_context: MakeContext, cell: Cell, batch: Batch, state: dict[str, Any], taken: str, other: str
+) -> None:
+    """A context of policy ``other``, its window open, refuses ``state``: its state, window and outcome unchanged."""
+    refusing, refusing_model, refusing_wrapper = _policy_training(make_context, other)
+    _policy_micro_step(refusing, refusing_model, refusing_wrapper, batch, cell)
+    before_state = copy.deepcopy(refusing.state_dict())
+    held = grads(list(refusing_model.parameters()))
+    with refuses(
+        ValueError,
+        f"load_state_dict of a {taken} into an on_failure={other!r} context",
+        "FAIL-006, CKPT-003: a state of the other failure policy is refused before anything changes",
+    ):
+        refusing.load_state_dict(copy.deepcopy(state))
+    what = f"after the refused load of a {taken}"
+    assert_same_state(refusing.state_dict(), before_state, f"{what}, context.state_dict()")
+    assert_same_grads(grads(list(refusing_model.parameters())), held, what)
+    assert refusing_wrapper.last_outcome is A, f"{what}: last_outcome {refusing_wrapper.last_outcome}"
+    assert refusing.on_failure == other, f"{what}: on_failure reads {refusing.on_failure!r}"
+
+
+def _assert_a_copy_keeps_the_policy(
+    whole: tuple[TrainingContext, torch.nn.Module, Any], how: str, policy: str, batch: Batch, cell: Cell
+) -> None:
+    """A ``pickle`` or ``deepcopy`` of the training state reads ``policy`` and acts on it; the original untouched."""
+    _, model, _ = whole
+    clone = pickle.loads(pickle.dumps(whole)) if how == "pickle" else copy.deepcopy(whole)
+    clone_context, clone_model, clone_wrapper = clone
+    assert clone_context.on_failure == policy, (
+        f"a {how} of an on_failure={policy!r} context reads {clone_context.on_failure!r} (FAIL-006)"
+    )
+    original = grads(list(model.parameters()))
+    window = grads(list(clone_model.parameters()))
+
+    def failing() -> None:
+        with clone_context.autocast():
+            loss = mse(clone_model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
+        clone_wrapper.backward(loss)
+        raise PlannedFailure("the closure fails after its backward")
+
+    call = f"a failed call on a {how} of an on_failure={policy!r} training state"
+    with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
+        clone_wrapper.step(failing)
+    want: list[torch.Tensor | None] = [None] * len(window) if policy == "discard" else window
+    assert_same_grads(grads(list(clone_model.parameters())), want, f"{call} (FAIL-006: the copy's policy)")
+    assert_same_grads(grads(list(model.parameters())), original, f"{call}: the original's window")
 
 
 @pytest.mark.requirement("FAIL-006", "CKPT-003", "PICKLE-001", "FAIL-003", "FAIL-004")
@@ -1011,77 +1124,20 @@ def test_states_and_copies_carry_the_failure_policy(
     """
     batches = make_batches(3, seed=29)
     pickling = "pickling" in implementation.features
-
-    def build(policy: str) -> tuple[TrainingContext, torch.nn.Module, Any]:
-        context = make_context(accumulate_grad_batches=3, **failure_settings(policy))
-        model = context.prepare_module(make_model(seed=5))
-        return context, model, context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
-
-    def micro_step(context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Batch, **kw: Any) -> None:
-        def closure() -> None:
-            with context.autocast():
-                wrapper.backward(mse(model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR)
-
-        wrapper.step(closure, **kw)
-
-    def saved(context: TrainingContext) -> dict[str, Any]:
-        buffer = io.BytesIO()
-        torch.save(context.state_dict(), buffer)
-        state: dict[str, Any] = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
-        return state
-
     for policy, other in (("discard", "restore"), ("restore", "discard")):
-        context, model, wrapper = build(policy)
-        micro_step(context, model, wrapper, batches[0])
-        open_state = saved(context)
-        micro_step(context, model, wrapper, batches[1], make_optimizer_step=True)
-        closed_state = saved(context)
-        micro_step(context, model, wrapper, batches[2])
+        context, model, wrapper = _policy_training(make_context, policy)
+        _policy_micro_step(context, model, wrapper, batches[0], cell)
+        open_state = _saved(context)
+        _policy_micro_step(context, model, wrapper, batches[1], cell, make_optimizer_step=True)
+        closed_state = _saved(context)
+        _policy_micro_step(context, model, wrapper, batches[2], cell)
         for taken, state in (("with a window open", open_state), ("with no window open", closed_state)):
-            fresh, _, _ = build(policy)
+            fresh, _, _ = _policy_training(make_context, policy)
             fresh.load_state_dict(copy.deepcopy(state))
             assert fresh.on_failure == policy, f"a {policy!r} context reads {fresh.on_failure!r} after a load"
-            refusing, refusing_model, refusing_wrapper = build(other)
-            micro_step(refusing, refusing_model, refusing_wrapper, batches[1])
-            before_state = copy.deepcopy(refusing.state_dict())
-            grads = _grads(list(refusing_model.parameters()))
-            with refuses(
-                ValueError,
-                f"load_state_dict of a state of an on_failure={policy!r} context, taken {taken}, into an "
-                f"on_failure={other!r} one",
-                "FAIL-006, CKPT-003: a state of the other failure policy is refused before anything changes",
-            ):
-                refusing.load_state_dict(copy.deepcopy(state))
-            what = f"after the refused load of a {policy!r} state taken {taken}"
-            assert_same_state(refusing.state_dict(), before_state, f"{what}, context.state_dict()")
-            _assert_same_grads(_grads(list(refusing_model.parameters())), grads, what)
-            assert refusing_wrapper.last_outcome is A, f"{what}: last_outcome {refusing_wrapper.last_outcome}"
-            assert refusing.on_failure == other, f"{what}: on_failure reads {refusing.on_failure!r}"
-        if not pickling:
-            continue
-        for how in ("pickle", "deepcopy"):
-            whole = (context, model, wrapper)
-            clone = pickle.loads(pickle.dumps(whole)) if how == "pickle" else copy.deepcopy(whole)
-            clone_context, clone_model, clone_wrapper = clone
-            assert clone_context.on_failure == policy, (
-                f"a {how} of an on_failure={policy!r} context reads {clone_context.on_failure!r} (FAIL-006)"
+            _assert_refused_by_the_other_policy(
+                make_context, cell, batches[1], state, f"{policy!r} state taken {taken}", other
             )
-            original = _grads(list(model.parameters()))
-            window = _grads(list(clone_model.parameters()))
-
-            def failing(
-                clone_context: TrainingContext = clone_context,
-                clone_model: torch.nn.Module = clone_model,
-                clone_wrapper: Any = clone_wrapper,
-            ) -> None:
-                with clone_context.autocast():
-                    loss = mse(clone_model, batches[1], cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
-                clone_wrapper.backward(loss)
-                raise PlannedFailure("the closure fails after its backward")
-
-            call = f"a failed call on a {how} of an on_failure={policy!r} training state"
-            with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
-                clone_wrapper.step(failing)
-            want: list[torch.Tensor | None] = [None] * len(window) if policy == "discard" else window
-            _assert_same_grads(_grads(list(clone_model.parameters())), want, f"{call} (FAIL-006: the copy's policy)")
-            _assert_same_grads(_grads(list(model.parameters())), original, f"{call}: the original's window")
+        if pickling:
+            for how in ("pickle", "deepcopy"):
+                _assert_a_copy_keeps_the_policy((context, model, wrapper), how, policy, batches[1], cell)

@@ -25,18 +25,20 @@ from lightning_optimizer.conformance.harness import (
     REORDERED_TOLERANCES,
     assert_discard_note,
     assert_params_close,
-    cell_device,
-    cell_dtype,
-    mse,
-    oracle_autocast,
     oracle_scaler,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.conformance.plain_loop import (
+    oracle_loss,
+    real_step,
+    scaled_backward,
+    unscaled_finite,
+    update_scaler,
+)
 from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.conformance.scenarios import (
     ACCUMULATE,
     EPOCH,
-    LOSS_FACTOR,
     build_model,
     build_sharded_optimizer,
     global_batches,
@@ -138,7 +140,6 @@ def _oracle(
     rescaled to the new scale (as a loop that keeps them across a scale change must). ``inf_at=(batch, rank)``
     makes the same gradient element infinite as the scenario does on that rank.
     """
-    device, dtype = cell_device(cell), cell_dtype(cell)
     models = [oracle_copy(build_model(plan.module), cell) for plan in plans]
     optimizers = [
         build_sharded_optimizer(plan.optimizer, plan.module, model.parameters())
@@ -148,6 +149,12 @@ def _oracle(
     after: list[list[torch.nn.Module]] = []
     outcomes: list[list[StepOutcome]] = []
     clipped = 0
+
+    def clip_counted(params: list[torch.Tensor]) -> None:
+        nonlocal clipped
+        if clip is not None and unscaled_finite(params):
+            clipped += float(torch.nn.utils.clip_grad_norm_(params, clip)) > clip
+
     for batch_idx, batch in enumerate(global_batches(2)):
         stepped = False
         outcomes.append([])
@@ -157,39 +164,16 @@ def _oracle(
                 continue
             if inf_at is not None and inf_at[0] == batch_idx and j == 0:
                 plant_infinite_gradient(model, row=plant_row(inf_at[1]))
-            with oracle_autocast(cell):
-                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
-            (loss if scaler is None else scaler.scale(loss)).backward()
+            scaled_backward(oracle_loss(model, batch, cell), scaler)
             length = plan.closing.get(batch_idx)
             if length is None:
                 outcomes[-1].append(A)
                 continue
-            params = [param for group in optimizer.param_groups for param in group["params"]]
-            with torch.no_grad():
-                for param in params:
-                    assert param.grad is not None
-                    param.grad /= length
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            finite = all(bool(torch.isfinite(param.grad).all()) for param in params if param.grad is not None)
-            if clip is not None and finite:
-                clipped += float(torch.nn.utils.clip_grad_norm_(params, clip)) > clip
-            if scaler is None:
-                optimizer.step()
-            else:
-                scaler.step(optimizer)
-                stepped = True
+            finite = real_step(optimizer, length, scaler, clip=clip_counted, check_finite=True)
+            stepped = True
             outcomes[-1].append(S if finite else K)
-            optimizer.zero_grad(set_to_none=True)
-        if scaler is not None and stepped:
-            old = scaler.get_scale()
-            scaler.update()
-            ratio = scaler.get_scale() / old
-            if ratio != 1.0:
-                for model in models:
-                    for param in model.parameters():
-                        if param.grad is not None:
-                            param.grad *= ratio
+        if stepped:  # the windows still open follow the scale [AMP-006]
+            update_scaler(scaler, [param for model in models for param in model.parameters()])
         after.append([copy.deepcopy(model) for model in models])
     return after, outcomes, clipped
 

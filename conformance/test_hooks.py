@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import torch
-from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.assertions import assert_same_grads, assert_same_values, grads, param_values
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     Batch,
@@ -28,12 +28,18 @@ from lightning_optimizer.conformance.harness import (
     failure_settings,
     make_batches,
     mse,
-    oracle_autocast,
     oracle_step_done,
     refuses,
     tolerance_for,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.conformance.plain_loop import (
+    oracle_loss,
+    plain_scaler,
+    real_step,
+    scaled_backward,
+    update_scaler,
+)
 from lightning_optimizer.spec import Cell, GradScalerSettings, OptimizerWrapper, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -66,8 +72,13 @@ class Event:
     grads: list[torch.Tensor] = field(default_factory=list)
 
 
-def _grads(wrapper: OptimizerWrapper[Any]) -> list[torch.Tensor]:
-    return [p.grad.detach().clone() for g in wrapper.param_groups for p in g["params"] if p.grad is not None]
+def _present(copies: list[torch.Tensor | None]) -> list[torch.Tensor]:
+    """The gradients that are there (copies of a wrapper's or an optimizer's gradients)."""
+    return [grad for grad in copies if grad is not None]
+
+
+def _wrapper_grads(wrapper: OptimizerWrapper[Any]) -> list[torch.Tensor]:
+    return _present(grads(param for group in wrapper.param_groups for param in group["params"]))
 
 
 class Recorder:
@@ -83,15 +94,15 @@ class Recorder:
 
     def before_backward(self, wrapper: OptimizerWrapper[Any], loss: torch.Tensor) -> None:
         """Record the call and the wrapper's gradients (autograd has not run yet)."""
-        self.events.append(Event("before_backward", self.name(wrapper), loss=loss, grads=_grads(wrapper)))
+        self.events.append(Event("before_backward", self.name(wrapper), loss=loss, grads=_wrapper_grads(wrapper)))
 
     def after_backward(self, wrapper: OptimizerWrapper[Any], loss: torch.Tensor) -> None:
         """Record the call and the wrapper's gradients (autograd has run)."""
-        self.events.append(Event("after_backward", self.name(wrapper), loss=loss, grads=_grads(wrapper)))
+        self.events.append(Event("after_backward", self.name(wrapper), loss=loss, grads=_wrapper_grads(wrapper)))
 
     def before_optimizer_step(self, wrapper: OptimizerWrapper[Any]) -> None:
         """Record the call and the wrapper's gradients."""
-        self.events.append(Event("before_optimizer_step", self.name(wrapper), grads=_grads(wrapper)))
+        self.events.append(Event("before_optimizer_step", self.name(wrapper), grads=_wrapper_grads(wrapper)))
 
     def after_step(self, wrapper: OptimizerWrapper[Any], outcome: StepOutcome) -> None:
         """Record the call and the outcome."""
@@ -153,53 +164,31 @@ def _plain_loop(pair: _Pair, batches: Sequence[Batch], schedule: Sequence[bool |
     cell, oracle = pair.cell, pair.oracle
     sgd = torch.optim.SGD(oracle.a.parameters(), lr=0.1, momentum=0.9)
     adam = torch.optim.Adam(oracle.b.parameters(), lr=0.01)
-    scaler = None
-    if cell.precision == "16-mixed":
-        scaler = GradScaler(cell_device(cell).type, **(scaler_settings or GradScalerSettings()).as_kwargs())
+    scaler = plain_scaler(cell, scaler_settings or GradScalerSettings())
     applied: dict[str, int] = {"sgd": 0, "adam": 0}
     sgd.register_step_post_hook(lambda *_: applied.__setitem__("sgd", applied["sgd"] + 1))
     adam.register_step_post_hook(lambda *_: applied.__setitem__("adam", applied["adam"] + 1))
     prepared: list[tuple[str, list[torch.Tensor], StepOutcome]] = []
 
-    def real_step(name: str, optimizer: torch.optim.Optimizer, params: list[torch.Tensor], length: int) -> None:
-        with torch.no_grad():
-            for p in params:
-                if p.grad is not None:
-                    p.grad /= length
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        grads = [p.grad.detach().clone() for p in params if p.grad is not None]
-        before = applied[name]
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.step(optimizer)
-        prepared.append((name, grads, S if applied[name] > before else K))
-        optimizer.zero_grad(set_to_none=True)
+    def step(name: str, optimizer: torch.optim.Optimizer, length: int) -> None:
+        before, seen = applied[name], []
+        real_step(optimizer, length, scaler, after_prepare=lambda params: seen.extend(_present(grads(params))))
+        prepared.append((name, seen, S if applied[name] > before else K))
 
     pending = 0
     for batch_idx, batch in enumerate(batches):
         stepped = False
-        with oracle_autocast(cell):
-            loss = mse(oracle.a, batch, pair.device, pair.dtype)
-        (loss if scaler is None else scaler.scale(loss)).backward()
+        scaled_backward(oracle_loss(oracle.a, batch, cell, factor=1.0), scaler)
         pending += 1
         if _closes(schedule, batch_idx):
-            real_step("sgd", sgd, list(oracle.a.parameters()), pending)
+            step("sgd", sgd, pending)
             pending, stepped = 0, True
         if batch_idx % 2 == 0:
-            with oracle_autocast(cell):
-                loss = mse(oracle.b, batch, pair.device, pair.dtype)
-            (loss if scaler is None else scaler.scale(loss)).backward()
-            real_step("adam", adam, list(oracle.b.parameters()), 1)
+            scaled_backward(oracle_loss(oracle.b, batch, cell, factor=1.0), scaler)
+            step("adam", adam, 1)
             stepped = True
-        if scaler is not None and stepped:
-            old_scale = scaler.get_scale()
-            scaler.update()
-            with torch.no_grad():  # the open window's gradients follow the scale (AMP-006)
-                for p in oracle.a.parameters():
-                    if pending and p.grad is not None:
-                        p.grad *= scaler.get_scale() / old_scale
+        if stepped:  # the open window's gradients follow the scale (AMP-006)
+            update_scaler(scaler, oracle.a.parameters() if pending else ())
         oracle_step_done(cell)
     return prepared
 
@@ -269,10 +258,10 @@ def test_hooks_follow_every_backward_and_step(
     seen = [e for e in events if e.kind == "before_optimizer_step"]
     tol = tolerance_for(cell)
     assert len(seen) == len(plain)
-    for i, (event, (name, grads, _)) in enumerate(zip(seen, plain, strict=True)):
+    for i, (event, (name, applied, _)) in enumerate(zip(seen, plain, strict=True)):
         assert event.wrapper == name
-        assert len(event.grads) == len(grads)
-        for got, want in zip(event.grads, grads, strict=True):
+        assert len(event.grads) == len(applied)
+        for got, want in zip(event.grads, applied, strict=True):
             assert torch.allclose(
                 got.double().cpu(), want.double().cpu(), rtol=tol.rtol, atol=tol.atol, equal_nan=True
             ), f"real step {i} ({name}): before_optimizer_step saw other gradients than the step applies"
@@ -281,6 +270,45 @@ def test_hooks_follow_every_backward_and_step(
     if cell.precision == "16-mixed":
         assert K in closing and S in closing, "the planted overflow was meant to skip some steps, not all"
     assert_params_close(pair.model, pair.oracle, cell, "two wrappers with hooks registered")
+
+
+class _Boom(Exception):
+    """A hook's planted failure."""
+
+
+def _boom(*args: Any) -> None:
+    raise _Boom
+
+
+def _removed_and_refused_hooks_do_not_run(pair: _Pair, batch: Batch) -> None:
+    """A removed hook and one registered with a refused one never run; a raising ``after_step`` leaves the step."""
+    recorder = Recorder(pair.names)
+    recorder.register(pair.context).remove()
+    with refuses(
+        TypeError,
+        "context.register_hooks(after_step=..., before_backward=3)",
+        "HOOK-004: a hook that is not callable is refused with TypeError when it is registered",
+    ):
+        pair.context.register_hooks(after_step=recorder.after_step, before_backward=3)  # type: ignore[arg-type]
+    after = pair.context.register_hooks(after_step=_boom)
+    with pytest.raises(_Boom):
+        pair.step(pair.sgd, pair.model.a, batch, True)
+    after.remove()
+    assert pair.sgd.last_outcome is not A, "the step an after_step hook raised from must stay taken"
+    assert recorder.events == [], "a removed hook, or one registered with a refused one, ran"
+
+
+def _refused_backward_runs_no_hook(pair: _Pair, batch: Batch) -> None:
+    """A ``backward()`` refused on a prepared window runs no hook [HOOK-001]."""
+    refused = Recorder(pair.names)
+    handle = refused.register(pair.context)
+    pair.step(pair.sgd, pair.model.a, batch, False)
+    pair.sgd.unscale_gradients()
+    count = len(refused.events)
+    with pytest.raises(RuntimeError):
+        pair.sgd.backward(mse(pair.model.a, batch, pair.device, pair.dtype))
+    assert len(refused.events) == count, "a refused backward() ran hooks (HOOK-001)"
+    handle.remove()
 
 
 @pytest.mark.requirement("HOOK-004", "HOOK-001", "FAIL-002", "FAIL-003", "FAIL-004")
@@ -309,84 +337,44 @@ def test_a_raising_hook_fails_the_call_as_a_raising_closure_does(
     pair = _Pair(make_context, cell, grad_scaler=settings, **failure_settings(on_failure))
     batches = make_batches(3, seed=17)
 
-    class Boom(Exception):
-        pass
-
-    def boom(*args: Any) -> None:
-        raise Boom
-
     # One accumulated micro-step first, so that the failing calls have a window to leave as it was.
     pair.step(pair.sgd, pair.model.a, batches[0], False)
     pair.step(pair.adam, pair.model.b, batches[0], False)
-    window = [p.grad.detach().clone() for p in pair.model.a.parameters() if p.grad is not None]
-    other = [p.grad.detach().clone() for p in pair.model.b.parameters() if p.grad is not None]
-    values = [p.detach().clone() for p in pair.model.parameters()]
+    window, other = grads(pair.model.a.parameters()), grads(pair.model.b.parameters())
+    values = param_values(pair.model.parameters())
     for kind, make in (("before_backward", False), ("before_backward", True), ("before_optimizer_step", True)):
-        handle = pair.context.register_hooks(**{kind: boom})
-        with pytest.raises(Boom) as raised:
+        handle = pair.context.register_hooks(**{kind: _boom})
+        with pytest.raises(_Boom) as raised:
             pair.step(pair.sgd, pair.model.a, batches[1], make)
         handle.remove()
         what = f"a raising {kind} hook (on_failure={on_failure!r})"
-        grads = [p.grad.detach().clone() for p in pair.model.a.parameters() if p.grad is not None]
-        others = [p.grad.detach().clone() for p in pair.model.b.parameters() if p.grad is not None]
-        assert len(others) == len(other) and all(torch.equal(g, w) for g, w in zip(others, other, strict=True)), (
-            f"{what} changed the other wrapper's window (FAIL-002)"
+        assert_same_grads(
+            grads(pair.model.b.parameters()), other, f"{what} changed the other wrapper's window (FAIL-002)"
         )
         assert pair.adam.last_outcome is A, f"{what} changed the other wrapper's last_outcome"
-        assert all(torch.equal(p, v) for p, v in zip(pair.model.parameters(), values, strict=True))
+        assert_same_values(param_values(pair.model.parameters()), values, what)
         if discard and kind == "before_optimizer_step":
-            assert grads == [], f"{what} after the window's backward: its gradients survived the discard (FAIL-003)"
+            assert_same_grads(
+                grads(pair.model.a.parameters()),
+                [None] * len(window),
+                f"{what} after the window's backward: its gradients survived the discard (FAIL-003)",
+            )
             assert pair.sgd.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome {pair.sgd.last_outcome}"
             assert_discard_note(raised.value, pair.sgd.optimizer, (1, 2), what)
             continue
-        assert len(grads) == len(window) and all(torch.equal(g, w) for g, w in zip(grads, window, strict=True)), (
-            f"{what} left the window changed (HOOK-004)"
-        )
+        assert_same_grads(grads(pair.model.a.parameters()), window, f"{what} left the window changed (HOOK-004)")
         assert pair.sgd.last_outcome is A, f"{what} changed last_outcome"
 
-    recorder = Recorder(pair.names)
-    recorder.register(pair.context).remove()
-    with refuses(
-        TypeError,
-        "context.register_hooks(after_step=..., before_backward=3)",
-        "HOOK-004: a hook that is not callable is refused with TypeError when it is registered",
-    ):
-        pair.context.register_hooks(after_step=recorder.after_step, before_backward=3)  # type: ignore[arg-type]
-    after = pair.context.register_hooks(after_step=boom)
-    with pytest.raises(Boom):
-        pair.step(pair.sgd, pair.model.a, batches[1], True)
-    after.remove()
-    assert pair.sgd.last_outcome is not A, "the step an after_step hook raised from must stay taken"
-    assert recorder.events == [], "a removed hook, or one registered with a refused one, ran"
+    _removed_and_refused_hooks_do_not_run(pair, batches[1])
 
     oracle_sgd = torch.optim.SGD(pair.oracle.a.parameters(), lr=0.1, momentum=0.9)
-    scaler = None
-    if cell.precision == "16-mixed":
-        scaler = GradScaler(cell_device(cell).type, **GradScalerSettings().as_kwargs())
+    scaler = plain_scaler(cell, GradScalerSettings())
     window_batches = batches[1:2] if discard else batches[:2]  # under "discard" batch 0 went with the window
     for batch in window_batches:
-        with oracle_autocast(cell):
-            loss = mse(pair.oracle.a, batch, pair.device, pair.dtype)
-        (loss if scaler is None else scaler.scale(loss)).backward()
-    with torch.no_grad():
-        for p in pair.oracle.a.parameters():
-            assert p.grad is not None
-            p.grad /= len(window_batches)
-    if scaler is None:
-        oracle_sgd.step()
-    else:
-        scaler.unscale_(oracle_sgd)
-        scaler.step(oracle_sgd)
-        scaler.update()
+        scaled_backward(oracle_loss(pair.oracle.a, batch, cell, factor=1.0), scaler)
+    real_step(oracle_sgd, len(window_batches), scaler)
+    update_scaler(scaler)
     oracle_step_done(cell)
     assert_params_close(pair.model.a, pair.oracle.a, cell, f"the retry after the raising hooks ({on_failure})")
 
-    refused = Recorder(pair.names)
-    handle = refused.register(pair.context)
-    pair.step(pair.sgd, pair.model.a, batches[2], False)
-    pair.sgd.unscale_gradients()
-    count = len(refused.events)
-    with pytest.raises(RuntimeError):
-        pair.sgd.backward(mse(pair.model.a, batches[2], pair.device, pair.dtype))
-    assert len(refused.events) == count, "a refused backward() ran hooks (HOOK-001)"
-    handle.remove()
+    _refused_backward_runs_no_hook(pair, batches[2])

@@ -19,6 +19,14 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_optimizer.conformance.assertions import (
+    assert_same_grads,
+    grads,
+    last_outcome,
+    param_values,
+    requires_grad_flags,
+    state_diff,
+)
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     REORDERED_TOLERANCES,
@@ -44,55 +52,6 @@ LBFGS_HYPER: dict[str, Any] = {"lr": 0.5, "max_iter": 4, "line_search_fn": "stro
 norm summed in another order) stays far inside the tolerance, which it would not if the steps diverged."""
 """Four iterations per step: five evaluations of the closure, and parameters that move between them."""
 SGD_LR = 0.1
-
-
-def _flags(model: torch.nn.Module) -> dict[str, bool]:
-    return {name: param.requires_grad for name, param in model.named_parameters()}
-
-
-def _grads(params: Any) -> list[torch.Tensor | None]:
-    return [None if p.grad is None else p.grad.detach().clone() for p in params]
-
-
-def _values(params: Any) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in params]
-
-
-def _same(got: object, want: object) -> bool:
-    """Whether two (nested) state values are identical: tensors equal in dtype, shape and every element."""
-    if isinstance(want, torch.Tensor):
-        return (
-            isinstance(got, torch.Tensor)
-            and got.dtype == want.dtype
-            and got.shape == want.shape
-            and torch.equal(got.detach().cpu(), want.detach().cpu())
-        )
-    if isinstance(want, dict):
-        return (
-            isinstance(got, dict)
-            and got.keys() == want.keys()
-            and all(_same(got[key], value) for key, value in want.items())
-        )
-    if isinstance(want, list | tuple):
-        return (
-            type(got) is type(want)
-            and len(got) == len(want)
-            and all(_same(a, b) for a, b in zip(got, want, strict=True))
-        )
-    return type(got) is type(want) and got == want
-
-
-def _outcome(wrapper: Any) -> StepOutcome | None:
-    """A wrapper's ``last_outcome``, read now."""
-    outcome: StepOutcome | None = wrapper.last_outcome
-    return outcome
-
-
-def _same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor | None]) -> bool:
-    return len(got) == len(want) and all(
-        (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
-        for a, b in zip(got, want, strict=True)
-    )
 
 
 class _Pair:
@@ -126,7 +85,7 @@ class _Pair:
         """The LBFGS closure for the wrapper: zero, forward, ``w.backward``, return the loss."""
 
         def closure() -> torch.Tensor:
-            self.evaluations.append(_flags(self.model))
+            self.evaluations.append(requires_grad_flags(self.model))
             self.lbfgs.zero_grad()
             loss = self.loss(self.model, batch)
             self.lbfgs.backward(loss)
@@ -187,7 +146,7 @@ class _Pair:
                 f"{what}: in LBFGS evaluation {index} these flags were wrong (LBFGS's own parameters a.* must "
                 f"require grad, the SGD wrapper's b.* must not): {wrong}"
             )
-        after = _flags(self.model)
+        after = requires_grad_flags(self.model)
         assert all(after.values()), f"{what}: flags not restored after the step: {after}"
 
 
@@ -209,9 +168,9 @@ def _alongside_sgd(
     pair = _Pair(make_context, cell, clip, **context_kwargs)
     batches = make_batches(4, seed=5)
     pair.sgd.step(pair.sgd_closure(batches[0]), make_optimizer_step=False)
-    sgd_window = _grads(pair.model.b.parameters())
-    sgd_params = _values(pair.model.b.parameters())
-    assert _outcome(pair.lbfgs) is None, f"LBFGS's last_outcome is {_outcome(pair.lbfgs)} before its first step"
+    sgd_window = grads(pair.model.b.parameters())
+    sgd_params = param_values(pair.model.b.parameters())
+    assert last_outcome(pair.lbfgs) is None, f"LBFGS's last_outcome is {last_outcome(pair.lbfgs)} before its first step"
 
     for step, (batch, make_step) in enumerate(((batches[1], None), (batches[3], True))):
         pair.lbfgs_step(batch, make_step)
@@ -223,8 +182,10 @@ def _alongside_sgd(
             assert pair.sgd.last_outcome is A, (
                 f"{what} changed the SGD wrapper's last_outcome to {pair.sgd.last_outcome}"
             )
-            assert _same_grads(_grads(pair.model.b.parameters()), sgd_window), (
-                f"{what} changed the gradients of the SGD wrapper's open window"
+            assert_same_grads(
+                grads(pair.model.b.parameters()),
+                sgd_window,
+                f"{what} changed the gradients of the SGD wrapper's open window",
             )
             assert all(torch.equal(p, q) for p, q in zip(pair.model.b.parameters(), sgd_params, strict=True)), (
                 f"{what} changed the SGD wrapper's parameters"
@@ -299,9 +260,9 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
     pair.lbfgs_step(batches[0])  # LBFGS has a history now, which a failed step must not extend
     pair.sgd.step(pair.sgd_closure(batches[1]), make_optimizer_step=False)
     pair.lbfgs.backward(mse(model.a, batches[2], pair.device, pair.dtype))  # gradients left from outside a step
-    values, grads = _values(model.parameters()), _grads(model.parameters())
+    values, held = param_values(model.parameters()), grads(model.parameters())
     state = copy.deepcopy(pair.lbfgs.optimizer.state_dict())
-    flags = _flags(model)
+    flags = requires_grad_flags(model)
     seen: list[list[torch.Tensor]] = []
 
     def failing(at: int | None) -> Callable[[], torch.Tensor | None]:
@@ -310,7 +271,7 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
         seen.clear()
 
         def closure() -> torch.Tensor | None:
-            seen.append(_values(model.a.parameters()))
+            seen.append(param_values(model.a.parameters()))
             loss = evaluate()
             if at is None:
                 return None
@@ -344,13 +305,17 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
             )
         for (name, param), value in zip(model.named_parameters(), values, strict=True):
             assert torch.equal(param.detach(), value), f"after {what}: parameter {name!r} changed"
-        for (name, param), grad in zip(model.named_parameters(), grads, strict=True):
-            assert _same_grads(_grads([param]), [grad]), (
+        for (name, param), grad in zip(model.named_parameters(), held, strict=True):
+            assert_same_grads(
+                grads([param]),
+                [grad],
                 f"after {what}: the gradient of {name!r} is not what it was before the call "
-                f"({'LBFGS' if name.startswith('a.') else 'the open SGD window'})"
+                f"({'LBFGS' if name.startswith('a.') else 'the open SGD window'})",
             )
-        assert _same(pair.lbfgs.optimizer.state_dict(), state), f"after {what}: LBFGS's state dict changed"
-        assert _flags(model) == flags, f"after {what}: flags {_flags(model)}, before the call {flags}"
+        assert state_diff(pair.lbfgs.optimizer.state_dict(), state) is None, f"after {what}: LBFGS's state dict changed"
+        assert requires_grad_flags(model) == flags, (
+            f"after {what}: flags {requires_grad_flags(model)}, before the call {flags}"
+        )
     pair.evaluations.clear()
     pair.lbfgs_step(batches[2])
     pair.assert_toggled("the retry after the failed steps")
@@ -431,14 +396,14 @@ def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> N
         return loss
 
     for make_step in (None, True):  # refused before the first step (no state yet) and after one (a history)
-        values, state = _values(model.parameters()), copy.deepcopy(wrapper.optimizer.state_dict())
+        values, state = param_values(model.parameters()), copy.deepcopy(wrapper.optimizer.state_dict())
         try:
             wrapper.step(refused, make_optimizer_step=False)
         except ValueError:
             pass
         else:
             raise AssertionError(
-                f"LBFGS's step(make_optimizer_step=False) was accepted (outcome {_outcome(wrapper)}); expected a "
+                f"LBFGS's step(make_optimizer_step=False) was accepted (outcome {last_outcome(wrapper)}); expected a "
                 f"ValueError before the closure runs (it ran {len(calls)} times)"
             )
         assert calls == [], "the closure ran before LBFGS with make_optimizer_step=False was refused"
@@ -446,7 +411,7 @@ def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> N
             "a refused step(make_optimizer_step=False) changed a parameter"
         )
         assert all(p.grad is None for p in model.parameters()), "a refused step left gradients"
-        assert _same(wrapper.optimizer.state_dict(), state), "a refused step changed LBFGS's state"
+        assert state_diff(wrapper.optimizer.state_dict(), state) is None, "a refused step changed LBFGS's state"
         wrapper.step(lone.closure, make_optimizer_step=make_step)
         lone.oracle_opt.step(lone.oracle_closure)
         assert wrapper.last_outcome is S, f"step(make_optimizer_step={make_step}): {wrapper.last_outcome}"
@@ -481,7 +446,7 @@ def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell)
     wrapper.step(closure)
     lone.oracle_opt.step(lone.oracle_closure)
     wrapper.backward(mse(model, batch, device, dtype))  # gradients left from outside a step
-    values, grads = _values(model.parameters()), _grads(model.parameters())
+    values, held = param_values(model.parameters()), grads(model.parameters())
     state = copy.deepcopy(wrapper.optimizer.state_dict())
     bad: list[tuple[str, dict[str, Any]]] = [
         ("closure=3", {"closure": 3}),
@@ -506,8 +471,8 @@ def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell)
         assert all(torch.equal(p, v) for p, v in zip(model.parameters(), values, strict=True)), (
             f"step({what}) changed a parameter"
         )
-        assert _same_grads(_grads(model.parameters()), grads), f"step({what}) changed a gradient"
-        assert _same(wrapper.optimizer.state_dict(), state), f"step({what}) changed LBFGS's state"
+        assert_same_grads(grads(model.parameters()), held, f"step({what}) changed a gradient")
+        assert state_diff(wrapper.optimizer.state_dict(), state) is None, f"step({what}) changed LBFGS's state"
     wrapper.step(closure)
     lone.oracle_opt.step(lone.oracle_closure)
     assert_params_close(

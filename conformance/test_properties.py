@@ -31,7 +31,7 @@ import copy
 import dataclasses
 import io
 import pickle
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,15 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 import torch
 
+from lightning_optimizer.conformance.assertions import (
+    Snapshot,
+    assert_unchanged,
+    cloned,
+    identical,
+    outcome_names,
+    snapshot,
+    state_diff,
+)
 from lightning_optimizer.conformance.dimensions import DIMENSIONS
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
@@ -282,20 +291,20 @@ class _Subject:
         what = f"after {call} raised in its {where} (on_failure={self.on_failure!r})"
         assert [param.requires_grad for param in params] == flags, f"{what}: requires_grad flags were not restored"
         for i, (param, value, grad) in enumerate(zip(params, values, grads, strict=True)):
-            unchanged = _identical(param.detach(), value)
+            unchanged = identical(param.detach(), value)
             assert unchanged, f"{what}: parameter {i} changed"
             if discards and id(param) in own:
                 assert param.grad is None, f"{what}: the gradient of parameter {i} survived the discarded window"
             elif grad is None:
                 assert param.grad is None, f"{what}: parameter {i} has a gradient it did not have before"
             else:
-                unchanged = param.grad is not None and _identical(param.grad, grad)
+                unchanged = param.grad is not None and identical(param.grad, grad)
                 assert unchanged, f"{what}: the gradient of parameter {i} changed"
         for index, other in enumerate(self.wrappers):
             want = StepOutcome.DISCARDED if discards and index == call.optimizer else outcomes[index]
             assert other.last_outcome is want, (
-                f"{what}: optimizer {index}'s last_outcome is {_values([other.last_outcome])[0]}, expected "
-                f"{_values([want])[0]}"
+                f"{what}: optimizer {index}'s last_outcome is {outcome_names([other.last_outcome])[0]}, expected "
+                f"{outcome_names([want])[0]}"
             )
         if discards:
             assert_discard_note(raised.value, wrapper.optimizer, (held, held + 1), what)
@@ -314,15 +323,6 @@ def _assert_closure_autocast(cell: Cell, call: Call) -> None:
         f"{call}: the closure must run inside the context's autocast region ({want}); inside it autocast is "
         f"{'on with ' + str(dtype) if enabled else 'off'} [CLOS-001]"
     )
-
-
-def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit for bit, a NaN matching a NaN (an overflowed window's gradients are not finite)."""
-    return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | (a.isnan() & b.isnan())).all())
-
-
-def _values(outcomes: Sequence[StepOutcome | None]) -> list[str | None]:
-    return [None if outcome is None else outcome.value for outcome in outcomes]
 
 
 def _where(position: IterationPosition) -> str:
@@ -388,8 +388,9 @@ def _assert_outcomes(subject: _Subject, oracle: ScheduleOracle, what: str) -> No
     for index, known in enumerate(subject.known_outcomes):
         if known:
             assert got[index] is oracle.last_outcomes[index], (
-                f"{what}: optimizer {index}'s last_outcome reads {_values([got[index]])[0]}, but its own last call "
-                f"gave {_values([oracle.last_outcomes[index]])[0]} (last_outcomes of all: {_values(got)})"
+                f"{what}: optimizer {index}'s last_outcome reads {outcome_names([got[index]])[0]}, but its own last "
+                f"call gave {outcome_names([oracle.last_outcomes[index]])[0]} "
+                f"(last_outcomes of all: {outcome_names(got)})"
             )
 
 
@@ -461,61 +462,19 @@ class _Snapshot:
 
     subject: _Subject
     taken: str
-    params: list[torch.Tensor]
-    grads: list[torch.Tensor | None]
+    model: Snapshot
     state: object
 
     @classmethod
     def of(cls, subject: _Subject, taken: str) -> _Snapshot:
-        params = [param.detach().clone() for param in subject.model.parameters()]
-        grads = [None if param.grad is None else param.grad.detach().clone() for param in subject.model.parameters()]
-        return cls(subject, taken, params, grads, _cloned(subject.context.state_dict()))
+        return cls(subject, taken, snapshot(subject.model), cloned(subject.context.state_dict()))
 
     def assert_unchanged(self) -> None:
         """The original's parameters, gradients and context state are as they were [PICKLE-001]."""
         what = f"the original of the copy taken {self.taken}, after the copy trained on"
-        for i, (param, value, grad) in enumerate(
-            zip(self.subject.model.parameters(), self.params, self.grads, strict=True)
-        ):
-            assert _identical(param.detach(), value), f"{what}: its parameter {i} changed"
-            same = param.grad is None if grad is None else param.grad is not None and _identical(param.grad, grad)
-            assert same, f"{what}: the gradient of its parameter {i} changed"
-        problem = _difference(_cloned(self.subject.context.state_dict()), self.state, "context.state_dict()")
+        assert_unchanged(self.subject.model, self.model, what)
+        problem = state_diff(cloned(self.subject.context.state_dict()), self.state, "context.state_dict()")
         assert problem is None, f"{what}: {problem}"
-
-
-def _cloned(state: object) -> object:
-    if isinstance(state, torch.Tensor):
-        return state.detach().clone()
-    if isinstance(state, dict):
-        return {key: _cloned(value) for key, value in state.items()}
-    if isinstance(state, list | tuple):
-        return [_cloned(value) for value in state]
-    return copy.deepcopy(state)
-
-
-def _difference(got: object, want: object, path: str) -> str | None:
-    """Where two (cloned) state dicts differ, or ``None``."""
-    if isinstance(want, torch.Tensor):
-        same = isinstance(got, torch.Tensor) and _identical(got, want)
-        return None if same else f"{path} changed"
-    if isinstance(want, dict):
-        if not isinstance(got, dict) or set(got) != set(want):
-            return f"{path} changed its keys"
-        for key, value in want.items():
-            problem = _difference(got[key], value, f"{path}[{key!r}]")
-            if problem is not None:
-                return problem
-        return None
-    if isinstance(want, list):
-        if not isinstance(got, list) or len(got) != len(want):
-            return f"{path} changed its length"
-        for i, (mine, theirs) in enumerate(zip(got, want, strict=True)):
-            problem = _difference(mine, theirs, f"{path}[{i}]")
-            if problem is not None:
-                return problem
-        return None
-    return None if got == want else f"{path} changed from {want!r} to {got!r}"
 
 
 def _run_schedule(
@@ -551,7 +510,7 @@ def _run_schedule(
                 expected = oracle.call(position, call)
                 outcome = subject.call(call, batches[position.index], cell, scales, held)
                 what = f"{where}, {call} (accumulate_grad_batches={schedule.accumulate_grad_batches})"
-                assert outcome is expected, f"{what}: outcome {_values([outcome])[0]}, expected {expected.value}"
+                assert outcome is expected, f"{what}: outcome {outcome_names([outcome])[0]}, expected {expected.value}"
                 steps[call.optimizer] += outcome is StepOutcome.STEPPED
                 if outcome in REAL_STEP:
                     own = [p for g in subject.wrappers[call.optimizer].param_groups for p in g["params"]]
@@ -886,7 +845,7 @@ def test_generated_schedules_resume_from_checkpoints(
         uninterrupted = _run_schedule(make_context, cell, dataclasses.replace(schedule, resume_after=frozenset()))
         for index, (got, want) in enumerate(zip(resumed, uninterrupted, strict=True)):
             for i, (a, b) in enumerate(zip(got, want, strict=True)):
-                same = _identical(a, b)
+                same = identical(a, b)
                 assert same, (
                     f"iteration {index}: parameter {i} after resuming at iterations {sorted(schedule.resume_after)} "
                     f"differs from the uninterrupted run by {(a.double() - b.double()).abs().max().item():.3g}"

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_optimizer.conformance.assertions import assert_same_grads, assert_unchanged, grads, snapshot
 from lightning_optimizer.conformance.checkpointing import (
     EPOCH,
     GROWTH,
@@ -38,6 +39,7 @@ from lightning_optimizer.conformance.harness import (
     oracle_autocast,
     refuses,
     run_steps,
+    scaler_settings,
     tolerance_for,
 )
 from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
@@ -146,7 +148,7 @@ def test_context_state_for_another_layout_is_refused(make_context: MakeContext, 
     model = context.prepare_module(make_model())
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
     run_steps(context, model, wrapper, make_batches(1), cell, lambda i: False)
-    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    held = grads(model.parameters())
 
     two_optimizers = make_context(accumulate_grad_batches=2)
     two_model = two_optimizers.prepare_module(make_model())
@@ -164,9 +166,7 @@ def test_context_state_for_another_layout_is_refused(make_context: MakeContext, 
             "CKPT-003: a state for another layout is refused with ValueError before anything changes",
         ):
             context.load_state_dict(other.state_dict())
-        for param, grad in zip(model.parameters(), grads, strict=True):
-            assert grad is not None and param.grad is not None, f"a refused load ({what}) cleared a gradient"
-            assert torch.equal(param.grad, grad), f"a refused load ({what}) changed a gradient"
+        assert_same_grads(grads(model.parameters()), held, f"a refused load ({what})")
     wrapper.step(make_optimizer_step=None)
     assert wrapper.last_outcome in REAL_STEP, "the open window was lost by a refused load"
 
@@ -192,8 +192,7 @@ def test_state_of_other_shapes_is_refused_with_its_windows_closed(
     wide = other.wrap(torch.optim.SGD(wide_model.parameters(), lr=0.1))
     run_steps(other, wide_model, wide, make_batches(2), cell)
     assert wide.last_outcome in REAL_STEP, f"the saving context's window did not close: {wide.last_outcome}"
-    values = [p.detach().clone() for p in model.parameters()]
-    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    before = snapshot(model)
     with refuses(
         ValueError,
         "context.load_state_dict(state) of a context with other parameter shapes and every window closed "
@@ -201,10 +200,7 @@ def test_state_of_other_shapes_is_refused_with_its_windows_closed(
         "CKPT-003: a state for other parameter shapes is refused with ValueError, even when no window holds a gradient",
     ):
         context.load_state_dict(other.state_dict())
-    for i, (param, value, grad) in enumerate(zip(model.parameters(), values, grads, strict=True)):
-        assert torch.equal(param.detach(), value), f"a refused load changed parameter {i}"
-        same = param.grad is None if grad is None else param.grad is not None and torch.equal(param.grad, grad)
-        assert same, f"a refused load changed the gradient of parameter {i}"
+    assert_unchanged(model, before, "a refused load")
     wrapper.step(make_optimizer_step=None)
     if open_here:
         assert wrapper.last_outcome in REAL_STEP, "the open window was lost by a refused load"
@@ -247,11 +243,6 @@ GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
 """Under 16-mixed: the scale doubles after every iteration in which an optimizer stepped and nothing overflowed."""
 
 
-def _scaler_settings(cell: Cell, settings: GradScalerSettings) -> dict[str, Any]:
-    """The factory's ``grad_scaler`` argument, in 16-mixed cells only."""
-    return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
-
-
 def _loss_of(
     forward: Callable[[torch.Tensor], torch.Tensor],
     batch: tuple[torch.Tensor, torch.Tensor],
@@ -275,19 +266,8 @@ def _loss_of(
     return loss
 
 
-def _grads_of(tensors: list[torch.Tensor]) -> list[torch.Tensor | None]:
-    return [None if t.grad is None else t.grad.detach().cpu().clone() for t in tensors]
-
-
-def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor | None], what: str) -> None:
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert (a is None) == (b is None), f"{what}: the gradient of parameter {i} is {a}, was {b}"
-        if a is not None and b is not None:
-            assert torch.equal(a, b), f"{what}: the gradient of parameter {i} changed"
-
-
 def _growing_sgd(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, Any]:
-    context = make_context(accumulate_grad_batches=2, **_scaler_settings(cell, GROWING))
+    context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, GROWING))
     model = context.prepare_module(make_model())
     return context, model, context.wrap(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
 
@@ -367,7 +347,7 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
     for batch_idx in range(3):  # the window {0, 1} steps, {2, 3} is open
         _original_batch(context, model, wrapper, batch_idx, cell, scales)
     own = [p for group in wrapper.param_groups for p in group["params"]]
-    taken_params, taken_grads = params(model), _grads_of(own)
+    taken_params, taken_grads = params(model), grads(own, to_cpu=True)
     taken_state = copy.deepcopy(context.state_dict())
     names = [name for name, _ in model.named_parameters()]
     copied, copy_scales, copy_step = _copy_of(wrapper, how, names, model, cell)
@@ -386,16 +366,16 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
     assert outcomes == want, f"the {how} copy's calls took {outcomes}, expected {want}"
     what = f"after the {how} copy stepped, overflowed and grew"
     _assert_identical(params(model), taken_params, f"{what}, the original's parameters")
-    _assert_same_grads(_grads_of(own), taken_grads, f"{what}, the original's open window")
+    assert_same_grads(grads(own, to_cpu=True), taken_grads, f"{what}, the original's open window")
     assert_same_state(context.state_dict(), taken_state, f"{what}, the original's context.state_dict()")
 
     # The other way round: the original closes its window on an infinite loss, then steps again.
-    copy_params, copy_grads = [p.detach().cpu().clone() for p in copied], _grads_of(copied)
+    copy_params, copy_grads = [p.detach().cpu().clone() for p in copied], grads(copied, to_cpu=True)
     for batch_idx in range(3, 6):
         _original_batch(context, model, wrapper, batch_idx, cell, scales)
     what = f"after the original overflowed and stepped, the {how} copy's"
     _assert_identical([p.detach().cpu() for p in copied], copy_params, f"{what} parameters")
-    _assert_same_grads(_grads_of(copied), copy_grads, f"{what} open window")
+    assert_same_grads(grads(copied, to_cpu=True), copy_grads, f"{what} open window")
     copy_step(0, True, record=True)
     if sixteen:
         got, seen = [float(s) for s in scales], [float(s) for s in copy_scales]
@@ -436,7 +416,7 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
 @pytest.mark.parametrize("how", ["pickle", "deepcopy"])
 def test_copy_of_either_of_two_wrappers_continues_it(make_context: MakeContext, cell: Cell, how: str) -> None:
     """Copies of each of two wrappers (windows open) close their own window as the originals do."""
-    context = make_context(accumulate_grad_batches=3, **_scaler_settings(cell, GradScalerSettings(init_scale=2.0**8)))
+    context = make_context(accumulate_grad_batches=3, **scaler_settings(cell, GradScalerSettings(init_scale=2.0**8)))
     model = context.prepare_module(make_model())
     first_weight, first_bias, last_weight, last_bias = model.parameters()
     groups: list[dict[str, Any]] = [{"params": [first_weight]}, {"params": [first_bias], "lr": 0.05}]
@@ -490,7 +470,7 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
     sixteen = cell.precision == "16-mixed"
 
     def build(sizes: tuple[int, ...] = (4, 8, 2), third: bool = False) -> tuple[TrainingContext, torch.nn.Module, Any]:
-        context = make_context(accumulate_grad_batches=2, **_scaler_settings(cell, settings))
+        context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, settings))
         model = context.prepare_module(make_model(sizes=sizes))
         first, last = list(model.parameters())[:2], list(model.parameters())[2:]
         wrappers: list[Any] = [context.wrap(torch.optim.SGD(first, lr=0.1, momentum=0.9))]
@@ -524,10 +504,10 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
     closing = {2: (True, True)}
     context, model, wrappers = build()
     run(context, model, wrappers, opening, None)
-    grads, state = _grads_of(list(model.parameters())), copy.deepcopy(context.state_dict())
+    held, state = grads(model.parameters(), to_cpu=True), copy.deepcopy(context.state_dict())
     inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in wrappers]
 
-    one = make_context(accumulate_grad_batches=2, **_scaler_settings(cell, settings))
+    one = make_context(accumulate_grad_batches=2, **scaler_settings(cell, settings))
     one_model = one.prepare_module(make_model())
     one_wrapper = one.wrap(torch.optim.SGD(one_model.parameters(), lr=0.1))
     run(one, one_model, [one_wrapper], {0: (False,)}, None)
@@ -541,7 +521,7 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
             "CKPT-003: a state for another layout is refused with ValueError before anything changes",
         ):
             context.load_state_dict(other.state_dict())
-        _assert_same_grads(_grads_of(list(model.parameters())), grads, f"a refused load ({what})")
+        assert_same_grads(grads(model.parameters(), to_cpu=True), held, f"a refused load ({what})")
         assert_same_state(context.state_dict(), state, f"after a refused load ({what}), context.state_dict()")
         for index, wrapper in enumerate(wrappers):
             assert_same_state(wrapper.optimizer.state_dict(), inner_states[index], f"a refused load ({what})")
@@ -657,7 +637,7 @@ def test_state_loaded_before_its_optimizers_are_wrapped_is_refused(make_context:
     layout (``ValueError``) that leaves parameters, gradients, the context's state and the wrapped optimizer's state
     as they were. Then the second is wrapped, the load succeeds, and the run continues as the uninterrupted one.
     """
-    settings = _scaler_settings(cell, _BEFORE_WRAP_SCALER)
+    settings = scaler_settings(cell, _BEFORE_WRAP_SCALER)
     context = make_context(accumulate_grad_batches=2, **settings)
     model = context.prepare_module(make_model())
     wrappers: list[Any] = [context.wrap(build()) for build in _layer_optimizers(model)]
@@ -676,7 +656,7 @@ def test_state_loaded_before_its_optimizers_are_wrapped_is_refused(make_context:
     builders = _layer_optimizers(fresh_model)
     fresh_wrappers: list[Any] = []
     for wrapped in range(len(builders)):
-        values, grads = params(fresh_model), _grads_of(list(fresh_model.parameters()))
+        values, held = params(fresh_model), grads(fresh_model.parameters(), to_cpu=True)
         state = copy.deepcopy(fresh.state_dict())
         inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in fresh_wrappers]
         what = "before any optimizer is wrapped" if wrapped == 0 else f"with {wrapped} of its 2 optimizers wrapped"
@@ -689,7 +669,7 @@ def test_state_loaded_before_its_optimizers_are_wrapped_is_refused(make_context:
             fresh.load_state_dict(saved_state)
         after = f"after the refused load {what}"
         _assert_identical(params(fresh_model), values, f"{after}, the parameters")
-        _assert_same_grads(_grads_of(list(fresh_model.parameters())), grads, after)
+        assert_same_grads(grads(fresh_model.parameters(), to_cpu=True), held, after)
         assert_same_state(fresh.state_dict(), state, f"{after}, the context's state_dict()")
         for index, wrapper in enumerate(fresh_wrappers):
             assert_same_state(wrapper.optimizer.state_dict(), inner_states[index], f"{after}, optimizer {index}")

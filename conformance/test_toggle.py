@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from lightning_optimizer.conformance.assertions import grads, requires_grad_flags
 from lightning_optimizer.conformance.harness import (
     assert_params_close,
     cell_device,
@@ -45,25 +46,23 @@ def _two_wrappers(make_context: MakeContext) -> tuple[TrainingContext, _Pair, An
     return context, model, opt_a, opt_b
 
 
-def _flags(model: torch.nn.Module) -> dict[str, bool]:
-    return {name: param.requires_grad for name, param in model.named_parameters()}
-
-
 @pytest.mark.requirement("TOGGLE-001", "TOGGLE-002")
 @pytest.mark.varies(wrappers=("2",), parameters=("shared by two optimizers", "frozen"), make_optimizer_step=("False",))
 def test_closure_sees_only_its_parameters(make_context: MakeContext, cell: Cell) -> None:
     """In A's closure B-only parameters do not require grad; shared and A's stay; all flags come back."""
     _, model, opt_a, _ = _two_wrappers(make_context)
-    before = _flags(model)
+    before = requires_grad_flags(model)
     seen: dict[str, bool] = {}
 
     def closure() -> None:
-        seen.update(_flags(model))
+        seen.update(requires_grad_flags(model))
 
     opt_a.step(closure, make_optimizer_step=False)
     expected = {"a": True, "b": False, "shared": True, "frozen_a": False, "frozen_b": False}
     assert seen == expected, f"flags inside opt_a's closure: {seen}, expected {expected}"
-    assert _flags(model) == before, f"flags after the closure: {_flags(model)}, before: {before}"
+    assert requires_grad_flags(model) == before, (
+        f"flags after the closure: {requires_grad_flags(model)}, before: {before}"
+    )
 
 
 @pytest.mark.requirement("TOGGLE-001", "TOGGLE-002")
@@ -73,11 +72,11 @@ def test_closure_sees_only_its_parameters(make_context: MakeContext, cell: Cell)
 def test_toggle_model_block(make_context: MakeContext, cell: Cell) -> None:
     """``toggle_model()`` toggles for its block and restores exactly, also when the block raises."""
     _, model, _, opt_b = _two_wrappers(make_context)
-    before = _flags(model)
+    before = requires_grad_flags(model)
     with opt_b.toggle_model():
-        inside = _flags(model)
+        inside = requires_grad_flags(model)
     assert inside == {"a": False, "b": True, "shared": True, "frozen_a": False, "frozen_b": False}, inside
-    assert _flags(model) == before
+    assert requires_grad_flags(model) == before
     with (
         refuses(
             KeyError,
@@ -87,7 +86,9 @@ def test_toggle_model_block(make_context: MakeContext, cell: Cell) -> None:
         opt_b.toggle_model(),
     ):
         raise KeyError("inside the block")
-    assert _flags(model) == before, f"flags after a raising block: {_flags(model)}, before: {before}"
+    assert requires_grad_flags(model) == before, (
+        f"flags after a raising block: {requires_grad_flags(model)}, before: {before}"
+    )
 
 
 @pytest.mark.requirement("TOGGLE-002", "CLOS-003")
@@ -95,7 +96,7 @@ def test_toggle_model_block(make_context: MakeContext, cell: Cell) -> None:
 def test_raising_closure_restores_flags(make_context: MakeContext, cell: Cell) -> None:
     """A closure that raises leaves every flag as it was; user-frozen parameters stay frozen."""
     _, model, opt_a, _ = _two_wrappers(make_context)
-    before = _flags(model)
+    before = requires_grad_flags(model)
 
     def closure() -> None:
         raise ValueError("closure failed")
@@ -107,7 +108,9 @@ def test_raising_closure_restores_flags(make_context: MakeContext, cell: Cell) -
         match="closure failed",
     ):
         opt_a.step(closure, make_optimizer_step=True)
-    assert _flags(model) == before, f"flags after a raising closure: {_flags(model)}, before: {before}"
+    assert requires_grad_flags(model) == before, (
+        f"flags after a raising closure: {requires_grad_flags(model)}, before: {before}"
+    )
 
 
 class _Gan(torch.nn.Module):
@@ -278,10 +281,6 @@ def _raise_inside() -> None:
     raise ValueError("closure failed")
 
 
-def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor | None]:
-    return {name: None if p.grad is None else p.grad.detach().clone() for name, p in model.named_parameters()}
-
-
 def _backward_everything(model: torch.nn.Module, wrapper: Any) -> None:
     """Backpropagate a loss that involves every parameter: only those that require grad take a gradient."""
     loss = sum((param * param).sum() for param in model.parameters())
@@ -290,12 +289,13 @@ def _backward_everything(model: torch.nn.Module, wrapper: Any) -> None:
 
 
 def _assert_gradients_only_where_on(
-    before: dict[str, torch.Tensor | None], model: torch.nn.Module, on: dict[str, bool], what: str
+    before: list[torch.Tensor | None], model: torch.nn.Module, on: dict[str, bool], what: str
 ) -> None:
-    for name, param in model.named_parameters():
+    """The parameters that require grad (``on``) took a gradient since ``before`` (:func:`.grads`), no other did."""
+    for (name, param), old in zip(model.named_parameters(), before, strict=True):
         if name not in on:
             continue
-        old, new = before[name], param.grad
+        new = param.grad
         changed = (old is None) != (new is None) or (old is not None and new is not None and not torch.equal(old, new))
         assert changed == on[name], (
             f"{what}: parameter {name!r} {'took' if changed else 'took no'} gradient, but it "
@@ -319,27 +319,31 @@ def test_toggling_follows_flags_and_groups_changed_after_wrap(make_context: Make
         if phase != "after wrap":
             model.get_parameter("f_b").requires_grad_(True)
             model.get_parameter("u_b").requires_grad_(False)
-        flags = _flags(model)
+        flags = requires_grad_flags(model)
         for owner, wrapper in wrappers.items():
             want = _expected_inside(owner, flags)
             seen: dict[str, bool] = {}
 
             def closure(seen: dict[str, bool] = seen, wrapper: Any = wrapper) -> None:
-                seen.update(_flags(model))
+                seen.update(requires_grad_flags(model))
                 _backward_everything(model, wrapper)
 
-            before = _grads(model)
+            before = grads(model.parameters())
             wrapper.step(closure, make_optimizer_step=False)
             assert _held(seen) == want, f"{phase}: flags inside {owner}'s closure are {seen}, expected {want}"
-            assert _flags(model) == flags, f"{phase}: flags after {owner}'s closure are {_flags(model)}, not {flags}"
+            assert requires_grad_flags(model) == flags, (
+                f"{phase}: flags after {owner}'s closure are {requires_grad_flags(model)}, not {flags}"
+            )
             _assert_gradients_only_where_on(before, model, want, f"{phase}, {owner}'s closure")
-            before = _grads(model)
+            before = grads(model.parameters())
             with wrapper.toggle_model():
-                inside = _flags(model)
+                inside = requires_grad_flags(model)
                 _backward_everything(model, wrapper)
             wrapper.step(make_optimizer_step=False)
             assert _held(inside) == want, f"{phase}: flags inside {owner}.toggle_model() are {inside}, expected {want}"
-            assert _flags(model) == flags, f"{phase}: flags after {owner}.toggle_model() are {_flags(model)}"
+            assert requires_grad_flags(model) == flags, (
+                f"{phase}: flags after {owner}.toggle_model() are {requires_grad_flags(model)}"
+            )
             _assert_gradients_only_where_on(before, model, want, f"{phase}, {owner}.toggle_model() block")
             with refuses(
                 ValueError,
@@ -348,7 +352,9 @@ def test_toggling_follows_flags_and_groups_changed_after_wrap(make_context: Make
                 match="closure failed",
             ):
                 wrapper.step(_raise_inside, make_optimizer_step=False)
-            assert _flags(model) == flags, f"{phase}: flags after {owner}'s raising closure are {_flags(model)}"
+            assert requires_grad_flags(model) == flags, (
+                f"{phase}: flags after {owner}'s raising closure are {requires_grad_flags(model)}"
+            )
             with (
                 refuses(
                     KeyError,
@@ -359,4 +365,6 @@ def test_toggling_follows_flags_and_groups_changed_after_wrap(make_context: Make
                 wrapper.toggle_model(),
             ):
                 raise KeyError("inside the block")
-            assert _flags(model) == flags, f"{phase}: flags after {owner}'s raising block are {_flags(model)}"
+            assert requires_grad_flags(model) == flags, (
+                f"{phase}: flags after {owner}'s raising block are {requires_grad_flags(model)}"
+            )

@@ -15,15 +15,24 @@ import gc
 import io
 import math
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import torch
-from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.assertions import (
+    Snapshot,
+    assert_same_grads,
+    assert_same_values,
+    assert_unchanged,
+    grads,
+    param_values,
+    snapshot,
+)
 from lightning_optimizer.conformance.harness import (
+    LOSS_FACTOR,
     ON_FAILURE,
     Batch,
     FlakyAdam,
@@ -39,17 +48,24 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     mse,
-    oracle_autocast,
     oracle_step_done,
     refuses,
     run_steps,
+    scaler_settings,
 )
 from lightning_optimizer.conformance.oracles import (
     expected_outcomes,
     oracle_copy,
     oracle_mean_steps,
-    recipe_backward,
-    recipe_window_mean,
+)
+from lightning_optimizer.conformance.plain_loop import (
+    clipper,
+    oracle_loss,
+    plain_scaler,
+    real_step,
+    scaled_backward,
+    train_windows,
+    update_scaler,
 )
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
@@ -60,8 +76,6 @@ EAGER = ("cpu", "cuda")
 """Where the checks that train windows against an oracle run: on XLA every new graph compiles, which takes these
 checks 2 to 8 s per cell there; the checks that only construct or refuse run on XLA too."""
 
-LOSS_FACTOR = 1e-3
-"""Keeps 16-mixed's scaled float16 gradients finite at every scale below: only the planted overflows skip."""
 SGD_LR = 10.0
 """Large enough that a window's mean taken over a wrong length, or a gradient left scaled, moves the parameters far
 beyond every precision's tolerance."""
@@ -69,47 +83,6 @@ ADAM_LR = 0.01
 GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
 """Under 16-mixed: the scale doubles after every iteration in which an optimizer stepped and nothing overflowed, and
 halves after one that overflowed: a scaler update too many, too few or with the wrong found-inf shows in the scales."""
-
-
-def _scaler_settings(cell: Cell, settings: GradScalerSettings) -> dict[str, Any]:
-    """The factory's ``grad_scaler`` argument, in 16-mixed cells only."""
-    return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
-
-
-def _grads(params: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
-    return [None if p.grad is None else p.grad.detach().cpu().clone() for p in params]
-
-
-def _values(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    return [p.detach().cpu().clone() for p in params]
-
-
-def _assert_same_grads(got: list[torch.Tensor | None], want: list[torch.Tensor | None], what: str) -> None:
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert (a is None) == (b is None), f"{what}: the gradient of parameter {i} is {a}, was {b}"
-        if a is not None and b is not None:
-            assert torch.equal(a, b), f"{what}: the gradient of parameter {i} changed"
-
-
-def _assert_same_values(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
-    for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert torch.equal(a, b), f"{what}: parameter {i} changed"
-
-
-def _snapshot(model: torch.nn.Module) -> dict[str, Any]:
-    """Parameters, gradients and flags of ``model``, on the CPU."""
-    params = list(model.parameters())
-    return {
-        "the parameters": _values(params),
-        "the windows' gradients": _grads(params),
-        "the requires_grad flags": [p.requires_grad for p in params],
-    }
-
-
-def _assert_same_snapshot(got: dict[str, Any], want: dict[str, Any], what: str) -> None:
-    _assert_same_values(got["the parameters"], want["the parameters"], what)
-    _assert_same_grads(got["the windows' gradients"], want["the windows' gradients"], what)
-    assert got["the requires_grad flags"] == want["the requires_grad flags"], f"{what} changed requires_grad flags"
 
 
 # -- ERR-008: keyword arguments the inner step cannot take ---------------------------------------------------
@@ -131,6 +104,79 @@ class _KeywordSGD(torch.optim.SGD):
                 group["lr"] /= lr_factor
 
 
+def _counted_closure(
+    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Batch, cell: Cell, calls: list[int]
+) -> Callable[[], None]:
+    """A closure that backpropagates the batch's loss through ``wrapper``, and counts its runs in ``calls``."""
+
+    def closure() -> None:
+        calls.append(1)
+        with context.autocast():
+            loss = mse(model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
+        wrapper.backward(loss)
+
+    return closure
+
+
+def _adam_refuses_every_keyword(make_context: MakeContext, cell: Cell, batch: Batch, calls: list[int]) -> None:
+    """An empty window: Adam's ``step(closure=None)`` takes no keyword at all, so ``lr_factor`` is refused [ERR-008]."""
+    context = make_context()
+    model = context.prepare_module(make_model())
+    adam = context.wrap(torch.optim.Adam(model.parameters(), lr=ADAM_LR))
+    before = param_values(list(model.parameters()))
+    for make_step in (True, None, False):
+        with refuses(
+            TypeError,
+            f"adam.step(closure, make_optimizer_step={make_step}, lr_factor=2.0) on an empty window (Adam's step() "
+            "takes no lr_factor)",
+            "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything runs",
+        ):
+            closure = _counted_closure(context, model, adam, batch, cell, calls)
+            adam.step(closure, make_optimizer_step=make_step, lr_factor=2.0)
+        assert calls == [], f"step(lr_factor=2.0, make_optimizer_step={make_step}) on Adam ran the closure"
+        assert adam.last_outcome is None, f"a refused step() recorded the outcome {adam.last_outcome}"
+        assert all(p.grad is None for p in model.parameters()), "a refused step() left gradients"
+        assert_same_values(param_values(list(model.parameters())), before, "a refused step() on Adam")
+        assert not adam.optimizer.state, "a refused step() made Adam create its state"
+
+
+def _refused_with_a_window_open(
+    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Batch, cell: Cell, calls: list[int]
+) -> None:
+    """Keywords the inner step (``lr_factor`` only) cannot take, on calls that accumulate or step: all refused."""
+    params, inner = list(model.parameters()), wrapper.optimizer
+    window, values = grads(params), param_values(params)
+    bad: list[dict[str, Any]] = [{"lr_facter": 2.0}, {"lr_factor": 2.0, "nesterov": True}, {"set_to_none": True}]
+    why = (
+        "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything runs, on a "
+        "call that only accumulates too"
+    )
+    for make_step in (False, None, True):
+        for kwargs in bad:
+            what = f"step({', '.join(kwargs)}, make_optimizer_step={make_step}) with a window open"
+            given = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+            with refuses(
+                TypeError,
+                f"wrapper.step(closure, make_optimizer_step={make_step}, {given}) with a window open (the inner "
+                "step() takes lr_factor only)",
+                why,
+            ):
+                closure = _counted_closure(context, model, wrapper, batch, cell, calls)
+                wrapper.step(closure, make_optimizer_step=make_step, **kwargs)
+            assert calls == [], f"{what} ran the closure"
+            with refuses(
+                TypeError,
+                f"wrapper.step(make_optimizer_step={make_step}, {given}) with a window open (the inner step() "
+                "takes lr_factor only)",
+                why,
+            ):
+                wrapper.step(make_optimizer_step=make_step, **kwargs)
+            assert inner.received == [], f"{what} reached the inner step"
+            assert wrapper.last_outcome is A, f"{what} changed the outcome to {wrapper.last_outcome}"
+            assert_same_grads(grads(params), window, what)
+            assert_same_values(param_values(params), values, what)
+
+
 @pytest.mark.requirement("ERR-008", "STEP-005")
 @pytest.mark.cells(devices=EAGER)
 @pytest.mark.varies(
@@ -150,36 +196,8 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
     """
     device, dtype = cell_device(cell), cell_dtype(cell)
     calls: list[int] = []
-
-    def closure_for(model: torch.nn.Module, wrapper: Any, batch: Batch) -> Callable[[], None]:
-        def closure() -> None:
-            calls.append(1)
-            with context.autocast():
-                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
-            wrapper.backward(loss)
-
-        return closure
-
     batches = make_batches(2, seed=11)
-    # An empty window: Adam's step(closure=None) takes no keyword at all.
-    context = make_context()
-    model = context.prepare_module(make_model())
-    adam = context.wrap(torch.optim.Adam(model.parameters(), lr=ADAM_LR))
-    before = _values(list(model.parameters()))
-    for make_step in (True, None, False):
-        with refuses(
-            TypeError,
-            f"adam.step(closure, make_optimizer_step={make_step}, lr_factor=2.0) on an empty window (Adam's step() "
-            "takes no lr_factor)",
-            "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything runs",
-        ):
-            adam.step(closure_for(model, adam, batches[0]), make_optimizer_step=make_step, lr_factor=2.0)
-        assert calls == [], f"step(lr_factor=2.0, make_optimizer_step={make_step}) on Adam ran the closure"
-        assert adam.last_outcome is None, f"a refused step() recorded the outcome {adam.last_outcome}"
-        assert all(p.grad is None for p in model.parameters()), "a refused step() left gradients"
-        _assert_same_values(_values(list(model.parameters())), before, "a refused step() on Adam")
-        assert not adam.optimizer.state, "a refused step() made Adam create its state"
-
+    _adam_refuses_every_keyword(make_context, cell, batches[0], calls)
     # An open window of two micro-steps: SGD with a keyword of its own.
     context = make_context(accumulate_grad_batches=2)
     base = make_model()
@@ -190,45 +208,18 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
     wrapper = context.wrap(inner)
     params = list(model.parameters())
     with context.batch(0):
-        wrapper.step(closure_for(model, wrapper, batches[0]), lr_factor=3.0)  # accumulates: the keyword is fine
+        # accumulates: the keyword is fine
+        wrapper.step(_counted_closure(context, model, wrapper, batches[0], cell, calls), lr_factor=3.0)
     assert wrapper.last_outcome is A, f"the first micro-step of a window of two: {wrapper.last_outcome}"
     assert inner.received == [], f"an accumulating call reached the inner step with {inner.received}"
     calls.clear()
-    window, values = _grads(params), _values(params)
-    bad: list[dict[str, Any]] = [{"lr_facter": 2.0}, {"lr_factor": 2.0, "nesterov": True}, {"set_to_none": True}]
     with context.batch(1):
-        for make_step in (False, None, True):
-            for kwargs in bad:
-                what = f"step({', '.join(kwargs)}, make_optimizer_step={make_step}) with a window open"
-                given = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
-                why = (
-                    "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything "
-                    "runs, on a call that only accumulates too"
-                )
-                with refuses(
-                    TypeError,
-                    f"wrapper.step(closure, make_optimizer_step={make_step}, {given}) with a window open (the inner "
-                    "step() takes lr_factor only)",
-                    why,
-                ):
-                    wrapper.step(closure_for(model, wrapper, batches[1]), make_optimizer_step=make_step, **kwargs)
-                assert calls == [], f"{what} ran the closure"
-                with refuses(
-                    TypeError,
-                    f"wrapper.step(make_optimizer_step={make_step}, {given}) with a window open (the inner step() "
-                    "takes lr_factor only)",
-                    why,
-                ):
-                    wrapper.step(make_optimizer_step=make_step, **kwargs)
-                assert inner.received == [], f"{what} reached the inner step"
-                assert wrapper.last_outcome is A, f"{what} changed the outcome to {wrapper.last_outcome}"
-                _assert_same_grads(_grads(params), window, what)
-                _assert_same_values(_values(params), values, what)
+        _refused_with_a_window_open(context, model, wrapper, batches[1], cell, calls)
         # The backward-then-step form: the refused step leaves the backward's gradients in the window.
         with context.autocast():
             loss = mse(model, batches[1], device, dtype) * LOSS_FACTOR
         wrapper.backward(loss)
-        window = _grads(params)
+        window = grads(params)
         with refuses(
             TypeError,
             "wrapper.step(make_optimizer_step=None, lr_facter=2.0) after the window's last backward (the inner "
@@ -236,7 +227,7 @@ def test_step_kwargs_the_inner_step_cannot_take(make_context: MakeContext, cell:
             "ERR-008: keywords that the inner step() cannot take are refused with TypeError before anything runs",
         ):
             wrapper.step(make_optimizer_step=None, lr_facter=2.0)
-        _assert_same_grads(_grads(params), window, "a refused step(lr_facter=2.0) after the window's last backward")
+        assert_same_grads(grads(params), window, "a refused step(lr_facter=2.0) after the window's last backward")
         wrapper.step(make_optimizer_step=None, lr_factor=2.0)
     assert wrapper.last_outcome is S, f"after refused calls, the window did not close on time: {wrapper.last_outcome}"
     assert inner.received == [2.0], f"the inner step received lr_factor {inner.received}, expected [2.0] once"
@@ -358,31 +349,108 @@ def _oracle_windows(
     accumulate_grad_batches: int,
 ) -> tuple[list[float], list[bool]]:
     """One step per window on its mean, unscaled, clipped; the scale of each backward pass and which windows stepped."""
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    scaler = GradScaler(device.type, **settings.as_kwargs()) if cell.precision == "16-mixed" else None
     scales: list[float] = []
-    stepped: list[bool] = []
-    for window in windows:
-        for batch_idx in window:
-            with oracle_autocast(cell):
-                loss = mse(model, batches[batch_idx], device, dtype) * LOSS_FACTOR
-            recipe_backward(loss, scaler, accumulate_grad_batches, scales=scales)
-        recipe_window_mean(list(model.parameters()), len(window), scaler, accumulate_grad_batches)
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], clip)
-        if scaler is None:
-            optimizer.step()
-            stepped.append(True)
-        else:
-            scale = scaler.get_scale()
-            scaler.step(optimizer)
-            scaler.update()
-            stepped.append(scaler.get_scale() >= scale)
-        optimizer.zero_grad(set_to_none=True)
-        oracle_step_done(cell)
+    clip_norm = None if clip is None else clipper("norm", clip)
+    stepped = train_windows(
+        cell,
+        model,
+        optimizer,
+        batches,
+        windows,
+        plain_scaler(cell, settings),
+        accumulate=accumulate_grad_batches,
+        clip=clip_norm,
+        scales=scales,
+    )
     return scales, stepped
+
+
+@dataclass
+class _InnerFailureRun:
+    """One wrapper's epoch in which the inner step of a closing call raises once (a :class:`_Failure` plan)."""
+
+    plan: _Failure
+    context: TrainingContext
+    model: torch.nn.Module
+    wrapper: Any
+    inner: torch.optim.Optimizer
+    batches: list[Batch]
+    cell: Cell
+    on_failure: str
+    scenario: str
+    scales: list[tuple[int, float]] = field(default_factory=list)
+    """Under 16-mixed, each recorded backward pass's batch and scale."""
+
+    def loss_of(self, batch_idx: int, record: bool) -> torch.Tensor:
+        """The batch's loss under the context's autocast, its scale recorded (16-mixed, with ``record``)."""
+        with self.context.autocast():
+            loss = mse(self.model, self.batches[batch_idx], cell_device(self.cell), cell_dtype(self.cell)) * LOSS_FACTOR
+        if self.cell.precision == "16-mixed" and record:
+            loss.register_hook(lambda grad: self.scales.append((batch_idx, float(grad))))
+        return loss
+
+    def call(self, batch_idx: int, *, backward: bool = True, record: bool = True) -> None:
+        """The planned call of ``batch_idx``, in the plan's form (its backward left out with ``backward=False``)."""
+        plan, wrapper = self.plan, self.wrapper
+        make_step = plan.schedule.get(batch_idx)
+        if plan.closure_form:
+
+            def closure() -> torch.Tensor:
+                loss = self.loss_of(batch_idx, record)
+                wrapper.backward(loss)
+                return loss
+
+            wrapper.step(closure, make_optimizer_step=make_step)
+            return
+        if backward:
+            wrapper.backward(self.loss_of(batch_idx, record))
+            if plan.unscale_first and batch_idx == plan.failing:
+                wrapper.unscale_gradients()
+        wrapper.step(make_optimizer_step=make_step)
+
+    def fail(self, batch_idx: int, checkpointing: bool) -> None:
+        """The failing call, what it leaves under the policy, and its retry (unless the next batch retries)."""
+        plan, wrapper, params = self.plan, self.wrapper, list(self.model.parameters())
+        discard = self.on_failure == "discard"
+        if not plan.closure_form:
+            wrapper.backward(self.loss_of(batch_idx, record=not discard))
+            if plan.unscale_first:
+                wrapper.unscale_gradients()
+        outcome, window, values = wrapper.last_outcome, grads(params), param_values(params)
+        state = copy.deepcopy(self.context.state_dict()) if checkpointing and not plan.unscale_first else None
+        what = f"a closing step whose inner step raised ({self.scenario}, on_failure={self.on_failure!r})"
+        self.inner.fail = True  # type: ignore[attr-defined]
+        with refuses(
+            PlannedFailure,
+            f"a closing step() whose inner optimizer's step raises ({self.scenario}, on_failure={self.on_failure!r})",
+            "TXN-001: the inner step's exception propagates out of step()",
+        ) as raised:
+            self.call(batch_idx, backward=False, record=False)
+        self.inner.fail = False  # type: ignore[attr-defined]
+        assert_same_values(param_values(params), values, what)
+        if discard:
+            assert_same_grads(grads(params), [None] * len(params), f"{what}, the discarded window (FAIL-003)")
+            assert wrapper.last_outcome is D, f"{what}: last_outcome is {wrapper.last_outcome}, not DISCARDED"
+            assert_discard_note(raised.value, self.inner, (plan.held, plan.held + 1), what)
+            if plan.unscale_first:
+                wrapper.zero_grad()  # the discarded window is no longer prepared: zero_grad() is allowed again
+        else:
+            assert_same_grads(grads(params), window, f"{what}, the window")
+            assert wrapper.last_outcome is outcome, (
+                f"{what} changed last_outcome from {outcome} to {wrapper.last_outcome}"
+            )
+            if state is not None:
+                assert_same_state(self.context.state_dict(), state, f"{what}, context.state_dict()")
+            if plan.unscale_first:
+                with refuses(
+                    RuntimeError,
+                    f"wrapper.zero_grad() after unscale_gradients() and a failed closing step() ({self.scenario})",
+                    "CLIP-002: the window is still prepared, and a zero_grad() before its closing step() is refused",
+                ):
+                    wrapper.zero_grad()  # still prepared: zero_grad() before the closing step is refused
+                assert_same_grads(grads(params), window, f"{what}, then a refused zero_grad(), the prepared window")
+        if not plan.retry_in_next_batch:
+            self.call(batch_idx, backward=discard)
 
 
 @pytest.mark.requirement("TXN-001", "STEP-004", "ACC-001", "FAIL-003", "FAIL-004")
@@ -424,7 +492,7 @@ def test_failed_inner_step_leaves_the_window(
     context = make_context(
         accumulate_grad_batches=plan.accumulate,
         gradient_clip_val=plan.clip,
-        **_scaler_settings(cell, GROWING),
+        **scaler_settings(cell, GROWING),
         **failure_settings(on_failure),
     )
     base = make_model()
@@ -432,87 +500,16 @@ def test_failed_inner_step_leaves_the_window(
     model = context.prepare_module(base)
     inner = flaky_class(model.parameters(), **hyper)
     wrapper = context.wrap(inner)
-    params = list(model.parameters())
     batches = make_batches(plan.batches, seed=12)
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    scales: list[tuple[int, float]] = []
+    run = _InnerFailureRun(plan, context, model, wrapper, inner, batches, cell, on_failure, scenario)
     checkpointing = "checkpointing" in implementation.features
-
-    def loss_of(batch_idx: int, record: bool) -> torch.Tensor:
-        with context.autocast():
-            loss = mse(model, batches[batch_idx], device, dtype) * LOSS_FACTOR
-        if sixteen and record:
-            loss.register_hook(lambda grad: scales.append((batch_idx, float(grad))))
-        return loss
-
-    def closure_for(batch_idx: int, record: bool = True) -> Callable[[], torch.Tensor]:
-        def closure() -> torch.Tensor:
-            loss = loss_of(batch_idx, record)
-            wrapper.backward(loss)
-            return loss
-
-        return closure
-
-    def call(batch_idx: int, *, backward: bool = True, record: bool = True) -> None:
-        make_step = plan.schedule.get(batch_idx)
-        if plan.closure_form:
-            wrapper.step(closure_for(batch_idx, record), make_optimizer_step=make_step)
-            return
-        if backward:
-            wrapper.backward(loss_of(batch_idx, record))
-            if plan.unscale_first and batch_idx == plan.failing:
-                wrapper.unscale_gradients()
-        wrapper.step(make_optimizer_step=make_step)
-
     outcomes = []
     for batch_idx in range(plan.batches):
         with context.batch(batch_idx, is_last=batch_idx == plan.batches - 1):
-            if batch_idx != plan.failing:
-                call(batch_idx)
-                outcomes.append(wrapper.last_outcome)
-                continue
-            if not plan.closure_form:
-                wrapper.backward(loss_of(batch_idx, record=not discard))
-                if plan.unscale_first:
-                    wrapper.unscale_gradients()
-            outcome, window, values = wrapper.last_outcome, _grads(params), _values(params)
-            state = copy.deepcopy(context.state_dict()) if checkpointing and not plan.unscale_first else None
-            inner.fail = True  # type: ignore[attr-defined]
-            with refuses(
-                PlannedFailure,
-                f"a closing step() whose inner optimizer's step raises ({scenario}, on_failure={on_failure!r})",
-                "TXN-001: the inner step's exception propagates out of step()",
-            ) as raised:
-                call(batch_idx, backward=False, record=False)
-            inner.fail = False  # type: ignore[attr-defined]
-            what = f"a closing step whose inner step raised ({scenario}, on_failure={on_failure!r})"
-            _assert_same_values(_values(params), values, what)
-            if discard:
-                _assert_same_grads(_grads(params), [None] * len(params), f"{what}, the discarded window (FAIL-003)")
-                assert wrapper.last_outcome is D, f"{what}: last_outcome is {wrapper.last_outcome}, not DISCARDED"
-                assert_discard_note(raised.value, inner, (plan.held, plan.held + 1), what)
-                if plan.unscale_first:
-                    wrapper.zero_grad()  # the discarded window is no longer prepared: zero_grad() is allowed again
+            if batch_idx == plan.failing:
+                run.fail(batch_idx, checkpointing)
             else:
-                _assert_same_grads(_grads(params), window, f"{what}, the window")
-                assert wrapper.last_outcome is outcome, (
-                    f"{what} changed last_outcome from {outcome} to {wrapper.last_outcome}"
-                )
-                if state is not None:
-                    assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
-                if plan.unscale_first:
-                    with refuses(
-                        RuntimeError,
-                        f"wrapper.zero_grad() after unscale_gradients() and a failed closing step() ({scenario})",
-                        "CLIP-002: the window is still prepared, and a zero_grad() before its closing step() is "
-                        "refused",
-                    ):
-                        wrapper.zero_grad()  # still prepared: zero_grad() before the closing step is refused
-                    _assert_same_grads(
-                        _grads(params), window, f"{what}, then a refused zero_grad(), the prepared window"
-                    )
-            if not plan.retry_in_next_batch:
-                call(batch_idx, backward=discard)
+                run.call(batch_idx)
             outcomes.append(wrapper.last_outcome)
 
     oracle_optimizer = plain_class(oracle_model.parameters(), **hyper)
@@ -522,7 +519,7 @@ def test_failed_inner_step_leaves_the_window(
     want_outcomes = expected_outcomes(plan.discard_outcomes if discard else plan.outcomes, stepped)
     assert outcomes == want_outcomes, f"the calls took {outcomes}, expected {want_outcomes} ({scenario})"
     if sixteen:
-        got_scales = [scale for batch_idx, scale in scales if batch_idx in counted]
+        got_scales = [scale for batch_idx, scale in run.scales if batch_idx in counted]
         assert got_scales == want_scales, (
             f"the backward passes were scaled by {got_scales}; a plain GradScaler over the windows {windows} scales "
             f"them by {want_scales}: the failed step changed the loss scaler"
@@ -534,6 +531,88 @@ def test_failed_inner_step_leaves_the_window(
 
 
 # -- REENT-001: a step() inside a running step() --------------------------------------------------------------
+
+
+@dataclass
+class _Reentry:
+    """Calls whose closure runs its backward, then calls ``step()`` again: the inner call is refused [REENT-001]."""
+
+    model: Halves
+    halves: Mapping[str, torch.nn.Module]
+    wrappers: dict[str, Any]
+    closure_for: Callable[[str, int], Callable[[], torch.Tensor]]
+    calls: list[str]
+    """The names of the closures that ran."""
+    on_failure: str
+
+    def attempt(
+        self, name: str, target: str, other: str, outer_step: bool | None, inner_step: bool | None, held: int
+    ) -> int:
+        """Wrapper ``name``'s step whose closure calls ``target``'s step; returns the micro-steps ``name`` holds now."""
+        wrappers = self.wrappers
+        refused: list[BaseException] = []
+
+        def reentering() -> torch.Tensor:
+            loss = self.closure_for(name, 1)()
+            try:
+                wrappers[target].step(self.closure_for(target, 1), make_optimizer_step=inner_step)
+            except RuntimeError as error:
+                refused.append(error)
+                raise
+            return loss
+
+        before, others = snapshot(self.model), snapshot(self.halves[other])
+        outcomes = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
+        self.calls.clear()
+        what = (
+            f"wrapper {name}'s step(make_optimizer_step={outer_step}) whose closure called wrapper "
+            f"{target}'s step(make_optimizer_step={inner_step}) (on_failure={self.on_failure!r})"
+        )
+        with refuses(
+            RuntimeError,
+            what,
+            "REENT-001: a step() called while a step() of the same context runs is refused with "
+            "RuntimeError, and the outer call fails with it",
+        ) as raised:
+            wrappers[name].step(reentering, make_optimizer_step=outer_step)
+        assert len(refused) == 1, f"{what}: the inner step() was not refused with RuntimeError"
+        assert raised.value is refused[0], (
+            f"{what}: the outer call raised {raised.value!r}, not the inner call's {refused[0]!r}"
+        )
+        assert self.calls == [name], f"{what}: the closures that ran are {self.calls}, only {name}'s may"
+        assert_unchanged(snapshot(self.halves[other]), others, f"{what}, wrapper {other}'s window")
+        now = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
+        if self.on_failure != "discard":
+            assert_unchanged(snapshot(self.model), before, what)
+            assert now == outcomes, f"{what} changed the outcomes from {outcomes} to {now}"
+            return held
+        whole = snapshot(self.model)
+        assert_same_values(whole.values, before.values, what)
+        assert whole.flags == before.flags, f"{what}: flags not restored"
+        discarded = snapshot(self.halves[name]).grads
+        assert_same_grads(
+            discarded,
+            [None] * len(discarded),
+            f"{what}: wrapper {name}'s window was written by the outer closure, so it is discarded (FAIL-003)",
+        )
+        assert now == outcomes | {name: D}, f"{what}: the outcomes are {now}, expected {name} DISCARDED"
+        assert_discard_note(raised.value, wrappers[name].optimizer, (held, held + 1), what)
+        return 0
+
+
+def _sgd_and_adam_oracle(oracle: Halves, window: Sequence[Batch], cell: Cell) -> None:
+    """Half ``a`` (SGD with momentum) and half ``b`` (Adam) one step each on their mean over ``window``; one update."""
+    scaler = plain_scaler(cell)
+    optimizers = {
+        "a": torch.optim.SGD(oracle.a.parameters(), lr=SGD_LR, momentum=0.9),
+        "b": torch.optim.Adam(oracle.b.parameters(), lr=ADAM_LR),
+    }
+    for name, half in (("a", oracle.a), ("b", oracle.b)):
+        for batch in window:
+            scaled_backward(oracle_loss(half, batch, cell), scaler)
+        real_step(optimizers[name], len(window), scaler)
+    update_scaler(scaler)
+    oracle_step_done(cell)
 
 
 @pytest.mark.requirement("REENT-001", "CLOS-003", "STEP-004", "FAIL-002", "FAIL-003", "FAIL-004")
@@ -593,66 +672,11 @@ def test_step_inside_a_running_step_is_refused(
         for name in halves:
             target = name if reentered == "same" else ("b" if name == "a" else "a")
             other = "b" if name == "a" else "a"
+            reentry = _Reentry(model, halves, wrappers, closure_for, calls, on_failure)
             held = 1
             for outer_step in (False, None, True):
                 for inner_step in (None, True, False):
-                    refused: list[BaseException] = []
-
-                    def reentering(
-                        name: str = name,
-                        target: str = target,
-                        inner_step: bool | None = inner_step,
-                        refused: list[BaseException] = refused,
-                    ) -> torch.Tensor:
-                        loss = closure_for(name, 1)()
-                        try:
-                            wrappers[target].step(closure_for(target, 1), make_optimizer_step=inner_step)
-                        except RuntimeError as error:
-                            refused.append(error)
-                            raise
-                        return loss
-
-                    before = _snapshot(model)
-                    others = _snapshot(halves[other])
-                    outcomes = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
-                    calls.clear()
-                    what = (
-                        f"wrapper {name}'s step(make_optimizer_step={outer_step}) whose closure called wrapper "
-                        f"{target}'s step(make_optimizer_step={inner_step}) (on_failure={on_failure!r})"
-                    )
-                    with refuses(
-                        RuntimeError,
-                        what,
-                        "REENT-001: a step() called while a step() of the same context runs is refused with "
-                        "RuntimeError, and the outer call fails with it",
-                    ) as raised:
-                        wrappers[name].step(reentering, make_optimizer_step=outer_step)
-                    assert len(refused) == 1, f"{what}: the inner step() was not refused with RuntimeError"
-                    assert raised.value is refused[0], (
-                        f"{what}: the outer call raised {raised.value!r}, not the inner call's {refused[0]!r}"
-                    )
-                    assert calls == [name], f"{what}: the closures that ran are {calls}, only {name}'s may"
-                    _assert_same_snapshot(_snapshot(halves[other]), others, f"{what}, wrapper {other}'s window")
-                    now = {key: wrapper.last_outcome for key, wrapper in wrappers.items()}
-                    if not discard:
-                        _assert_same_snapshot(_snapshot(model), before, what)
-                        assert now == outcomes, f"{what} changed the outcomes from {outcomes} to {now}"
-                        continue
-                    whole = _snapshot(model)
-                    _assert_same_values(whole["the parameters"], before["the parameters"], what)
-                    assert whole["the requires_grad flags"] == before["the requires_grad flags"], (
-                        f"{what}: flags not restored"
-                    )
-                    grads = _snapshot(halves[name])["the windows' gradients"]
-                    _assert_same_grads(
-                        grads,
-                        [None] * len(grads),
-                        f"{what}: wrapper {name}'s window was written by the outer closure, so it is discarded "
-                        "(FAIL-003)",
-                    )
-                    assert now == outcomes | {name: D}, f"{what}: the outcomes are {now}, expected {name} DISCARDED"
-                    assert_discard_note(raised.value, wrappers[name].optimizer, (held, held + 1), what)
-                    held = 0
+                    held = reentry.attempt(name, target, other, outer_step, inner_step, held)
         for name in halves:
             wrappers[name].step(closure_for(name, 1))
             assert wrappers[name].last_outcome is A, (
@@ -666,31 +690,8 @@ def test_step_inside_a_running_step_is_refused(
                 f"{wrappers[name].last_outcome}"
             )
 
-    # The oracle by hand: each half one step on the mean of its micro-batches (under "discard" batch 0 is gone with
-    # the discarded window), one scaler update for both.
-    window = batches[1:] if discard else batches
-    scaler = GradScaler(device.type) if cell.precision == "16-mixed" else None
-    optimizers = {
-        "a": torch.optim.SGD(oracle.a.parameters(), lr=SGD_LR, momentum=0.9),
-        "b": torch.optim.Adam(oracle.b.parameters(), lr=ADAM_LR),
-    }
-    for name, half in (("a", oracle.a), ("b", oracle.b)):
-        for batch in window:
-            with oracle_autocast(cell):
-                loss = mse(half, batch, device, dtype) * LOSS_FACTOR
-            (loss if scaler is None else scaler.scale(loss)).backward()
-        with torch.no_grad():
-            for param in half.parameters():
-                assert param.grad is not None
-                param.grad /= len(window)
-        if scaler is None:
-            optimizers[name].step()
-        else:
-            scaler.unscale_(optimizers[name])
-            scaler.step(optimizers[name])
-    if scaler is not None:
-        scaler.update()
-    oracle_step_done(cell)
+    # Under "discard" batch 0 is gone with the discarded window.
+    _sgd_and_adam_oracle(oracle, batches[1:] if discard else batches, cell)
     assert_params_close(model, oracle, cell, f"two windows that closed after refused re-entered steps ({on_failure})")
 
 
@@ -733,7 +734,7 @@ def test_non_bool_sync_grad_and_is_last(make_context: MakeContext, cell: Cell, v
     with context.batch(0):
         wrapper.step(closure_for(batches[0]))
     assert wrapper.last_outcome is A, f"the first micro-step of a window of two: {wrapper.last_outcome}"
-    before = _snapshot(model)
+    before = snapshot(model)
     ran: list[str] = []
     for owner in (wrapper, other):
         # Raised by the call or on entering the block: either way the block must not run.
@@ -756,7 +757,7 @@ def test_non_bool_sync_grad_and_is_last(make_context: MakeContext, cell: Cell, v
     ):
         ran.append("batch")
     assert ran == [], f"the blocks of {ran} ran with a flag of {value!r}"
-    _assert_same_snapshot(_snapshot(model), before, f"refused toggle_model(sync_grad={value!r}) and batch(is_last=...)")
+    assert_unchanged(snapshot(model), before, f"refused toggle_model(sync_grad={value!r}) and batch(is_last=...)")
     assert wrapper.last_outcome is A and other.last_outcome is None, "a refused block changed an outcome"
     with context.batch(1, is_last=True):
         with wrapper.toggle_model(sync_grad=True):
@@ -856,7 +857,7 @@ _TAKEN = {
 
 def _pair(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, list[Any]]:
     """A fresh context (one micro-step per window) with A (SGD momentum, the first layer) and B (Adam, the last)."""
-    context = make_context(**_scaler_settings(cell, GROWING))
+    context = make_context(**scaler_settings(cell, GROWING))
     model = context.prepare_module(make_model())
     first_weight, first_bias, last_weight, last_bias = model.parameters()
     opt_a = context.wrap(torch.optim.SGD([first_weight, first_bias], lr=0.5, momentum=0.9))
@@ -905,26 +906,17 @@ def _pair_oracle(cell: Cell) -> tuple[torch.nn.Module, list[float]]:
         torch.optim.SGD([first_weight, first_bias], lr=0.5, momentum=0.9),
         torch.optim.Adam([last_weight, last_bias], lr=ADAM_LR),
     ]
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    scaler = GradScaler(device.type, **GROWING.as_kwargs()) if cell.precision == "16-mixed" else None
+    scaler = plain_scaler(cell, GROWING)
     scales: list[float] = []
     for batch_idx, batch in enumerate(_PENDING_BATCHES):
         for which, optimizer in enumerate(optimizers):
             model.zero_grad(set_to_none=True)  # the other optimizer's parameters get no gradient (toggled)
-            with oracle_autocast(cell):
-                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
-            if scaler is None:
-                loss.backward()
-                optimizer.step()
-                continue
-            if which == 0 and batch_idx == _OVERFLOW:
-                loss = loss * math.inf
-            scales.append(scaler.get_scale())
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            scaler.step(optimizer)
-        if scaler is not None:
-            scaler.update()
+            if scaler is not None:
+                scales.append(scaler.get_scale())
+            blow_up = scaler is not None and which == 0 and batch_idx == _OVERFLOW
+            scaled_backward(oracle_loss(model, batch, cell, blow_up), scaler)
+            real_step(optimizer, 1, scaler)
+        update_scaler(scaler)
         oracle_step_done(cell)
     return model, scales
 
@@ -1090,15 +1082,15 @@ def _halves_oracle(cell: Cell, oracle: Halves, a_window: Sequence[int] = (0, 1))
 
 
 def _assert_discarded(
-    model: Halves, before: dict[str, Any], wrapper: Any, error: BaseException, held: int, what: str
+    model: Halves, before: Snapshot, wrapper: Any, error: BaseException, held: int, what: str
 ) -> None:
     """Half ``a``'s window is discarded [FAIL-003]; parameters, flags and half ``b``'s window as before [FAIL-002]."""
-    now = _snapshot(model)
-    _assert_same_values(now["the parameters"], before["the parameters"], what)
-    assert now["the requires_grad flags"] == before["the requires_grad flags"], f"{what} changed requires_grad flags"
+    now = snapshot(model)
+    assert_same_values(now.values, before.values, what)
+    assert now.flags == before.flags, f"{what} changed requires_grad flags"
     count = len(list(model.a.parameters()))
-    want = [None] * count + before["the windows' gradients"][count:]
-    _assert_same_grads(now["the windows' gradients"], want, f"{what} (wrapper a's window discarded, b's untouched)")
+    want = [None] * count + before.grads[count:]
+    assert_same_grads(now.grads, want, f"{what} (wrapper a's window discarded, b's untouched)")
     assert wrapper.last_outcome is D, f"{what}: wrapper a's last_outcome is {wrapper.last_outcome}, not DISCARDED"
     assert_discard_note(error, wrapper.optimizer, (held, held + 1), what)
 
@@ -1149,7 +1141,7 @@ def test_state_or_copy_mid_step_is_refused(
                     wrappers["a"].backward(losses["a"](1))
                     take()
 
-                before = _snapshot(model)
+                before = snapshot(model)
                 call = (
                     f"wrapper a's step(closure, make_optimizer_step={make_step}) whose closure calls {calls_of[what]}"
                 )
@@ -1163,13 +1155,13 @@ def test_state_or_copy_mid_step_is_refused(
                     _assert_discarded(model, before, wrappers["a"], raised.value, held, call)
                     held = 0
                     continue
-                _assert_same_snapshot(
-                    _snapshot(model), before, f"{what} inside the closure of step(make_optimizer_step={make_step})"
+                assert_unchanged(
+                    snapshot(model), before, f"{what} inside the closure of step(make_optimizer_step={make_step})"
                 )
                 assert wrappers["a"].last_outcome is A, f"a refused {what} changed the outcome"
         wrappers["a"].backward(losses["a"](1))
         wrappers["a"].unscale_gradients()
-        before = _snapshot(model)
+        before = snapshot(model)
         for what, take in takes.items():
             with refuses(
                 RuntimeError,
@@ -1177,7 +1169,7 @@ def test_state_or_copy_mid_step_is_refused(
                 "CKPT-004: a state or copy taken after unscale_gradients(), before the closing step(), is refused",
             ):
                 take()
-            _assert_same_snapshot(_snapshot(model), before, f"{what} after unscale_gradients()")
+            assert_unchanged(snapshot(model), before, f"{what} after unscale_gradients()")
         wrappers["a"].step(make_optimizer_step=True)
         assert wrappers["a"].last_outcome is S, f"the prepared window's closing step: {wrappers['a'].last_outcome}"
         for take in takes.values():
@@ -1217,7 +1209,7 @@ def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, 
         for name in ("a", "b"):
             wrappers[name].step(lambda name=name: wrappers[name].backward(losses[name](0)))
     with context.batch(1):
-        before = _snapshot(model)
+        before = snapshot(model)
 
         def closure() -> None:
             wrappers["a"].backward(losses["a"](1))
@@ -1238,15 +1230,13 @@ def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, 
         if discard:
             _assert_discarded(model, before, wrappers["a"], raised.value, 1, call)
         else:
-            _assert_same_snapshot(
-                _snapshot(model), before, "a closing step whose closure ran backward() after unscaling"
-            )
+            assert_unchanged(snapshot(model), before, "a closing step whose closure ran backward() after unscaling")
             assert wrappers["a"].last_outcome is A, (
                 f"the refused backward changed the outcome: {wrappers['a'].last_outcome}"
             )
         wrappers["a"].backward(losses["a"](1))
         wrappers["a"].unscale_gradients()
-        before = _snapshot(model)
+        before = snapshot(model)
         for name in ("a", "b"):
             with refuses(
                 RuntimeError,
@@ -1255,9 +1245,7 @@ def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, 
                 "the closing step()",
             ):
                 wrappers[name].backward(losses[name](1))
-            _assert_same_snapshot(
-                _snapshot(model), before, f"wrapper {name}'s backward() after a's unscale_gradients()"
-            )
+            assert_unchanged(snapshot(model), before, f"wrapper {name}'s backward() after a's unscale_gradients()")
         wrappers["a"].step(make_optimizer_step=True)
         assert wrappers["a"].last_outcome is S, f"the prepared window's closing step: {wrappers['a'].last_outcome}"
         wrappers["b"].backward(losses["b"](1))  # the closing step has run: backward is allowed again

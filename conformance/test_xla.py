@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 import pytest
 import torch
-from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.assertions import param_values
 from lightning_optimizer.conformance.harness import (
     Batch,
     cell_device,
@@ -43,13 +43,19 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     mse,
-    oracle_autocast,
     oracle_step_done,
     refuses,
     tolerance_for,
 )
-from lightning_optimizer.conformance.oracles import oracle_copy, recipe_backward, recipe_window_mean
+from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.conformance.outcomes import unavailable
+from lightning_optimizer.conformance.plain_loop import (
+    oracle_loss,
+    plain_scaler,
+    real_step,
+    scaled_backward,
+    update_scaler,
+)
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, OptimizerWrapper, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -283,43 +289,34 @@ def _oracle(
     norm, stepped, and the graph cut. ``reduction`` moves the division by ``world`` after the clipping, or drops
     it: the oracles of two wrong implementations, for the error message.
     """
-    device, dtype = cell_device(cell), cell_dtype(cell)
     batches = make_batches(epoch.batch_count)
     model = oracle_copy(make_model(), cell)
     optimizer = torch.optim.SGD(groups(model))
-    scaler = GradScaler(device.type, **SCALER.as_kwargs()) if cell.precision == "16-mixed" else None
-    snapshots = [[param.detach().cpu().clone() for param in model.parameters()]]
+    scaler = plain_scaler(cell, SCALER)
+    snapshots = [param_values(model.parameters(), to_cpu=True)]
+    n = epoch.accumulate_grad_batches
 
-    def reduce() -> None:
+    def divide(params: list[torch.Tensor]) -> None:
         with torch.no_grad():
-            for param in model.parameters():
+            for param in params:
                 if param.grad is not None:
                     param.grad /= world
 
+    def clip(params: list[torch.Tensor]) -> None:
+        if clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, clip_norm)
+        if reduction == "after clipping":
+            divide(params)
+
     for window in epoch.windows:
         for batch_idx in window:
-            with oracle_autocast(cell):
-                loss = mse(model, batches[batch_idx], device, dtype)
-            recipe_backward(loss, scaler, epoch.accumulate_grad_batches)
-        recipe_window_mean(list(model.parameters()), len(window), scaler, epoch.accumulate_grad_batches)
-        if reduction == "before clipping":
-            reduce()
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        if clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-        if reduction == "after clipping":
-            reduce()
-        if scaler is None:
-            optimizer.step()
-        else:
-            scale = scaler.get_scale()
-            scaler.step(optimizer)
-            scaler.update()
-            assert scaler.get_scale() == scale, "the check's own oracle overflowed: its inputs need another scale"
+            scaled_backward(oracle_loss(model, batches[batch_idx], cell, factor=1.0), scaler, n)
+        real_step(
+            optimizer, len(window), scaler, n, reduce=divide if reduction == "before clipping" else None, clip=clip
+        )
+        assert update_scaler(scaler) == 1.0, "the check's own oracle overflowed: its inputs need another scale"
         oracle_step_done(cell)
-        optimizer.zero_grad(set_to_none=True)
-        snapshots.append([param.detach().cpu().clone() for param in model.parameters()])
+        snapshots.append(param_values(model.parameters(), to_cpu=True))
     return snapshots
 
 

@@ -23,11 +23,8 @@ from lightning_optimizer.conformance.data_parallel import (
     EVERY_SECOND_BATCH,
     SCHEDULE_CUT_SHORT_KEPT_OPEN,
     Plan,
-    expected_outcomes,
-    load,
-    oracle,
+    assert_epoch,
 )
-from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, assert_params_close
 from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.conformance.scenarios import EPOCH
 from lightning_optimizer.spec import Cell
@@ -68,24 +65,7 @@ def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) 
         f"{label}: no compiled graph holds an all-reduce ({graphs}): the gradients of the sharded batch must be "
         "reduced across the devices inside the graph [XLA-002]"
     )
-    for batch_idx in range(EPOCH):
-        for j, plan in enumerate(plans):
-            got, want = result["outcomes"][batch_idx][j], expected_outcomes(plans, batch_idx, j)
-            assert got == want, (
-                f"{label}: after module {plan.module!r}'s step() in batch {batch_idx} the wrappers' last_outcome "
-                f"are {got}, expected {want} (windows {windows}) [STEP-004]"
-            )
-    after = oracle(cell, plans)
-    for batch_idx in range(EPOCH):
-        for j, plan in enumerate(plans):
-            assert_params_close(
-                load(cell, plan.module, result["params"][batch_idx][j]),
-                after[batch_idx][j],
-                cell,
-                f"{label}, module {plan.module!r}, after batch {batch_idx} (windows {list(plan.windows)}): SPMD over "
-                f"{cell.world_size} devices vs one process on the global batch [XLA-002]",
-                REORDERED_TOLERANCES[cell.precision],
-            )
+    assert_epoch(cell, plans, result, label, f"SPMD over {cell.world_size} devices [XLA-002]")
 
 
 WINDOWS = ("k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch")
