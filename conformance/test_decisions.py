@@ -434,7 +434,7 @@ def test_a_skipped_step_beside_an_accumulating_window_warns_as_torch(
         return loss
 
     with context.batch(0):
-        calls = [
+        calls: list[Callable[[], object]] = [
             lambda: a.step(overflowing, make_optimizer_step=True),
             lambda: b.step(_closure(context, b, model.b, batch, cell), make_optimizer_step=False),
         ]
@@ -946,3 +946,55 @@ def test_an_evaluating_optimizer_step_returns_its_first_evaluation(make_context:
         f"step() returned {got!r}: an evaluating optimizer's step() returns its first evaluation's result, whatever "
         "its inner step returns (STEP-006)"
     )
+
+
+# -- HOOK-003 and HOOK-004 against the blind broken implementations that survived --------------------------------
+
+
+class _Raised(Exception):
+    """Raised by a check's closure after its backward."""
+
+
+@pytest.mark.requirement("HOOK-003")
+@pytest.mark.features("hooks")
+@pytest.mark.varies(faults=("raising closure after its backward",), make_optimizer_step=("True", "False"))
+def test_a_call_that_raises_runs_no_after_step(make_context: MakeContext, cell: Cell) -> None:
+    """A closure that raises after its backward, accumulating or closing: ``after_step`` does not run for that call."""
+    batch = make_batches(1, seed=39)[0]
+    context = make_context()
+    model = context.prepare_module(make_model(seed=40))
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+    seen: list[StepOutcome] = []
+    context.register_hooks(after_step=lambda w, outcome: seen.append(outcome))
+    inner = _closure(context, wrapper, model, batch, cell)
+
+    def raising() -> torch.Tensor:
+        inner()
+        raise _Raised
+
+    for flag in (False, True):
+        with pytest.raises(_Raised):
+            wrapper.step(raising, make_optimizer_step=flag)
+    assert seen == [], f"after_step ran for calls that raised, with {seen} (HOOK-003: a call that raises runs none)"
+    wrapper.step(inner, make_optimizer_step=True)
+    assert seen == [wrapper.last_outcome], f"after_step saw {seen} for the call that returned"
+
+
+@pytest.mark.requirement("HOOK-004")
+@pytest.mark.features("hooks")
+@pytest.mark.varies(faults=("invalid argument",))
+def test_a_refused_registration_registers_nothing(make_context: MakeContext, cell: Cell) -> None:
+    """``register_hooks`` with one hook that is not callable raises ``TypeError`` and registers none of the call's."""
+    batch = make_batches(1, seed=41)[0]
+    context = make_context()
+    model = context.prepare_module(make_model(seed=42))
+    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+    seen: list[str] = []
+    with refuses(TypeError, "register_hooks(after_step='not callable', ...)", "HOOK-004: refused when registered"):
+        context.register_hooks(
+            before_backward=lambda w, loss: seen.append("before_backward"),
+            before_optimizer_step=lambda w: seen.append("before_optimizer_step"),
+            after_step="not callable",  # type: ignore[arg-type]
+        )
+    wrapper.step(_closure(context, wrapper, model, batch, cell), make_optimizer_step=True)
+    assert seen == [], f"a refused register_hooks() call left hooks registered: {seen} (HOOK-004: nothing registered)"

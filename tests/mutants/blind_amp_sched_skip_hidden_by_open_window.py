@@ -1,0 +1,43 @@
+"""SCHED-002 broken: a skipped step is not counted for the scheduler when another optimizer's window is open.
+
+SCHED-001 says an iteration that only accumulated must keep torch's "scheduler before optimizer" warning, and
+SCHED-002 says a skipped real step must not raise it. The implementer tells the two apart by whether the context
+still holds an open window, which is right with one optimizer; with two, an optimizer whose step was skipped
+while another only accumulated in the same iteration gets its scheduler warning back.
+"""
+
+from __future__ import annotations
+
+from lightning_optimizer.reference.accumulation import Accumulation
+from lightning_optimizer.reference.window import Window
+from lightning_optimizer.spec import ImplementationInfo
+from lightning_optimizer.spec.types import StepOutcome
+from mutants._base import MutantContext, mutant_info
+
+
+class _IterationAccumulation(Accumulation):
+    __slots__ = ("windows",)
+
+    def __init__(self, every: object, windows: list[Window]) -> None:
+        super().__init__(every)
+        self.windows = windows
+
+    def closed(self, window: Window, *, skipped: bool) -> None:
+        if skipped and any(other.pending for other in self.windows if other is not window):
+            # the iteration is still accumulating: leave torch's warning alone (SCHED-001)
+            window.last_outcome = StepOutcome.SKIPPED_NON_FINITE
+            window.optimizer.zero_grad(set_to_none=True)
+            window.pending = 0
+            window.stage = type(window.stage).READY
+            return
+        super().closed(window, skipped=skipped)
+
+
+class Context(MutantContext):
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.parts.accumulation = _IterationAccumulation(self.parts.accumulation.every, self._windows)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

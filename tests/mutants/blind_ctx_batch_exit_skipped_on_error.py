@@ -1,0 +1,31 @@
+"""CTX-003 broken: leaving ``batch()`` by an exception neither updates the loss scaler nor releases the position.
+
+``batch()`` is written as a ``@contextmanager`` generator whose code after ``yield`` (release the position, end the
+iteration) has no ``try/finally``: every normal exit is right, but an exception raised in the block skips it.
+The next ``batch()`` is then refused as nested, and the iteration's scaler update is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+from lightning_optimizer.reference.accumulation import Batch
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def batch(self, batch_idx: int, *, is_last: bool = False) -> AbstractContextManager[None]:
+        return self._batch(batch_idx, is_last)
+
+    @contextmanager
+    def _batch(self, batch_idx: int, is_last: bool) -> Iterator[None]:
+        Batch(self, batch_idx, is_last).__enter__()  # the checks and the position
+        yield
+        self._position = None
+        self._end_iteration()
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

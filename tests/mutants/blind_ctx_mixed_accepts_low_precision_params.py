@@ -1,0 +1,32 @@
+"""ERR-007 broken: the mixed precisions also accept parameters in their autocast dtype (float16 / bfloat16).
+
+The implementer reads "16-mixed" as "half-precision training" and allows a model already cast to the autocast
+dtype, since autocast runs its forward in that dtype anyway. ERR-007 fixes the parameter dtype of the mixed
+precisions to float32 (what ``prepare_module`` gives): master weights in float16 lose the small updates.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lightning_optimizer.reference.precision import PrecisionPlugin
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class _LenientPlugin(PrecisionPlugin):
+    def check_parameter(self, param: torch.Tensor) -> None:
+        if self.autocast_dtype is not None and param.dtype == self.autocast_dtype:
+            return
+        super().check_parameter(param)
+
+
+class Context(MutantContext):
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        p = self.parts.precision
+        self.parts.precision = _LenientPlugin(p.name, p.param_dtype, p.autocast_dtype, p.scales_loss)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,31 @@
+"""CTX-003 broken: a nested ``batch()`` is refused, but only after it replaced the outer block's position.
+
+The implementer sets the new position first and then checks the previous one (a natural order when the check is
+written as "swap, and complain if something was there"). The nested call still raises ``RuntimeError``, but the
+outer block goes on with the refused block's ``batch_idx`` and ``is_last``, so its schedule (STEP-003) changes.
+"""
+
+from __future__ import annotations
+
+from lightning_optimizer.reference.accumulation import Batch, LoopPosition, check_count
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class _Batch(Batch):
+    def __enter__(self) -> None:
+        check_count("batch_idx", self._batch_idx)
+        self._context.parts.refusals.check_flag("is_last", self._is_last)
+        previous = self._context._position
+        self._context._position = LoopPosition(self._batch_idx, self._is_last)
+        if previous is not None:
+            raise RuntimeError("context.batch() blocks do not nest: leave the current batch first")
+
+
+class Context(MutantContext):
+    def batch(self, batch_idx: int, *, is_last: bool = False) -> _Batch:
+        return _Batch(self, batch_idx, is_last)
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
