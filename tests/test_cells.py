@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 
 from lightning_optimizer.conformance.plugin import _verdict
 from lightning_optimizer.conformance.selection import CellFilter, cells
-from lightning_optimizer.spec import Cell, implementation_info
-from lightning_optimizer.spec.types import DEVICE_KINDS, PRECISIONS, STRATEGIES
+from lightning_optimizer.spec import Cell, GradScalerSettings, TrainingContext, implementation_info
+from lightning_optimizer.spec.types import DEVICE_KINDS, PRECISIONS, STRATEGIES, FailurePolicy
 
 
 def test_a_cell_of_several_xla_devices_is_spmd_and_of_several_ranks_ddp() -> None:
@@ -43,10 +45,22 @@ class _Item:
         return pytest.mark.cells(world_sizes=(1, 2)).mark if name == "cells" else None
 
 
+def _never_called(
+    cell: Cell,
+    *,
+    accumulate_grad_batches: int = 1,
+    gradient_clip_val: float | None = None,
+    gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+    grad_scaler: GradScalerSettings | None = None,
+    on_failure: FailurePolicy = "discard",
+) -> TrainingContext:
+    raise AssertionError("the claims are read without building a context")
+
+
 def test_ddp_on_cpu_and_one_xla_device_is_claimed_without_spmd() -> None:
     """Claims are not a cross product: strategies none and ddp, devices cpu and xla, world sizes 1 and 2."""
     info = implementation_info(
-        lambda cell, **settings: None,  # type: ignore[arg-type,return-value]
+        _never_called,
         name="claims",
         version="0",
         devices=("cpu", "xla"),
