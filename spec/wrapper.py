@@ -237,9 +237,10 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         closing step, raises ``RuntimeError`` and changes nothing: it would discard gradients that cannot be
         prepared again in the same iteration (the loss scaler unscales an optimizer once per iteration). A second
         call before the closing step does nothing: a window is prepared once; so does a call in an evaluation that
-        the closing step's inner optimizer makes (CLOS-005), which the context prepares itself. The mean divides by the window's full length: the micro-steps it accumulated and the closing one, whose
-        backward runs in the closing step's closure or before that ``step()`` (``k + 1`` after ``k``
-        accumulating calls, fewer when the window is cut short).
+        the closing step's inner optimizer makes (CLOS-005), which the context prepares itself. The mean divides
+        by the window's full length: the micro-steps it accumulated and the closing one, whose backward runs in
+        the closing step's closure or before that ``step()`` (``k + 1`` after ``k`` accumulating calls, fewer when
+        the window is cut short).
         """
         ...
 
