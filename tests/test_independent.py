@@ -127,7 +127,7 @@ def test_claims_cover_the_reference(cpu_run: Run) -> None:
         "devices": ["cpu", "xla"],
         "precisions": sorted(PRECISIONS),
         "world_sizes": [1, 2],
-        "strategies": ["ddp", "none"],
+        "strategies": ["ddp", "none", "spmd"],
         "features": sorted(FEATURES),
     }
     reference = reference_info()

@@ -57,5 +57,6 @@ def conformance_info() -> ImplementationInfo[Context]:
         devices=frozenset({"cpu", "xla"}),
         precisions=frozenset(PRECISIONS),
         world_sizes=frozenset({1, 2}),
+        strategies=frozenset({"none", "ddp", "spmd"}),  # several XLA devices are SPMD (contract 2026.12.7)
         features=frozenset(FEATURES),
     )
