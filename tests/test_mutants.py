@@ -895,7 +895,7 @@ MUTANTS: dict[str, Entry] = {
         ],
         F16,
     ),
-    "blind_amp_unscale_twice": ("CLIP-002", ["test_a_second_unscale_gradients_prepares_nothing_again"]),
+    "blind_amp_unscale_twice": ("AMP-002", ["test_a_second_unscale_gradients_prepares_nothing_again"]),
     "blind_amp_update_after_each_step": ("AMP-003", ["test_overflow_in_one_optimizer_skips_only_that_one"], F16),
     "blind_ctx_batch_error_skips_update": ("CTX-003", ["test_a_batch_left_by_an_exception_ends_its_iteration"], F16),
     "blind_ctx_batch_exit_skipped_on_error": ("CTX-003", ["test_a_batch_left_by_an_exception_ends_its_iteration"]),
