@@ -25,6 +25,7 @@ __all__ = [
     "assert_same_values",
     "assert_unchanged",
     "cloned",
+    "grad_scaler_states",
     "grads",
     "identical",
     "last_outcome",
@@ -191,3 +192,17 @@ def state_diff(got: object, want: object, path: str = "state") -> str | None:
                 return problem
         return None
     return None if type(got) is type(want) and got == want else f"{path} changed from {want!r} to {got!r}"
+
+
+_GRAD_SCALER_KEYS = frozenset({"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"})
+
+
+def grad_scaler_states(state: object) -> list[dict[str, Any]]:
+    """Every ``GradScaler.state_dict()`` (recognised by its keys) nested in a context's state."""
+    if isinstance(state, dict):
+        if set(state) >= _GRAD_SCALER_KEYS:
+            return [state]
+        return [found for value in state.values() for found in grad_scaler_states(value)]
+    if isinstance(state, list | tuple):
+        return [found for value in state for found in grad_scaler_states(value)]
+    return []

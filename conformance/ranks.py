@@ -1,10 +1,10 @@
 """Several ranks of one ``torch.distributed`` process group, started once and reused by every DDP cell.
 
 Spawning a group per cell costs seconds each; one pool per device kind serves the whole session instead. The
-parent sends each rank the name of a scenario (a function in :mod:`lightning_optimizer.conformance.scenarios`)
-and gets back what it returns. A rank that raises, dies or does not answer within the timeout fails the cell
-with a message that says which rank and why; the pool is then stopped (no process is left behind) and the next
-cell starts a new one.
+parent sends each rank the name of a scenario (a function in :mod:`lightning_optimizer.conformance.scenarios`, or
+``"module:function"`` elsewhere) and gets back what it returns. A rank that raises, dies or does not answer within
+the timeout fails the cell with a message that says which rank and why; the pool is then stopped (no process is
+left behind) and the next cell starts a new one.
 """
 
 from __future__ import annotations
@@ -47,6 +47,15 @@ def _free_port() -> int:
         return port
 
 
+def _scenario(default: Any, name: str) -> Any:
+    """The scenario ``name``: a function of the pool's scenarios module, or ``"module:function"`` of another."""
+    import importlib
+
+    module_name, _, function = name.rpartition(":")
+    module = importlib.import_module(module_name) if module_name else default
+    return getattr(module, function)
+
+
 def _serve(
     rank: int,
     world_size: int,
@@ -85,7 +94,7 @@ def _serve(
             try:
                 if request.impl not in infos:
                     infos[request.impl] = load_implementation(request.impl).info
-                result = getattr(scenarios, request.scenario)(infos[request.impl], request.cell, **request.kwargs)
+                result = _scenario(scenarios, request.scenario)(infos[request.impl], request.cell, **request.kwargs)
                 answers.put((rank, "ok", result))
             except BaseException:
                 answers.put((rank, "error", traceback.format_exc()))

@@ -4,17 +4,16 @@ A scenario receives the implementation's record and the cell, trains on the rank
 batch, and returns plain data (CPU tensors, counts, outcomes) for the parent to compare with its oracle.
 """
 
-# No ``from __future__ import annotations`` here: DDP checks a communication hook's annotations at run time.
+from __future__ import annotations
+
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import GradBucket
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.nn.parallel import DistributedDataParallel
 
+from lightning_optimizer.conformance.collectives import reductions
 from lightning_optimizer.conformance.harness import (
     LOSS_FACTOR,
     Batch,
@@ -100,24 +99,6 @@ def global_batches(world_size: int, count: int = EPOCH) -> list[Batch]:
     ]
 
 
-class _Reduces:
-    """State of :func:`_recording_allreduce`: one module's gradient all-reduces so far."""
-
-    def __init__(self) -> None:
-        self.batch = -1
-        """The batch the loop is in (set by the scenario before each one)."""
-        self.calls: list[tuple[int, int, bool]] = []
-        """Each call of the hook: the batch, the bucket's index, whether it is the last bucket of its round."""
-
-
-def _recording_allreduce(state: _Reduces, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """A DDP communication hook: record the call, then do DDP's default all-reduce."""
-    state.calls.append((state.batch, bucket.index(), bucket.is_last()))
-    hook: Any = default_hooks.allreduce_hook  # its process-group argument may be None (the default group)
-    future: torch.futures.Future[torch.Tensor] = hook(None, bucket)
-    return future
-
-
 def train_epoch_on_shards(
     info: ImplementationInfo[Any],
     cell: Cell,
@@ -135,26 +116,16 @@ def train_epoch_on_shards(
     backward inside ``toggle_model(sync_grad=...)`` and then ``step(make_optimizer_step=...)``
     (``form="toggle"``), syncing only on the micro-steps in ``sync_at`` (those that close the module's window, as
     the check works them out) [TOGGLE-003]. A module's backward is ``wrapper.backward(loss)``, or
-    ``loss.backward()`` where ``plain_backward`` says so. Each module's gradient all-reduces are recorded by a
-    communication hook of its own.
+    ``loss.backward()`` where ``plain_backward`` says so. The reducing operations of the process group that each
+    micro-step issues are counted (:mod:`.collectives`), whatever ``prepare_module`` made of the module.
 
     Returns, per batch, every module's parameters after it (``params[batch][module]``) and every wrapper's
-    ``last_outcome`` after each module's call (``outcomes[batch][module]``), and per module its hook's calls.
+    ``last_outcome`` after each module's call (``outcomes[batch][module]``), and per module the micro-steps that
+    issued reductions, with their count (``reduces[module]``: ``(batch, count)``).
     """
     rank = dist.get_rank()
     context = build_context(info.factory, cell, accumulate_grad_batches=ACCUMULATE)
     prepared = [context.prepare_module(build_model(name)) for name in modules]
-    reduces = [_Reduces() for _ in modules]
-    ddp_modules: list[DistributedDataParallel] = []
-    for name, model, state in zip(modules, prepared, reduces, strict=True):
-        if not isinstance(model, DistributedDataParallel):
-            raise AssertionError(
-                f"prepare_module returned a {type(model).__name__} for module {name!r} in a process group of "
-                f"{dist.get_world_size()} ranks: the check counts gradient all-reduces through "
-                "DistributedDataParallel's communication hook"
-            )
-        model.register_comm_hook(state, _recording_allreduce)
-        ddp_modules.append(model)
     wrappers = [
         context.wrap(build_optimizer(name, model.parameters())) for name, model in zip(modules, prepared, strict=True)
     ]
@@ -162,9 +133,8 @@ def train_epoch_on_shards(
     batches = rank_batches(rank)
     params: list[list[list[torch.Tensor]]] = []
     outcomes: list[list[list[Any]]] = []
+    reduces: list[list[tuple[int, int]]] = [[] for _ in modules]
     for batch_idx, batch in enumerate(batches):
-        for state in reduces:
-            state.batch = batch_idx
         outcomes.append([])
         with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
             for j, (model, wrapper) in enumerate(zip(prepared, wrappers, strict=True)):
@@ -174,10 +144,14 @@ def train_epoch_on_shards(
                     with context.autocast():
                         return mse(model, batch, device, dtype) * LOSS_FACTOR
 
-                micro_step(wrapper, form, loss_of, backward, make_optimizer_step[j][batch_idx], batch_idx in sync_at[j])
+                with reductions() as issued:
+                    sync = batch_idx in sync_at[j]
+                    micro_step(wrapper, form, loss_of, backward, make_optimizer_step[j][batch_idx], sync)
+                if issued.count:
+                    reduces[j].append((batch_idx, issued.count))
                 outcomes[-1].append([w.last_outcome for w in wrappers])
-        params.append([[p.detach().cpu().clone() for p in model.module.parameters()] for model in ddp_modules])
-    return {"params": params, "outcomes": outcomes, "reduces": [state.calls for state in reduces]}
+        params.append([[p.detach().cpu().clone() for p in model.parameters()] for model in prepared])
+    return {"params": params, "outcomes": outcomes, "reduces": reduces}
 
 
 def micro_step(
@@ -253,7 +227,7 @@ class CollectiveCounter:
         self._originals: dict[str, Callable[..., Any]] = {}
         self._depth = 0
 
-    def __enter__(self) -> "CollectiveCounter":
+    def __enter__(self) -> CollectiveCounter:
         for kind, names in COLLECTIVES.items():
             for name in names:
                 original = getattr(dist, name, None)

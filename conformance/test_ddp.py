@@ -3,8 +3,9 @@
 Each check runs one epoch of seven batches with ``accumulate_grad_batches=3`` on every rank (the scenario
 ``train_epoch_on_shards``), then compares, after every batch and for every prepared module: the ranks with each
 other (bit for bit), and rank 0 with a plain PyTorch loop on the global batch (every rank's shard), stepping at
-the windows worked out by hand below. Each module's all-reduces are recorded by its own communication hook: one
-round (one call per bucket) in the micro-step that closes each window of its optimizer, none elsewhere.
+the windows worked out by hand below. The process group's reducing operations are counted per micro-step
+(:mod:`.collectives`), not inferred from the module's class: the same number in each micro-step that closes a
+window of the module's optimizer, none in any other.
 """
 
 from __future__ import annotations
@@ -56,28 +57,20 @@ def _run(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) -> list[
     )
 
 
-def _check_reduces(calls: Sequence[Sequence[Any]], plan: Plan, what: str, rule: str) -> None:
-    """One all-reduce round (one call per bucket, the last flagged last) at each window's last batch, none else."""
-    by_batch: dict[int, list[tuple[int, bool]]] = {}
-    for batch_idx, index, is_last in calls:
-        by_batch.setdefault(batch_idx, []).append((index, bool(is_last)))
+def _check_reduces(reduces: Sequence[Sequence[Any]], plan: Plan, what: str, rule: str) -> None:
+    """Reductions in each micro-step that closes a window, the same number in each, and in no other micro-step."""
+    by_batch = {batch_idx: count for batch_idx, count in reduces}
     expected = sorted(plan.closing)
     windows = ", ".join("{" + ", ".join(map(str, window)) + "}" for window in plan.windows)
     assert sorted(by_batch) == expected, (
-        f"{what}: gradient all-reduces in batches {sorted(by_batch)}, expected one round in each batch that "
-        f"closes a window of its optimizer, {expected} (windows {windows}); {rule}"
+        f"{what}: the process group reduced in batches {sorted(by_batch)}, expected in each batch that closes a "
+        f"window of its optimizer and only there, {expected} (windows {windows}); {rule}"
     )
-    for batch_idx, round_calls in by_batch.items():
-        indices = [index for index, _ in round_calls]
-        buckets = len(indices)
-        one_round = sorted(indices) == list(range(buckets)) and all(
-            is_last == (index == buckets - 1) for index, is_last in round_calls
-        )
-        assert one_round, (
-            f"{what}: batch {batch_idx} ran the hook on buckets {indices} (last-bucket flags "
-            f"{[flag for _, flag in round_calls]}), expected one all-reduce round: each bucket once, the last "
-            "flagged last"
-        )
+    counts = sorted(set(by_batch.values()))
+    assert len(counts) == 1, (
+        f"{what}: the windows' syncs issued {by_batch} reducing operations by batch: each window of one module "
+        "costs the same sync, one gradient all-reduce [DDP-001]"
+    )
 
 
 def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) -> None:

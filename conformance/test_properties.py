@@ -42,8 +42,10 @@ import torch
 
 from lightning_optimizer.conformance.assertions import (
     Snapshot,
+    assert_same_values,
     assert_unchanged,
     cloned,
+    grad_scaler_states,
     identical,
     outcome_names,
     snapshot,
@@ -62,6 +64,7 @@ from lightning_optimizer.conformance.harness import (
     tolerance_for,
 )
 from lightning_optimizer.conformance.outcomes import unavailable
+from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.conformance.schedule_oracle import (
     CALL_FORMS,
     FREEZABLE,
@@ -107,13 +110,11 @@ MakeContext = Callable[..., TrainingContext]
 REAL_STEP = (StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE)
 EAGER = ("cpu", "cuda")
 
-CI_EXAMPLES = {"oracle": 60, "faults": 40, "resume": 25}
+CI_EXAMPLES = {"oracle": 60, "faults": 40, "resume": 25, "ranks": 8}
 """Generated schedules per check and cell in a plain run (besides the explicit examples)."""
 
 CLIPPINGS: tuple[Clipping, ...] = (("norm", 1.5e-3), ("value", 5e-4))
 """Thresholds that clip some of the schedule model's window gradients (norms ~1e-3 to 6e-3) and not others."""
-
-_GRAD_SCALER_KEYS = frozenset({"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"})
 
 GENERATED: dict[str, tuple[str, ...]] = {
     **{
@@ -394,22 +395,21 @@ def _assert_outcomes(subject: _Subject, oracle: ScheduleOracle, what: str) -> No
             )
 
 
-def _grad_scaler_states(state: object) -> list[dict[str, Any]]:
-    """Every ``GradScaler.state_dict()`` (recognised by its keys) nested in a context's state."""
-    if isinstance(state, dict):
-        if set(state) >= _GRAD_SCALER_KEYS:
-            return [state]
-        return [found for value in state.values() for found in _grad_scaler_states(value)]
-    if isinstance(state, list | tuple):
-        return [found for value in state for found in _grad_scaler_states(value)]
-    return []
+def _assert_final_state(
+    optimizer_states: list[dict[str, Any]],
+    scaler_states: list[dict[str, Any]],
+    oracle: ScheduleOracle,
+    cell: Cell,
+    scales: list[float],
+) -> None:
+    """The inner optimizers' state (Adam's step counts included) and the loss scaler's state are the oracle's.
 
-
-def _assert_final_state(subject: _Subject, oracle: ScheduleOracle, cell: Cell, scales: list[float]) -> None:
-    """The inner optimizers' state (Adam's step counts included) and the loss scaler's state are the oracle's."""
+    ``optimizer_states``: each inner optimizer's ``state_dict()``; ``scaler_states``: the ``GradScaler`` states
+    found in the context's state (:func:`.assertions.grad_scaler_states`).
+    """
     tol = tolerance_for(cell)
-    for index, (wrapper, optimizer) in enumerate(zip(subject.wrappers, oracle.optimizers, strict=True)):
-        got_dict, want_dict = wrapper.optimizer.state_dict(), optimizer.state_dict()
+    for index, (got_dict, optimizer) in enumerate(zip(optimizer_states, oracle.optimizers, strict=True)):
+        want_dict = optimizer.state_dict()
         groups = zip(got_dict["param_groups"], want_dict["param_groups"], strict=True)
         for group, (mine_group, their_group) in enumerate(groups):
             differ = {key: mine_group.get(key) for key, value in their_group.items() if mine_group.get(key) != value}
@@ -441,7 +441,7 @@ def _assert_final_state(subject: _Subject, oracle: ScheduleOracle, cell: Cell, s
                     )
     if oracle.scaler is None:
         return
-    found = _grad_scaler_states(subject.context.state_dict())
+    found = scaler_states
     if len(found) == 1:  # the context keeps a GradScaler's own state dict: its growth tracker is observable
         want_state = oracle.scaler.state_dict()
         assert found[0]["_growth_tracker"] == want_state["_growth_tracker"], (
@@ -529,7 +529,8 @@ def _run_schedule(
         if position.index in schedule.resume_after:
             subject = subject.resumed(make_context, schedule, cell, structure)
     assert steps == oracle.steps, f"real steps taken per optimizer: {steps}; skipped ones do not count: {oracle.steps}"
-    _assert_final_state(subject, oracle, cell, scales)
+    optimizer_states = [wrapper.optimizer.state_dict() for wrapper in subject.wrappers]
+    _assert_final_state(optimizer_states, grad_scaler_states(subject.context.state_dict()), oracle, cell, scales)
     for original in originals:
         original.assert_unchanged()
     return trajectory
@@ -538,15 +539,21 @@ def _run_schedule(
 # -- schedules -----------------------------------------------------------------------------------------------
 
 
-def _draw_schedule(draw: DrawFn, cell: Cell, *, faults: bool, resumes: bool, copies: bool) -> Schedule:
-    """A random schedule along every dimension of ``GENERATED``, plus raising attempts and checkpoints when asked."""
+def _draw_schedule(
+    draw: DrawFn, cell: Cell, *, faults: bool, resumes: bool, copies: bool, ranks: bool = False
+) -> Schedule:
+    """A random schedule along every dimension of ``GENERATED``, plus raising attempts and checkpoints when asked.
+
+    With ``ranks`` (a cell of several ranks) the model keeps its shape: no parameter the forward pass never uses and
+    no event between iterations (DDP's reducer and FSDP's shards are built for the parameters at preparation).
+    """
     sixteen_mixed = cell.precision == "16-mixed"
     count = draw(st.integers(1, 3))
     heads = tuple(
         HeadSpec(
             kind=draw(st.sampled_from(OPTIMIZER_KINDS)),
             groups=draw(st.integers(1, 2)),
-            unused=draw(st.integers(0, 3)) == 0,
+            unused=not ranks and draw(st.integers(0, 3)) == 0,
             frozen=frozenset(draw(st.sets(st.sampled_from(FREEZABLE), max_size=1))),
         )
         for _ in range(count)
@@ -561,7 +568,7 @@ def _draw_schedule(draw: DrawFn, cell: Cell, *, faults: bool, resumes: bool, cop
         iterations = []
         for _ in range(length):
             events = []
-            if draw(st.integers(0, 4)) == 0:
+            if not ranks and draw(st.integers(0, 4)) == 0:
                 kinds: list[EventKind] = [
                     "freeze",
                     "unfreeze",
@@ -693,13 +700,14 @@ def _check_schedules(
     faults: bool = False,
     resumes: bool = False,
     copies: bool = False,
+    ranks: bool = False,
 ) -> None:
     """Run ``check`` on the explicit schedules, then on generated ones (derandomised, no example database)."""
     if HYPOTHESIS_MISSING is not None:
         unavailable(HYPOTHESIS_MISSING)
     requested = request.config.getoption("property_examples", default=None)
     with _quiet_process_state(tmp_path_factory.getbasetemp() / "hypothesis"):
-        schedules_of(cell, budget, requested, faults=faults, resumes=resumes, copies=copies, run=check)
+        schedules_of(cell, budget, requested, faults=faults, resumes=resumes, copies=copies, ranks=ranks, run=check)
 
 
 def schedules_of(
@@ -710,20 +718,33 @@ def schedules_of(
     faults: bool,
     resumes: bool,
     copies: bool,
+    ranks: bool = False,
     run: Callable[[Schedule], None] | None = None,
 ) -> list[Schedule]:
     """The schedules a property check runs in ``cell`` (its explicit ones first), running ``run`` on each.
 
     Without ``run`` it only draws them: the same schedules, as the derandomised generator draws them in the same
-    order whatever the check does with them (as long as none fails).
+    order whatever the check does with them (as long as none fails). With ``ranks``, the schedules of a cell of
+    several ranks (:func:`_draw_schedule`): the explicit one whose model changes shape is left out.
     """
     phases = (Phase.explicit, Phase.generate) + ((Phase.shrink,) if requested else ())
     strategy: SearchStrategy[Schedule] = st.composite(_draw_schedule)(
-        cell, faults=faults, resumes=resumes, copies=copies
+        cell, faults=faults, resumes=resumes, copies=copies, ranks=ranks
     )
     seen: list[Schedule] = []
 
-    @settings(
+    def generated(schedule: Schedule) -> None:
+        seen.append(schedule)
+        if run is not None:
+            run(schedule)
+
+    explicit = [_explicit_schedule(cell, faults=faults, resumes=resumes)]
+    if not ranks:
+        explicit.append(_explicit_structure_schedule(cell, faults=faults, resumes=resumes, copies=copies))
+    test = given(schedule=strategy)(generated)
+    for schedule in reversed(explicit):
+        test = example(schedule=schedule)(test)
+    settings(
         max_examples=int(requested) if requested else CI_EXAMPLES[budget],
         derandomize=True,
         database=None,
@@ -732,16 +753,7 @@ def schedules_of(
         report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
         print_blob=False,
-    )
-    @example(schedule=_explicit_schedule(cell, faults=faults, resumes=resumes))
-    @example(schedule=_explicit_structure_schedule(cell, faults=faults, resumes=resumes, copies=copies))
-    @given(schedule=strategy)
-    def generated(schedule: Schedule) -> None:
-        seen.append(schedule)
-        if run is not None:
-            run(schedule)
-
-    generated()
+    )(test)()
     return seen
 
 
@@ -852,3 +864,159 @@ def test_generated_schedules_resume_from_checkpoints(
                 )
 
     _check_schedules(request, tmp_path_factory, cell, "resume", check, resumes=True)
+
+
+# -- world size 2: the same schedules on the ranks of a DDP or FSDP cell ------------------------------------------
+
+RANK_GENERATED = {
+    **{dimension: values for dimension, values in GENERATED.items() if dimension != "copies"},
+    "parameters": ("frozen", "no gradient in a window"),
+    "param_groups": ("1", "2 with other hyper-parameters"),
+}
+"""What the generator draws for a cell of several ranks: every dimension of ``GENERATED`` but those that change the
+model's shape after preparation (events between iterations, parameters never used) and copies."""
+
+
+@dataclass
+class _RankExpectation:
+    """What the oracle on the global batch makes of one call: its outcome, every wrapper's, every gradient."""
+
+    outcome: StepOutcome
+    last_outcomes: list[StepOutcome | None]
+    grads: list[torch.Tensor | None]
+
+
+def _oracle_on_ranks(schedule: Schedule, cell: Cell) -> tuple[ScheduleOracle, list[list[_RankExpectation]], list[Any]]:
+    """The schedule's oracle on the global batch: each call's expectation, and the parameters after each iteration."""
+    oracle = ScheduleOracle(schedule, cell)
+    calls: list[list[_RankExpectation]] = []
+    params = []
+    for position in schedule.iterations():
+        oracle.begin(position)
+        calls.append([])
+        for call in position.calls:
+            outcome = oracle.call(position, call)
+            grads = [None if p.grad is None else p.grad.detach().cpu().clone() for p in oracle.model.parameters()]
+            calls[-1].append(_RankExpectation(outcome, list(oracle.last_outcomes), grads))
+        oracle.end(position)
+        params.append([param.detach().cpu().clone() for param in oracle.model.parameters()])
+    return oracle, calls, params
+
+
+def _assert_rank_grads(
+    got: list[list[Any]], want: list[torch.Tensor | None], cell: Cell, factor: float, what: str
+) -> None:
+    """The mean over the ranks of their own gradients is the global batch's (its open windows' sums).
+
+    Under FSDP a shard holds no open window (what micro-steps without sync accumulate lives elsewhere): only a
+    closed window, where the oracle has no gradient, is checked there.
+    """
+    tol = REORDERED_TOLERANCES[cell.precision]
+    for i, theirs in enumerate(want):
+        mine = [rank[i] for rank in got]
+        if theirs is None:
+            assert all(grad is None for grad in mine), (
+                f"{what}: parameter {i} has a gradient on rank(s) {[r for r, g in enumerate(mine) if g is not None]}; "
+                "the oracle's window is closed (gradients are cleared after a real step) [ZERO-001]"
+            )
+            continue
+        if cell.strategy == "fsdp":
+            continue
+        assert all(grad is not None for grad in mine), (
+            f"{what}: parameter {i} has no gradient on rank(s) {[r for r, g in enumerate(mine) if g is None]}; the "
+            "oracle's open window holds one"
+        )
+        mean = torch.stack([grad.double() for grad in mine]).mean(dim=0) / factor
+        size = float(theirs[theirs.isfinite()].abs().max()) if bool(theirs.isfinite().any()) else 0.0
+        # Relative to the largest gradient: a half batch's gradients round in the autocast dtype on their own.
+        atol = max(tol.atol, tol.rtol) * max(size, 1e-30)
+        close = torch.allclose(mean, theirs.double(), rtol=tol.rtol, atol=atol, equal_nan=True)
+        assert close, (
+            f"{what}: the mean over the ranks of parameter {i}'s gradients differs from the global batch's open "
+            f"window (max abs diff {float((mean - theirs.double()).abs().nan_to_num().max()):.3g} on gradients of "
+            f"size {size:.3g}): each rank's window holds its own shard's sums, unsynced [DDP-001, FSDP-002]"
+        )
+
+
+def _run_schedule_on_ranks(ranks: RankPool, cell: Cell, schedule: Schedule) -> None:
+    """Run ``schedule`` on every rank of the cell against the oracle on the global batch.
+
+    After every call: every wrapper's ``last_outcome`` on every rank; process-group reductions in a call that closes
+    a window and none in one that does not; the ranks' gradients. After every iteration: the parameters identical on
+    every rank and the oracle's; the loss scales. At the end: the optimizers' and the loss scaler's state.
+    """
+    oracle, expected, params = _oracle_on_ranks(schedule, cell)
+    closes = [[want.outcome in REAL_STEP for want in iteration] for iteration in expected]
+    scenario = "lightning_optimizer.conformance.rank_schedules:run_schedule"
+    results = ranks.run(scenario, cell, schedule=schedule, closes=closes)
+    sync_rule = "[FSDP-002]" if cell.strategy == "fsdp" else "[DDP-001]"
+    scales = results[0]["scales"]
+    exact = schedule.grad_scaler is not None and oracle.scaler is not None
+    factor = 1.0 if exact else _scale_factor(scales, oracle.scales)
+    for position, wants in zip(schedule.iterations(), expected, strict=True):
+        where = f"{_where(position)} (accumulate_grad_batches={schedule.accumulate_grad_batches})"
+        for j, (call, want) in enumerate(zip(position.calls, wants, strict=True)):
+            what = f"{where}, {call}"
+            for rank, result in enumerate(results):
+                got = result["calls"][position.index][j]
+                assert got["outcomes"] == want.last_outcomes, (
+                    f"{what}, rank {rank}: last_outcome of every wrapper {outcome_names(got['outcomes'])}, expected "
+                    f"{outcome_names(want.last_outcomes)} (this call: {want.outcome.value}) [STEP-004]"
+                )
+                if closes[position.index][j]:
+                    assert got["reductions"] > 0, (
+                        f"{what}, rank {rank}: the call closes its window, yet it issued no reducing operation of the "
+                        f"process group: the window's gradients were never synced {sync_rule}"
+                    )
+                else:
+                    assert got["reductions"] == 0, (
+                        f"{what}, rank {rank}: the call does not close its window, yet it issued "
+                        f"{got['reductions']} reducing operation(s) of the process group: micro-steps that do not "
+                        f"close a window run without gradient sync {sync_rule}"
+                    )
+            rank_grads = [result["calls"][position.index][j]["grads"] for result in results]
+            _assert_rank_grads(rank_grads, want.grads, cell, factor, what)
+        first, *others = [result["params"][position.index] for result in results]
+        for rank, other in enumerate(others, start=1):
+            assert_same_values(other, first, f"{where}: rank {rank}'s parameters against rank 0's [DDP-002, FSDP-003]")
+        tol = REORDERED_TOLERANCES[cell.precision]
+        for i, (got_param, want_param) in enumerate(zip(first, params[position.index], strict=True)):
+            close = torch.allclose(got_param.double(), want_param.double(), rtol=tol.rtol, atol=tol.atol)
+            assert close, (
+                f"{where}: parameter {i} differs from the plain loop on the global batch by "
+                f"{float((got_param.double() - want_param.double()).abs().max()):.3g} [DDP-002, FSDP-003]"
+            )
+    _assert_scales(scales, oracle.scales, oracle.scaler is not None, exact, "the schedule on the ranks")
+    _assert_final_state(results[0]["optimizers"], results[0]["scalers"], oracle, cell, scales)
+
+
+@pytest.mark.requirement(
+    "DDP-001",
+    "DDP-002",
+    "FSDP-002",
+    "FSDP-003",
+    "FSDP-004",
+    "STEP-001",
+    "STEP-002",
+    "STEP-003",
+    "STEP-004",
+    "ACC-001",
+    "ACC-003",
+    "ZERO-001",
+    "TOGGLE-001",
+    "CLIP-001",
+    "AMP-002",
+    "AMP-003",
+    "AMP-004",
+)
+@pytest.mark.cells(devices=EAGER, world_sizes=(2,), strategies=("ddp", "fsdp"))
+@pytest.mark.varies(**RANK_GENERATED)
+def test_generated_schedules_on_ranks_match_the_global_batch(
+    ranks: RankPool, cell: Cell, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Generated schedules on two ranks, each head its own prepared module: the plain loop on the global batch."""
+
+    def check(schedule: Schedule) -> None:
+        _run_schedule_on_ranks(ranks, cell, schedule)
+
+    _check_schedules(request, tmp_path_factory, cell, "ranks", check, ranks=True)

@@ -56,7 +56,14 @@ from lightning_optimizer.conformance.plain_loop import (
     scaled_backward,
     update_scaler,
 )
-from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, OptimizerWrapper, TrainingContext
+from lightning_optimizer.spec import (
+    Cell,
+    GradScalerSettings,
+    ImplementationInfo,
+    OptimizerWrapper,
+    StepOutcome,
+    TrainingContext,
+)
 
 MakeContext = Callable[..., TrainingContext]
 CallForm = Literal["closure", "backward, then step()"]
@@ -463,6 +470,120 @@ def test_one_reduction_per_window_then_clipping(
     Each window is reduced once in its real step, then clipped, stepped, and the graph cut once.
     """
     _check_epoch(make_context, cell, monkeypatch, CLIPPED, _two_groups, clip_norm=CLIP_NORM)
+
+
+SEVERAL = {0: (("a", False), ("b", False)), 1: (("a", True), ("b", False)), 2: (("b", True), ("a", None))}
+"""Per batch, each optimizer's call in order (``accumulate_grad_batches=2``, three batches): ``a`` closes a window
+of 2 at batch 1 while ``b`` accumulates (under 16-mixed ``a``'s step there is skipped, its loss infinite); ``b``
+closes a window of 3 at batch 2, then ``a``'s new window of one micro-step is flushed by the last batch."""
+SKIPPED_AT = ("a", 1)
+
+
+def _several_oracle(cell: Cell, world: int) -> dict[str, list[list[torch.Tensor]]]:
+    """Plain PyTorch: two models, one SGD each, one ``GradScaler``; each window's mean divided by ``world``.
+
+    The parameters of each model after every batch. Under 16-mixed ``a``'s step at batch 1 overflows and is
+    skipped; the scale backs off at the batch's end and ``b``'s open window is rescaled [AMP-006].
+    """
+    batches = make_batches(len(SEVERAL))
+    models = {"a": oracle_copy(make_model(seed=0), cell), "b": oracle_copy(make_model(seed=1), cell)}
+    optimizers = {name: torch.optim.SGD(model.parameters(), lr=LR) for name, model in models.items()}
+    scaler = plain_scaler(cell, SCALER)
+    pending = dict.fromkeys(models, 0)
+    after: dict[str, list[list[torch.Tensor]]] = {name: [] for name in models}
+
+    def divide(params: list[torch.Tensor]) -> None:
+        with torch.no_grad():
+            for param in params:
+                if param.grad is not None:
+                    param.grad /= world
+
+    for batch_idx, calls in SEVERAL.items():
+        stepped = False
+        for name, make_optimizer_step in calls:
+            blow_up = scaler is not None and (name, batch_idx) == SKIPPED_AT
+            scaled_backward(oracle_loss(models[name], batches[batch_idx], cell, blow_up, factor=1.0), scaler, 2)
+            pending[name] += 1
+            closes = make_optimizer_step or (make_optimizer_step is None and batch_idx == len(SEVERAL) - 1)
+            if closes:
+                real_step(optimizers[name], pending[name], scaler, 2, reduce=divide)
+                oracle_step_done(cell)
+                pending[name], stepped = 0, True
+        if stepped:
+            update_scaler(scaler, [p for name in models if pending[name] for p in models[name].parameters()])
+        for name, model in models.items():
+            after[name].append(param_values(model.parameters(), to_cpu=True))
+    return after
+
+
+@pytest.mark.requirement("XLA-001", "AMP-004")
+@pytest.mark.cells(devices=("xla",), precisions=("16-mixed",))
+@pytest.mark.varies(
+    window=("k >= 2 micro-steps", "1 micro-step", "open while another optimizer steps"),
+    make_optimizer_step=("True", "False", "None"),
+    call_form=("closure, wrapper.backward",),
+    wrappers=("2",),
+    loss_scale=("initial", "backed off"),
+    reduction=("result", "count per window", "graph cuts per window"),
+)
+def test_each_window_is_reduced_once_and_a_skipped_step_cuts_once(
+    make_context: MakeContext, cell: Cell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two optimizers: each window reduced once, at its own real step; a skipped real step cuts the graph once.
+
+    ``a`` takes a real step (skipped for overflow) while ``b`` only accumulates: ``a``'s call reduces and cuts
+    once, ``b``'s window is left alone and reduced once at its own step, in the next batch, before ``a``'s.
+    """
+    world = _present_replicas(monkeypatch, cell)
+    context = make_context(accumulate_grad_batches=2, grad_scaler=SCALER)
+    models = {"a": context.prepare_module(make_model(seed=0)), "b": context.prepare_module(make_model(seed=1))}
+    wrappers = {name: context.wrap(torch.optim.SGD(model.parameters(), lr=LR)) for name, model in models.items()}
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    batches = make_batches(len(SEVERAL))
+    expected = _several_oracle(cell, world)
+    for batch_idx, calls in SEVERAL.items():
+        start = _counts()
+        real_steps = 0
+        with context.batch(batch_idx, is_last=batch_idx == len(SEVERAL) - 1):
+            for name, make_optimizer_step in calls:
+                blow_up = (name, batch_idx) == SKIPPED_AT
+
+                def closure(name: str = name, batch: Batch = batches[batch_idx], blow_up: bool = blow_up) -> Any:
+                    with context.autocast():
+                        loss = mse(models[name], batch, device, dtype)
+                    loss = loss * float("inf") if blow_up else loss
+                    wrappers[name].backward(loss)
+                    return loss
+
+                before = _counts()
+                wrappers[name].step(closure, make_optimizer_step=make_optimizer_step)
+                reductions = _counts().reductions - before.reductions
+                outcome = wrappers[name].last_outcome
+                where = f"{cell.id}, batch {batch_idx}, optimizer {name!r} ({outcome})"
+                real = outcome in (StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE)
+                assert real == (make_optimizer_step is not False), f"{where}: unexpected outcome [STEP-001]"
+                assert outcome is not StepOutcome.STEPPED or (name, batch_idx) != SKIPPED_AT, (
+                    f"{where}: the window's gradients are infinite, its real step must be skipped [AMP-004]"
+                )
+                real_steps += real
+                if world > 1:
+                    assert (reductions > 0) == real, (
+                        f"{where}: {reductions} cross-replica reduction(s) in the call; a window is reduced at its "
+                        "own real step and only there, another optimizer's open window is left alone [XLA-001]"
+                    )
+        cuts = _counts().cuts - start.cuts
+        assert cuts == real_steps, (
+            f"{cell.id}, batch {batch_idx}: {cuts} graph cut(s) in an iteration with {real_steps} real step(s) "
+            "(a skipped one included); each real step cuts the graph once, a micro-step that accumulates never "
+            "[XLA-001]"
+        )
+        for name, model in models.items():
+            got = [param.detach().cpu() for param in model.parameters()]
+            assert _close(got, expected[name][batch_idx], cell), (
+                f"{cell.id}, after batch {batch_idx}: the parameters of {name!r} differ from the plain loop's, in "
+                f"which each window's mean is reduced once over the {world} replicas shown, at its own real step "
+                "[XLA-001]"
+            )
 
 
 @pytest.mark.requirement("ERR-006")

@@ -78,6 +78,21 @@ class Replicated:
         """The region of a micro-step that does not close its window: every DDP module's ``no_sync()`` [DDP-001]."""
         return no_sync(self.modules) if self.syncs_in_backward else _NOTHING
 
+    def without_sync_of_others(self, params: Iterable[torch.Tensor]) -> AbstractContextManager[None]:
+        """The region of a micro-step that syncs: every DDP module holding none of ``params`` under ``no_sync()``.
+
+        Toggling keeps such a module out of the backward pass, yet its forward under sync would leave its reducer
+        waiting for that backward, and the next backward through it, even one under ``no_sync()``, would then
+        all-reduce [DDP-001].
+        """
+        ids = {id(param) for param in params}
+        others = [
+            module
+            for module in self.modules
+            if isinstance(module, DistributedDataParallel) and not any(id(p) in ids for p in module.parameters())
+        ]
+        return no_sync(others) if others else _NOTHING
+
     def window_tensors(self, window: Window) -> list[torch.Tensor]:
         """Every tensor whose ``.grad`` holds part of ``window``."""
         return window.params()

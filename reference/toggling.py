@@ -69,7 +69,10 @@ class Toggling:
             return _NOTHING  # one optimizer, and sync on: the common case, nothing to do
         others = [param for i, window in enumerate(windows) if i != index for param in window.params()]
         toggle = only_these_require_grad(windows[index].params(), others) if others else _NOTHING
-        return toggle if sync_grad else _without_sync(toggle, context.parts.parallel.without_sync())
+        parallel = context.parts.parallel
+        if sync_grad:
+            return _without_sync(toggle, parallel.without_sync_of_others(windows[index].params()))
+        return _without_sync(toggle, parallel.without_sync())
 
 
 @contextmanager

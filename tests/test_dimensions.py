@@ -20,8 +20,10 @@ from lightning_optimizer.spec import PRECISIONS, REQUIREMENTS, Cell, FailurePoli
 REPO = Path(__file__).resolve().parents[1]
 TABLE = REPO / "docs" / "dimensions.md"
 
-PROPERTY_CHECKS: dict[str, tuple[str, dict[str, tuple[str, ...]], bool, bool, bool, tuple[FailurePolicy, ...]]] = {
-    # check: (budget, what its generator draws, faults, resumes, copies, the failure policies it runs under)
+PROPERTY_CHECKS: dict[
+    str, tuple[str, dict[str, tuple[str, ...]], bool, bool, bool, tuple[FailurePolicy, ...], bool]
+] = {
+    # check: (budget, what its generator draws, faults, resumes, copies, the failure policies it runs under, ranks)
     "test_generated_schedules_match_the_oracle": (
         "oracle",
         test_properties.GENERATED,
@@ -29,6 +31,7 @@ PROPERTY_CHECKS: dict[str, tuple[str, dict[str, tuple[str, ...]], bool, bool, bo
         False,
         True,
         ("discard",),
+        False,
     ),
     "test_generated_schedules_with_raising_closures": (
         "faults",
@@ -37,6 +40,7 @@ PROPERTY_CHECKS: dict[str, tuple[str, dict[str, tuple[str, ...]], bool, bool, bo
         False,
         True,
         ("discard", "restore"),
+        False,
     ),
     "test_generated_schedules_resume_from_checkpoints": (
         "resume",
@@ -45,6 +49,16 @@ PROPERTY_CHECKS: dict[str, tuple[str, dict[str, tuple[str, ...]], bool, bool, bo
         True,
         False,
         ("discard",),
+        False,
+    ),
+    "test_generated_schedules_on_ranks_match_the_global_batch": (
+        "ranks",
+        test_properties.RANK_GENERATED,
+        False,
+        False,
+        False,
+        ("discard",),
+        True,
     ),
 }
 
@@ -90,14 +104,16 @@ def test_the_property_checks_declare_their_generators() -> None:
 @pytest.mark.parametrize("check", sorted(PROPERTY_CHECKS))
 def test_the_ci_budget_reaches_every_declared_value(check: str) -> None:
     """Over the CPU cells, the fixed CI budget's schedules exercise every value the check declares, in the oracle."""
-    budget, generated, faults, resumes, copies, policies = PROPERTY_CHECKS[check]
+    budget, generated, faults, resumes, copies, policies, ranks = PROPERTY_CHECKS[check]
     reached: set[tuple[str, str]] = set()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         for precision in PRECISIONS:
             cell = Cell("cpu", precision)
-            drawn = test_properties.schedules_of(cell, budget, None, faults=faults, resumes=resumes, copies=copies)
+            drawn = test_properties.schedules_of(
+                cell, budget, None, faults=faults, resumes=resumes, copies=copies, ranks=ranks
+            )
             for schedule in drawn:
                 for policy in policies:
                     oracle = ScheduleOracle(schedule, cell, policy)

@@ -117,6 +117,7 @@ FSDP = Cells(world_sizes="2", strategies="fsdp")
 FSDP_F16 = Cells(precisions="16-mixed", world_sizes="2", strategies="fsdp")
 XLA = Cells(devices="xla")
 XLA_SPMD = Cells(devices="xla", world_sizes="2")
+XLA_F16 = Cells(devices="xla", precisions="16-mixed")
 WITHOUT_TORCH_XLA = Cells(torch_xla=False)
 
 Entry = tuple[str, list[str]] | tuple[str, list[str], Cells]
@@ -124,7 +125,8 @@ Entry = tuple[str, list[str]] | tuple[str, list[str], Cells]
 ORACLE_PROPERTY = "test_generated_schedules_match_the_oracle"
 FAULT_PROPERTY = "test_generated_schedules_with_raising_closures"
 RESUME_PROPERTY = "test_generated_schedules_resume_from_checkpoints"
-PROPERTY_CHECKS = (ORACLE_PROPERTY, FAULT_PROPERTY, RESUME_PROPERTY)
+RANK_PROPERTY = "test_generated_schedules_on_ranks_match_the_global_batch"
+PROPERTY_CHECKS = (ORACLE_PROPERTY, FAULT_PROPERTY, RESUME_PROPERTY, RANK_PROPERTY)
 """The property checks over generated schedules (a few seconds each per cell)."""
 
 MUTANTS: dict[str, Entry] = {
@@ -306,6 +308,7 @@ MUTANTS: dict[str, Entry] = {
             "test_sharded_windows_match_one_process[2-modules-raising-closures-restore]",
             "test_sharded_windows_match_one_process[2-modules-raising-accumulating-toggle-restore]",
             "test_sharded_windows_match_one_process[user-sharded-blocks-restore]",
+            RANK_PROPERTY,
         ],
         FSDP,
     ),
@@ -329,6 +332,7 @@ MUTANTS: dict[str, Entry] = {
         [
             "test_sharded_windows_match_one_process[1-module-sgd-clipped]",
             "test_sharded_windows_match_one_process[2-modules-clipped]",
+            RANK_PROPERTY,
         ],
         FSDP,
     ),
@@ -349,6 +353,12 @@ MUTANTS: dict[str, Entry] = {
     "xla_reduces_every_micro_step": ("XLA-001", ["test_one_reduction_per_window_after_its_last_backward"], XLA),
     "xla_reduces_before_closure": ("XLA-001", ["test_one_reduction_per_window_after_its_last_backward"], XLA),
     "xla_never_syncs": ("XLA-001", ["test_one_reduction_per_window_after_its_last_backward"], XLA),
+    "xla_skip_does_not_cut": ("XLA-001", ["test_each_window_is_reduced_once_and_a_skipped_step_cuts_once"], XLA_F16),
+    "xla_reduces_every_open_window": (
+        "XLA-001",
+        ["test_each_window_is_reduced_once_and_a_skipped_step_cuts_once"],
+        XLA_F16,
+    ),
     "xla_missing_unrelated_error": ("ERR-006", ["test_xla_without_torch_xla_names_it"], WITHOUT_TORCH_XLA),
     # Defects on dimensions that the first checks never varied: each one passes the suite as it was before these
     # checks (window shapes, parameter groups, groups added and parameters frozen after wrap, optimizer kinds,
@@ -533,7 +543,12 @@ MUTANTS: dict[str, Entry] = {
         ["test_closure_form_syncs_once_per_window", "test_closure_form_syncs_each_module_once_per_window"],
         DDP,
     ),
-    "ddp_sync_decided_once_per_iteration": ("DDP-001", ["test_closure_form_syncs_each_module_once_per_window"], DDP),
+    "ddp_sync_decided_once_per_iteration": (
+        "DDP-001",
+        ["test_closure_form_syncs_each_module_once_per_window", RANK_PROPERTY],
+        DDP,
+    ),
+    "ddp_syncs_toggled_modules": ("DDP-001", [RANK_PROPERTY], DDP),
     "no_sync_first_module_only": ("DDP-001", ["test_closure_form_syncs_each_module_once_per_window"], DDP),
     "xla_sums_across_replicas": (
         "XLA-001",
