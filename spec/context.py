@@ -164,7 +164,10 @@ class TrainingContext(Protocol):
         batch.
 
         [DDP-001] DDP: micro-steps that do not close a window run their closure under ``no_sync()``, so a
-        window costs one gradient all-reduce.
+        window costs one gradient all-reduce. In a micro-step that closes a window, every DDP module holding none
+        of that window's parameters runs under ``no_sync()`` too: toggled out of the backward, its forward under
+        sync would leave DDP waiting for its gradients, and its next backward would all-reduce inside
+        ``no_sync()``. Counted on the process group, only micro-steps that close a window reduce.
 
         [DDP-002] DDP: after a real step the parameters are identical on every rank and equal to the
         single-process result on the global batch.

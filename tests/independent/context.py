@@ -214,11 +214,17 @@ class Context:
             for param, flag in saved:
                 param.requires_grad_(flag)
 
-    def no_sync(self) -> AbstractContextManager[None]:
-        """Gradient-sync suppression of every distributed module of the context."""
+    def no_sync(self, keep: Any = None) -> AbstractContextManager[None]:
+        """Gradient-sync suppression of every distributed module of the context but those holding ``keep``'s.
+
+        ``keep``: the wrapper whose window a micro-step closes. A module toggled out of its backward must not run
+        its forward under sync: DDP would wait for its gradients, and reduce them in a later backward.
+        """
+        own = set() if keep is None else {id(param) for param in keep.parameters()}
         stack = ExitStack()
         for module in self.distributed_modules:
-            stack.enter_context(module.no_sync())
+            if not any(id(param) in own for param in module.parameters()):
+                stack.enter_context(module.no_sync())
         return _closing(stack)
 
     @contextmanager

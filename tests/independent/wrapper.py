@@ -284,8 +284,7 @@ class Wrapper(Generic[OptimizerT]):
     def _region(self, *, sync: bool, autocast: bool) -> Iterator[None]:
         with ExitStack() as stack:
             stack.enter_context(self._context.toggled(self))
-            if not sync:
-                stack.enter_context(self._context.no_sync())
+            stack.enter_context(self._context.no_sync(keep=self if sync else None))
             if autocast:
                 stack.enter_context(self._context.autocast())
             yield
