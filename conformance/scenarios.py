@@ -45,6 +45,7 @@ __all__ = [
     "plant_infinite_gradient",
     "plant_row",
     "rank_batches",
+    "save_sharded_for_another_world_size",
     "step_after_unsynced_backward",
     "train_epoch_on_shards",
     "train_sharded_epoch",
@@ -556,3 +557,39 @@ def step_after_unsynced_backward(info: ImplementationInfo[Any], cell: Cell, *, m
         "after": _gathered(model),
         "outcomes": [outcome_before, wrapper.last_outcome],
     }
+
+
+def save_sharded_for_another_world_size(info: ImplementationInfo[Any], cell: Cell, *, root: str) -> None:
+    """Train module ``c`` with AdamW for two windows of ``ACCUMULATE`` micro-steps, then save for one process.
+
+    Saves under ``root``: the model and optimizer through ``torch.distributed.checkpoint`` (``sharded``) and each
+    rank's context state with no window open (``closed-rank{r}.pt``); after one micro-step more, the context
+    state with that window open (``open-rank{r}.pt``).
+    """
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+    rank = dist.get_rank()
+    context, prepared, wrappers = _sharded_run(info, cell, [{"module": "c", "optimizer": "adamw"}], clip=None)
+    model, wrapper = prepared[0], wrappers[0]
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    batches = rank_batches(rank, 2 * ACCUMULATE + 1)
+
+    def train(batch_idx: int) -> None:
+        def closure() -> torch.Tensor:
+            with context.autocast():
+                loss = mse(model, batches[batch_idx], device, dtype) * LOSS_FACTOR
+            wrapper.backward(loss)
+            return loss
+
+        with context.batch(batch_idx):
+            wrapper.step(closure)
+
+    for batch_idx in range(2 * ACCUMULATE):
+        train(batch_idx)
+    state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, wrapper.optimizer)}
+    dcp_save(state, checkpoint_id=f"{root}/sharded")
+    torch.save(context.state_dict(), f"{root}/closed-rank{rank}.pt")
+    train(2 * ACCUMULATE)
+    torch.save(context.state_dict(), f"{root}/open-rank{rank}.pt")
+    dist.barrier()

@@ -21,9 +21,11 @@ import pytest
 import torch
 from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.assertions import param_values
 from lightning_optimizer.conformance.harness import (
     Batch,
     Halves,
+    assert_params_close,
     cell_device,
     cell_dtype,
     make_batches,
@@ -43,21 +45,6 @@ MIXED = ("16-mixed", "bf16-mixed")
 NOT_16 = ("64-true", "32-true", "bf16-mixed", "bf16-true")
 UNSET: Any = object()
 """What a recording inner ``step`` sees for an argument it was not given."""
-
-
-def _params(module: torch.nn.Module) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in module.parameters()]
-
-
-def _assert_close(got: torch.nn.Module | list[torch.Tensor], want: torch.nn.Module, cell: Cell, what: str) -> None:
-    tol = tolerance_for(cell)
-    got_list = list(got.parameters()) if isinstance(got, torch.nn.Module) else got
-    for i, (a, b) in enumerate(zip(got_list, want.parameters(), strict=True)):
-        a64, b64 = a.detach().double().cpu(), b.detach().double().cpu()
-        assert torch.allclose(a64, b64, rtol=tol.rtol, atol=tol.atol), (
-            f"{what}: parameter {i} differs from the plain-PyTorch loop on {cell.id} "
-            f"(max abs diff {(a64 - b64).abs().max().item():.3g})"
-        )
 
 
 def _closure(
@@ -89,7 +76,7 @@ def test_a_caught_refusal_of_a_reentered_step_lets_the_outer_call_go_on(make_con
     assert isinstance(model, Halves) and isinstance(oracle, Halves)
     a = context.wrap(torch.optim.SGD(model.a.parameters(), lr=0.1))
     b = context.wrap(torch.optim.SGD(model.b.parameters(), lr=0.1))
-    b_before = _params(model.b)
+    b_before = param_values(model.b.parameters())
     refused: list[BaseException] = []
     inner = _closure(context, a, model.a, batch, cell)
 
@@ -109,7 +96,7 @@ def test_a_caught_refusal_of_a_reentered_step_lets_the_outer_call_go_on(make_con
     )
     assert b.last_outcome is None, f"the refused call changed wrapper b's last_outcome to {b.last_outcome}"
     WindowOracle(oracle.a, torch.optim.SGD(oracle.a.parameters(), lr=0.1), cell).train_windows([batch], [[0]])
-    _assert_close(model.a, oracle.a, cell, "the outer call whose closure caught the refusal")
+    assert_params_close(model.a, oracle.a, cell, "the outer call whose closure caught the refusal")
     for got, want in zip(model.b.parameters(), b_before, strict=True):
         assert torch.equal(got.detach(), want), "the refused step() changed wrapper b's parameters (REENT-001)"
 
@@ -222,7 +209,7 @@ def test_a_call_without_a_closure_hands_the_inner_step_none(make_context: MakeCo
         "not closure=None and not a closure of the wrapper's own)"
     )
     WindowOracle(oracle, torch.optim.SGD(oracle.parameters(), lr=0.1), cell).train_windows(batches, [[0], [1]])
-    _assert_close(model, oracle, cell, "backward-then-step() calls")
+    assert_params_close(model, oracle, cell, "backward-then-step() calls")
 
 
 @pytest.mark.requirement("CLOS-005", "STEP-006")
@@ -339,7 +326,7 @@ def test_a_batch_left_by_an_exception_ends_its_iteration(make_context: MakeConte
     if mixed16:  # the window stepped at the backed-off scale (its first micro-step rescaled to it, AMP-006)
         window_oracle.scaler = GradScaler(cell_device(cell).type, init_scale=settings.init_scale / 2)
     window_oracle.train_windows(batches, [[0, 1]])
-    _assert_close(model, oracle, cell, "the window batch 0 left open and batch 1 closed")
+    assert_params_close(model, oracle, cell, "the window batch 0 left open and batch 1 closed")
 
 
 # -- CLIP-001 and HOOK-002 on a non-finite 16-mixed window (decision 25) -----------------------------------------
@@ -537,7 +524,7 @@ def test_a_prepared_window_refuses_a_backward_over_other_parameters(make_context
         assert all(p.grad is None for p in model.b.parameters()), "the refused backward wrote B's gradients"
         a.step()
     WindowOracle(oracle.a, torch.optim.SGD(oracle.a.parameters(), lr=0.1), cell).train_windows([batch], [[0]])
-    _assert_close(model.a, oracle.a, cell, "A's prepared window, stepped")
+    assert_params_close(model.a, oracle.a, cell, "A's prepared window, stepped")
 
 
 @pytest.mark.requirement("CLIP-002", "AMP-002")
@@ -576,7 +563,7 @@ def test_a_second_unscale_gradients_prepares_nothing_again(make_context: MakeCon
     else:
         scaler.step(optimizer)
     oracle_step_done(cell)
-    _assert_close(model, oracle, cell, "a window prepared by two unscale_gradients() calls")
+    assert_params_close(model, oracle, cell, "a window prepared by two unscale_gradients() calls")
 
 
 class _Sam(torch.optim.SGD):

@@ -15,17 +15,26 @@ import copy
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from lightning_optimizer.conformance.assertions import assert_unchanged, snapshot
 from lightning_optimizer.conformance.data_parallel import load
 from lightning_optimizer.conformance.harness import (
+    LOSS_FACTOR,
     REORDERED_TOLERANCES,
+    Batch,
     assert_discard_note,
     assert_params_close,
+    build_context,
+    cell_device,
+    cell_dtype,
+    mse,
     oracle_scaler,
+    refuses,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.conformance.plain_loop import (
@@ -45,7 +54,7 @@ from lightning_optimizer.conformance.scenarios import (
     plant_infinite_gradient,
     plant_row,
 )
-from lightning_optimizer.spec import Cell, StepOutcome
+from lightning_optimizer.spec import Cell, ImplementationInfo, StepOutcome
 
 A, S, K = StepOutcome.ACCUMULATED, StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE
 RESTORE = pytest.mark.features("exact_restore")
@@ -451,3 +460,84 @@ def test_step_refuses_a_window_no_backward_synced(ranks: RankPool, cell: Cell) -
             f"rank {rank}: last_outcome before and after the refused step {result['outcomes']}, expected both "
             "ACCUMULATED (a refused call changes nothing) [FSDP-005]"
         )
+
+
+@pytest.mark.requirement("FSDP-006", "CKPT-003")
+@pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,), strategies=("fsdp",))
+@pytest.mark.features("checkpointing")
+@pytest.mark.varies(
+    window=("k >= 2 micro-steps",),
+    copies=("sharded checkpoint",),
+    optimizer=("AdamW",),
+    param_groups=("2 with other hyper-parameters",),
+    faults=("invalid argument",),
+)
+def test_a_sharded_state_resumes_in_one_process(
+    ranks: RankPool,
+    cell: Cell,
+    implementation: ImplementationInfo[Any],
+    tmp_path: Path,
+) -> None:
+    """Saved on two FSDP ranks, resumed in one process, where an open window's state is refused.
+
+    With no window open it trains on as one process on the global batch would; with a window open the context
+    state is refused with ``ValueError``, and nothing changes.
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+    ranks.run("save_sharded_for_another_world_size", cell, root=str(tmp_path))
+    one = Cell(cell.device, cell.precision)
+    context = build_context(implementation.factory, one, accumulate_grad_batches=ACCUMULATE)
+    model = context.prepare_module(build_model("c"))
+    wrapper = context.wrap(build_sharded_optimizer("adamw", "c", model.parameters()))
+    state: dict[str, Any] = {
+        "model": get_model_state_dict(model),
+        "optim": get_optimizer_state_dict(model, wrapper.optimizer),
+    }
+    dcp_load(state, checkpoint_id=str(tmp_path / "sharded"))
+    set_model_state_dict(model, state["model"])
+    set_optimizer_state_dict(model, wrapper.optimizer, state["optim"])
+    before, outcome = snapshot(model), wrapper.last_outcome
+    with refuses(
+        ValueError,
+        "context.load_state_dict(a state saved on 2 FSDP ranks with a window open) in one process",
+        "FSDP-006: each rank's part of an open window is its own shard of the global batch",
+    ):
+        context.load_state_dict(torch.load(tmp_path / "open-rank0.pt", weights_only=False))
+    assert_unchanged(model, before, "the refused load of an open window's state [CKPT-003]")
+    assert wrapper.last_outcome is outcome, "the refused load changed last_outcome [CKPT-003]"
+    context.load_state_dict(torch.load(tmp_path / "closed-rank0.pt", weights_only=False))
+    batches = global_batches(2, 3 * ACCUMULATE)
+    device, dtype = cell_device(one), cell_dtype(one)
+    for batch_idx in range(2 * ACCUMULATE, 3 * ACCUMULATE):
+
+        def closure(batch: Batch = batches[batch_idx]) -> torch.Tensor:
+            with context.autocast():
+                loss = mse(model, batch, device, dtype) * LOSS_FACTOR
+            wrapper.backward(loss)
+            return loss
+
+        with context.batch(batch_idx):
+            wrapper.step(closure)
+    oracle = oracle_copy(build_model("c"), one)
+    optimizer = build_sharded_optimizer("adamw", "c", oracle.parameters())
+    scaler = oracle_scaler(one)
+    for batch_idx, batch in enumerate(batches):
+        scaled_backward(oracle_loss(oracle, batch, one), scaler, ACCUMULATE)
+        if (batch_idx + 1) % ACCUMULATE == 0:
+            real_step(optimizer, ACCUMULATE, scaler, ACCUMULATE)
+            update_scaler(scaler)
+    assert_params_close(
+        model,
+        oracle,
+        one,
+        "three windows of AdamW, two on 2 FSDP ranks and the third in one process after resuming there, against "
+        "one process on the global batch [FSDP-006]",
+        REORDERED_TOLERANCES[cell.precision],
+    )

@@ -348,6 +348,7 @@ MUTANTS: dict[str, Entry] = {
     "fsdp_steps_unsynced_window": ("FSDP-005", ["test_step_refuses_a_window_no_backward_synced"], FSDP),
     "fsdp_skip_decided_per_rank": ("FSDP-004", ["test_overflow_on_one_rank_skips_everywhere"], FSDP_F16),
     "fsdp_checkpoint_drops_unsynced_gradients": ("FSDP-006", ["test_sharded_checkpoint_resumes_open_windows"], FSDP),
+    "state_loads_windows_of_another_world_size": ("FSDP-006", ["test_a_sharded_state_resumes_in_one_process"], FSDP),
     "module_not_wrapped_for_ddp": ("DDP-002", ["test_closure_form_syncs_once_per_window"], DDP),
     "toggle_model_ignores_sync_grad": ("TOGGLE-003", ["test_backward_then_step_syncs_through_toggle_model"], DDP),
     "xla_reduces_every_micro_step": ("XLA-001", ["test_one_reduction_per_window_after_its_last_backward"], XLA),
