@@ -462,6 +462,38 @@ def test_step_refuses_a_window_no_backward_synced(ranks: RankPool, cell: Cell) -
         )
 
 
+def _load_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, where: Path) -> None:
+    """The model's and optimizer's states, saved through ``torch.distributed.checkpoint``, loaded into them."""
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+    state: dict[str, Any] = {
+        "model": get_model_state_dict(model),
+        "optim": get_optimizer_state_dict(model, optimizer),
+    }
+    dcp_load(state, checkpoint_id=str(where))
+    set_model_state_dict(model, state["model"])
+    set_optimizer_state_dict(model, optimizer, state["optim"])
+
+
+def _one_process_windows(cell: Cell, batches: Sequence[Batch]) -> torch.nn.Module:
+    """Module ``c`` after plain AdamW windows of ``ACCUMULATE`` global batches, in one process."""
+    oracle = oracle_copy(build_model("c"), cell)
+    optimizer = build_sharded_optimizer("adamw", "c", oracle.parameters())
+    scaler = oracle_scaler(cell)
+    for batch_idx, batch in enumerate(batches):
+        scaled_backward(oracle_loss(oracle, batch, cell), scaler, ACCUMULATE)
+        if (batch_idx + 1) % ACCUMULATE == 0:
+            real_step(optimizer, ACCUMULATE, scaler, ACCUMULATE)
+            update_scaler(scaler)
+    return oracle
+
+
 @pytest.mark.requirement("FSDP-006", "CKPT-003")
 @pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,), strategies=("fsdp",))
 @pytest.mark.features("checkpointing")
@@ -483,26 +515,12 @@ def test_a_sharded_state_resumes_in_one_process(
     With no window open it trains on as one process on the global batch would; with a window open the context
     state is refused with ``ValueError``, and nothing changes.
     """
-    from torch.distributed.checkpoint.state_dict import (
-        get_model_state_dict,
-        get_optimizer_state_dict,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
-    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-
     ranks.run("save_sharded_for_another_world_size", cell, root=str(tmp_path))
     one = Cell(cell.device, cell.precision)
     context = build_context(implementation.factory, one, accumulate_grad_batches=ACCUMULATE)
     model = context.prepare_module(build_model("c"))
     wrapper = context.wrap(build_sharded_optimizer("adamw", "c", model.parameters()))
-    state: dict[str, Any] = {
-        "model": get_model_state_dict(model),
-        "optim": get_optimizer_state_dict(model, wrapper.optimizer),
-    }
-    dcp_load(state, checkpoint_id=str(tmp_path / "sharded"))
-    set_model_state_dict(model, state["model"])
-    set_optimizer_state_dict(model, wrapper.optimizer, state["optim"])
+    _load_sharded(model, wrapper.optimizer, tmp_path / "sharded")
     before, outcome = snapshot(model), wrapper.last_outcome
     with refuses(
         ValueError,
@@ -525,14 +543,7 @@ def test_a_sharded_state_resumes_in_one_process(
 
         with context.batch(batch_idx):
             wrapper.step(closure)
-    oracle = oracle_copy(build_model("c"), one)
-    optimizer = build_sharded_optimizer("adamw", "c", oracle.parameters())
-    scaler = oracle_scaler(one)
-    for batch_idx, batch in enumerate(batches):
-        scaled_backward(oracle_loss(oracle, batch, one), scaler, ACCUMULATE)
-        if (batch_idx + 1) % ACCUMULATE == 0:
-            real_step(optimizer, ACCUMULATE, scaler, ACCUMULATE)
-            update_scaler(scaler)
+    oracle = _one_process_windows(one, batches)
     assert_params_close(
         model,
         oracle,
