@@ -110,7 +110,7 @@ MakeContext = Callable[..., TrainingContext]
 REAL_STEP = (StepOutcome.STEPPED, StepOutcome.SKIPPED_NON_FINITE)
 EAGER = ("cpu", "cuda")
 
-CI_EXAMPLES = {"oracle": 60, "faults": 40, "resume": 25, "ranks": 8}
+CI_EXAMPLES = {"oracle": 60, "faults": 40, "resume": 25, "ranks": 5}
 """Generated schedules per check and cell in a plain run (besides the explicit examples)."""
 
 CLIPPINGS: tuple[Clipping, ...] = (("norm", 1.5e-3), ("value", 5e-4))
@@ -1003,6 +1003,7 @@ def _run_schedule_on_ranks(ranks: RankPool, cell: Cell, schedule: Schedule) -> N
     "ACC-001",
     "ACC-003",
     "ZERO-001",
+    "ZERO-002",
     "TOGGLE-001",
     "CLIP-001",
     "AMP-002",

@@ -349,6 +349,26 @@ MUTANTS: dict[str, Entry] = {
     "fsdp_skip_decided_per_rank": ("FSDP-004", ["test_overflow_on_one_rank_skips_everywhere"], FSDP_F16),
     "fsdp_checkpoint_drops_unsynced_gradients": ("FSDP-006", ["test_sharded_checkpoint_resumes_open_windows"], FSDP),
     "state_loads_windows_of_another_world_size": ("FSDP-006", ["test_a_sharded_state_resumes_in_one_process"], FSDP),
+    # Written from the spec text alone (contract 2026.12.8), by someone who had not read the checks; the three that
+    # the suite before the world-size-2 schedules let through are caught by those.
+    "blind2_ddp_closure_no_sync_own_modules_only": ("DDP-001", [RANK_PROPERTY], DDP),
+    "blind2_ddp_toggle_form_syncs_other_modules": ("DDP-001", [RANK_PROPERTY], DDP),
+    "blind2_fsdp_no_sync_on_roots_only": (
+        "FSDP-002",
+        ["test_sharded_windows_match_one_process[1-module-sgd]", RANK_PROPERTY],
+        FSDP,
+    ),
+    "blind2_fsdp_zero_grad_reads_sharded_grads": ("ZERO-002", [RANK_PROPERTY], FSDP),
+    "blind2_xla_16_mixed_cuts_before_found_inf": (
+        "XLA-001",
+        ["test_each_window_is_reduced_once_and_a_skipped_step_cuts_once"],
+        XLA_F16,
+    ),
+    "blind2_xla_defers_cut_while_other_window_open": (
+        "XLA-001",
+        ["test_each_window_is_reduced_once_and_a_skipped_step_cuts_once"],
+        XLA_F16,
+    ),
     "module_not_wrapped_for_ddp": ("DDP-002", ["test_closure_form_syncs_once_per_window"], DDP),
     "toggle_model_ignores_sync_grad": ("TOGGLE-003", ["test_backward_then_step_syncs_through_toggle_model"], DDP),
     "xla_reduces_every_micro_step": ("XLA-001", ["test_one_reduction_per_window_after_its_last_backward"], XLA),

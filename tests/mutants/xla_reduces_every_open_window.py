@@ -6,18 +6,30 @@ a window left open while another optimizer steps is reduced there, then again at
 
 from __future__ import annotations
 
-from lightning_optimizer.reference.call import Call
+from typing import TYPE_CHECKING, Any
+
+from lightning_optimizer.reference.preparation import Preparation, Reduction
+from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
+
+class EveryOptimizer(Reduction):
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        for other in context._windows:
+            if other is window or other.pending:
+                context.parts.device.reduce_gradients(other.optimizer)
+
 
 class Context(MutantContext):
-    def _prepare(self, call: Call) -> None:
-        if not call.prepared:
-            for window in self._windows:
-                if window is not call.window and window.pending:
-                    self.parts.device.reduce_gradients(window.optimizer)
-        super()._prepare(call)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        preparation = self.parts.preparation
+        steps = tuple(EveryOptimizer() if type(step) is Reduction else step for step in preparation.steps)
+        self.parts.preparation = Preparation(steps=steps, evaluation=preparation.evaluation)
 
 
 def conformance_info() -> ImplementationInfo[Context]:
