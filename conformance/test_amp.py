@@ -6,6 +6,7 @@ import itertools
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
@@ -39,6 +40,7 @@ from lightning_optimizer.conformance.oracles import (
 )
 from lightning_optimizer.conformance.outcomes import not_applicable
 from lightning_optimizer.conformance.plain_loop import (
+    ClipFunction,
     PrepareHook,
     clipper,
     oracle_loss,
@@ -664,6 +666,101 @@ def _unscaling_closure(
     return closure
 
 
+@dataclass
+class _PlainWindow:
+    """One optimizer of the plain loop, its window closed when told: it counts its micro-steps and steps their mean."""
+
+    part: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: GradScaler | None
+    factor: float
+    accumulate: int = 1
+    length: int = 0
+
+    def backward(self, batch: Any, cell: Cell, blow_up: bool = False, scales: list[float] | None = None) -> None:
+        """A micro-step: the loss's backward, as torch's AMP recipe scales it [AMP-007]."""
+        loss = oracle_loss(self.part, batch, cell, blow_up, self.factor)
+        scaled_backward(loss, self.scaler, self.accumulate, scales=scales)
+        self.length += 1
+
+    def close(self, clip: ClipFunction | None = None) -> tuple[int, list[torch.Tensor | None]]:
+        """The window's real step (mean, unscale, clip, step, zero); its length and its gradients as prepared."""
+        length, self.length = self.length, 0
+        prepared: list[list[torch.Tensor | None]] = []
+        real_step(self.optimizer, length, self.scaler, self.accumulate, clip=clip, after_prepare=_recorder(prepared))
+        return length, prepared[0]
+
+    def open_params(self) -> list[torch.Tensor]:
+        """The part's parameters while its window is open (the gradients a scale change rescales), else none."""
+        return list(self.part.parameters()) if self.length else []
+
+
+def _unscale_oracle(
+    oracle: Halves, batches: list[Any], cell: Cell, a_closes: Sequence[bool], b_closes: Sequence[bool]
+) -> list[tuple[int, list[torch.Tensor | None]]]:
+    """The plain loop of A (SGD) and B (SGD momentum); for each of A's real steps, its window's length and gradients.
+
+    Per batch B's micro-step, then A's; each window's mean unscaled and clipped to ``CLIP_VALUE`` by norm on its real
+    step (A's gradients are returned as prepared so); one scaler, updated after each iteration in which one stepped.
+    """
+    scaler = plain_scaler(cell, SMALL_SCALE)
+    clip = clipper("norm", CLIP_VALUE)
+    a = _PlainWindow(oracle.a, torch.optim.SGD(oracle.a.parameters(), lr=CLIP_LR), scaler, CLIPPED_LOSS_FACTOR)
+    b_optimizer = torch.optim.SGD(oracle.b.parameters(), lr=CLIP_LR, momentum=0.9)
+    b = _PlainWindow(oracle.b, b_optimizer, scaler, CLIPPED_LOSS_FACTOR)
+    prepared: list[tuple[int, list[torch.Tensor | None]]] = []
+    for batch_idx, batch in enumerate(batches):
+        b.backward(batch, cell)
+        if b_closes[batch_idx]:
+            b.close(clip)
+        a.backward(batch, cell)
+        if a_closes[batch_idx]:
+            prepared.append(a.close(clip))
+        if a_closes[batch_idx] or b_closes[batch_idx]:
+            update_scaler(scaler, [*a.open_params(), *b.open_params()])
+        oracle_step_done(cell)
+    return prepared
+
+
+def _open_window_guard(part: torch.nn.Module, is_open: bool, batch_idx: int) -> Callable[[str], None]:
+    """While ``part``'s window is open, a check that its gradients are still as now: call it with what happened."""
+    before = grads(part.parameters()) if is_open else None
+
+    def check(after: str) -> None:
+        if before is not None:
+            assert_same_grads(grads(part.parameters()), before, f"batch {batch_idx}: B's open window after {after}")
+
+    return check
+
+
+def _a_call(
+    opt_a: Any,
+    loss_a: Callable[[], torch.Tensor],
+    a_params: list[torch.Tensor],
+    batch_idx: int,
+    closes: bool,
+    b_untouched: Callable[[str], None],
+) -> list[list[torch.Tensor | None]]:
+    """A's call of the batch; its gradients after ``unscale_gradients()`` when it closes its window.
+
+    Accumulating: backward, ``step(make_optimizer_step=False)``. Closing in batch 1: backward,
+    ``unscale_gradients()`` (B's open window checked after it), step; otherwise all inside the closing step's closure.
+    """
+    prepared: list[list[torch.Tensor | None]] = []
+    if not closes:
+        opt_a.backward(loss_a())
+        opt_a.step(make_optimizer_step=False)
+    elif batch_idx == 1:
+        opt_a.backward(loss_a())
+        opt_a.unscale_gradients()
+        prepared.append(grads(a_params))
+        b_untouched("A's unscale_gradients()")
+        opt_a.step(make_optimizer_step=True)
+    else:
+        opt_a.step(_unscaling_closure(opt_a, loss_a, a_params, prepared), make_optimizer_step=True)
+    return prepared
+
+
 @pytest.mark.requirement("CLIP-002", "CLIP-001", "AMP-002", "STEP-004")
 @pytest.mark.cells(devices=EAGER_DEVICES)
 @pytest.mark.varies(
@@ -689,66 +786,31 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
     opt_b = context.wrap(torch.optim.SGD(model.b.parameters(), lr=CLIP_LR, momentum=0.9))
     oracle = oracle_copy(Halves(21, 22), cell)
     assert isinstance(oracle, Halves)
-    oracle_a = torch.optim.SGD(oracle.a.parameters(), lr=CLIP_LR)
-    oracle_b = torch.optim.SGD(oracle.b.parameters(), lr=CLIP_LR, momentum=0.9)
-    scaler = plain_scaler(cell, SMALL_SCALE)
-    clip = clipper("norm", CLIP_VALUE)
     a_closes, b_closes = (False, True, False, True), (False, False, True, True)
     a_params: list[torch.Tensor] = list(model.a.parameters())
-    a_length = b_length = 0
+    batches = make_batches(4)
+    want = _unscale_oracle(oracle, batches, cell, a_closes, b_closes)
     outcomes = []
-    for batch_idx, batch in enumerate(make_batches(4)):
+    for batch_idx, batch in enumerate(batches):
         with context.batch(batch_idx, is_last=batch_idx == 3):
             opt_b.backward(_loss(context, model.b, batch, cell, factor=CLIPPED_LOSS_FACTOR))
             opt_b.step(make_optimizer_step=b_closes[batch_idx])
             outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
-            scaled_backward(oracle_loss(oracle.b, batch, cell, factor=CLIPPED_LOSS_FACTOR), scaler, 1)
-            b_length += 1
-            if b_closes[batch_idx]:
-                real_step(oracle_b, b_length, scaler, 1, clip=clip)
-                b_length = 0
-            b_before = grads(model.b.parameters()) if b_length else None
+            b_untouched = _open_window_guard(model.b, not b_closes[batch_idx], batch_idx)
             loss_a = partial(_loss, context, model.a, batch, cell, factor=CLIPPED_LOSS_FACTOR)
-            prepared: list[list[torch.Tensor | None]] = []
-            if not a_closes[batch_idx]:
-                opt_a.backward(loss_a())
-                opt_a.step(make_optimizer_step=False)
-            elif batch_idx == 1:
-                opt_a.backward(loss_a())
-                opt_a.unscale_gradients()
-                prepared.append(grads(a_params))
-                if b_before is not None:
-                    assert_same_grads(
-                        grads(model.b.parameters()),
-                        b_before,
-                        f"batch {batch_idx}: B's open window after A's unscale_gradients()",
-                    )
-                opt_a.step(make_optimizer_step=True)
-            else:
-                opt_a.step(_unscaling_closure(opt_a, loss_a, a_params, prepared), make_optimizer_step=True)
+            prepared = _a_call(opt_a, loss_a, a_params, batch_idx, a_closes[batch_idx], b_untouched)
             outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
-            if b_before is not None:
-                assert_same_grads(
-                    grads(model.b.parameters()), b_before, f"batch {batch_idx}: B's open window after A's step"
-                )
-            scaled_backward(oracle_loss(oracle.a, batch, cell, factor=CLIPPED_LOSS_FACTOR), scaler, 1)
-            a_length += 1
+            b_untouched("A's step")
             if a_closes[batch_idx]:
-                want: list[list[torch.Tensor | None]] = []
-                real_step(oracle_a, a_length, scaler, 1, clip=clip, after_prepare=_recorder(want))
+                a_length, want_prepared = want.pop(0)
                 form = "backward, then" if batch_idx == 1 else "in the closure of"
                 assert_grads_close(
                     prepared[0],
-                    want[0],
+                    want_prepared,
                     cell,
                     f"batch {batch_idx}: A's gradients after unscale_gradients() ({form} the closing step): the mean "
                     f"of {a_length} micro-steps, unscaled, clipped to norm {CLIP_VALUE} as configured",
                 )
-                a_length = 0
-        if a_closes[batch_idx] or b_closes[batch_idx]:
-            open_windows = [*(oracle.a.parameters() if a_length else ()), *(oracle.b.parameters() if b_length else ())]
-            update_scaler(scaler, open_windows)
-        oracle_step_done(cell)
     want_outcomes = [(None, A), (A, A), (A, A), (S, A), (S, S), (A, S), (A, S), (S, S)]
     assert outcomes == want_outcomes, f"(A, B) outcomes after each call were {outcomes}, expected {want_outcomes}"
     assert_params_close(model.a, oracle.a, cell, "A: windows of two, unscale_gradients() then step()")
@@ -770,6 +832,68 @@ def _recording(loss: Callable[[], torch.Tensor], seen: list[torch.Tensor]) -> Ca
 
 def _scales(seen: list[torch.Tensor]) -> list[float]:
     return [float(value.item()) for value in seen]
+
+
+def _run_thirds(
+    context: TrainingContext,
+    model: _Thirds,
+    opts: Sequence[Any],
+    batches: list[Any],
+    cell: Cell,
+    a_plan: dict[int, bool | None],
+    overflow: int,
+) -> tuple[list[tuple[StepOutcome | None, ...]], list[float]]:
+    """The calls of the three wrappers; the (A, B, C) outcomes after each call, and each backward's loss scale.
+
+    Per batch: A in the closure form by ``a_plan`` (idle in the batches it leaves out); B's and C's backward, then
+    B's and C's ``step(make_optimizer_step=True)``; B's loss is infinite in batch ``overflow``.
+    """
+    opt_a, opt_b, opt_c = opts
+    seen: list[torch.Tensor] = []
+    outcomes: list[tuple[StepOutcome | None, ...]] = []
+    for batch_idx, batch in enumerate(batches):
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+            if batch_idx in a_plan:
+                loss_a = partial(_loss, context, model.a, batch, cell, factor=GROWTH_LOSS_FACTOR)
+                opt_a.step(_closure(opt_a, _recording(loss_a, seen)), make_optimizer_step=a_plan[batch_idx])
+                outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
+            loss_b = _loss(context, model.b, batch, cell, batch_idx == overflow, GROWTH_LOSS_FACTOR)
+            opt_b.backward(_hooked(loss_b, seen))
+            opt_c.backward(_hooked(_loss(context, model.c, batch, cell, factor=GROWTH_LOSS_FACTOR), seen))
+            opt_b.step(make_optimizer_step=True)
+            outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
+            opt_c.step(make_optimizer_step=True)
+            outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
+    return outcomes, _scales(seen)
+
+
+def _thirds_oracle(
+    oracle: _Thirds, batches: list[Any], cell: Cell, a_plan: dict[int, bool | None], overflow: int, a_closes: int
+) -> list[float]:
+    """The plain loop of the same calls (A's window closed in batch ``a_closes``); the factor of each backward.
+
+    One plain ``GradScaler`` with ``GROWING``: updated once per iteration, A's open window brought to a new scale.
+    """
+    scaler = GradScaler(cell_device(cell).type, **GROWING.as_kwargs())
+    a, b, c = (
+        _PlainWindow(
+            part, torch.optim.SGD(part.parameters(), lr=GROWTH_LR, momentum=0.9), scaler, GROWTH_LOSS_FACTOR, 3
+        )
+        for part in (oracle.a, oracle.b, oracle.c)
+    )
+    scales: list[float] = []
+    for batch_idx, batch in enumerate(batches):
+        if batch_idx in a_plan:
+            a.backward(batch, cell, scales=scales)
+        b.backward(batch, cell, batch_idx == overflow, scales=scales)
+        c.backward(batch, cell, scales=scales)
+        if batch_idx == a_closes:
+            a.close()
+        b.close()
+        c.close()
+        update_scaler(scaler, a.open_params())
+        oracle_step_done(cell)
+    return scales
 
 
 @pytest.mark.requirement("AMP-006", "AMP-003", "AMP-004", "AMP-001", "STEP-004")
@@ -798,59 +922,20 @@ def test_open_window_across_scale_growth_and_back_off(make_context: MakeContext,
     model = context.prepare_module(_Thirds())
     assert isinstance(model, _Thirds)
     parts = (model.a, model.b, model.c)
-    opt_a, opt_b, opt_c = (context.wrap(torch.optim.SGD(p.parameters(), lr=GROWTH_LR, momentum=0.9)) for p in parts)
+    opts = [context.wrap(torch.optim.SGD(p.parameters(), lr=GROWTH_LR, momentum=0.9)) for p in parts]
     oracle = oracle_copy(_Thirds(), cell)
     assert isinstance(oracle, _Thirds)
-    oracle_a, oracle_b, oracle_c = (
-        torch.optim.SGD(p.parameters(), lr=GROWTH_LR, momentum=0.9) for p in (oracle.a, oracle.b, oracle.c)
-    )
-    scaler = GradScaler(cell_device(cell).type, **GROWING.as_kwargs())
     batches = make_batches(4)
     a_plan: dict[int, bool | None] = {0: None, 1: None, 3: True}
-    seen: list[torch.Tensor] = []
-    expected_scales: list[float] = []
-    outcomes, want_outcomes = [], []
-    last: list[StepOutcome | None] = [None, None, None]
-    a_length = 0
-    for batch_idx, batch in enumerate(batches):
-        blow_up, a_idle, a_closes = batch_idx == 1, batch_idx not in a_plan, batch_idx == 3
-        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
-            if not a_idle:
-                loss_a = partial(_loss, context, model.a, batch, cell, factor=GROWTH_LOSS_FACTOR)
-                opt_a.step(_closure(opt_a, _recording(loss_a, seen)), make_optimizer_step=a_plan[batch_idx])
-                outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
-                last[0] = S if a_closes else A
-                want_outcomes.append(tuple(last))
-            opt_b.backward(_hooked(_loss(context, model.b, batch, cell, blow_up, GROWTH_LOSS_FACTOR), seen))
-            opt_c.backward(_hooked(_loss(context, model.c, batch, cell, factor=GROWTH_LOSS_FACTOR), seen))
-            opt_b.step(make_optimizer_step=True)
-            outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
-            last[1] = SKIP if blow_up else S
-            want_outcomes.append(tuple(last))
-            opt_c.step(make_optimizer_step=True)
-            outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
-            last[2] = S
-            want_outcomes.append(tuple(last))
-        if not a_idle:
-            scaled_backward(
-                oracle_loss(oracle.a, batch, cell, factor=GROWTH_LOSS_FACTOR), scaler, 3, scales=expected_scales
-            )
-            a_length += 1
-        scaled_backward(
-            oracle_loss(oracle.b, batch, cell, blow_up, GROWTH_LOSS_FACTOR), scaler, 3, scales=expected_scales
-        )
-        scaled_backward(
-            oracle_loss(oracle.c, batch, cell, factor=GROWTH_LOSS_FACTOR), scaler, 3, scales=expected_scales
-        )
-        if a_closes:
-            real_step(oracle_a, a_length, scaler, 3)
-            a_length = 0
-        real_step(oracle_b, 1, scaler, 3)
-        real_step(oracle_c, 1, scaler, 3)
-        update_scaler(scaler, oracle.a.parameters() if a_length else ())
-        oracle_step_done(cell)
+    outcomes, scales = _run_thirds(context, model, opts, batches, cell, a_plan, overflow=1)
+    expected_scales = _thirds_oracle(oracle, batches, cell, a_plan, overflow=1, a_closes=3)
+    want_outcomes = [  # (A, B, C) after each call, worked by hand
+        *((A, None, None), (A, S, None), (A, S, S)),  # batch 0
+        *((A, S, S), (A, SKIP, S), (A, SKIP, S)),  # batch 1: B overflows
+        *((A, S, S), (A, S, S)),  # batch 2: A idle
+        *((S, S, S), (S, S, S), (S, S, S)),  # batch 3: A's window of three closes
+    ]
     assert outcomes == want_outcomes, f"(A, B, C) outcomes after each call were {outcomes}, expected {want_outcomes}"
-    scales = _scales(seen)
     assert scales == expected_scales, (
         f"the loss scales of the backward passes (A, B, C per batch; A idle in batch 2) were {scales}, expected "
         f"the plain GradScaler's {expected_scales} ({GROWING}: one update per iteration, growth after each "
@@ -904,6 +989,46 @@ def _adam(kind: str, params: Iterable[torch.Tensor], cell: Cell) -> torch.optim.
     )
 
 
+def _skip_oracle(
+    cell: Cell,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Adam,
+    batches: list[Any],
+    windows: list[list[int]],
+) -> tuple[list[list[torch.Tensor | None]], list[list[dict[str, Any]]]]:
+    """The plain loop over ``windows``, batch 0's loss infinite: each window's prepared gradients, Adam's state after.
+
+    Torch's AMP recipe with a default plain ``GradScaler`` and ``accumulate_grad_batches`` the windows' length.
+    """
+    prepared: list[list[torch.Tensor | None]] = []
+    states: list[list[dict[str, Any]]] = []
+
+    def after_prepare(params: list[torch.Tensor]) -> None:
+        prepared.append(grads(params))
+
+    scaler = oracle_scaler(cell)
+    for indices in windows:
+        train_windows(
+            cell,
+            model,
+            optimizer,
+            batches,
+            [indices],
+            scaler,
+            accumulate=len(indices),
+            factor=LOSS_FACTOR,
+            after_prepare=after_prepare,
+            blow_up=frozenset({0}),
+        )
+        states.append(
+            [
+                {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+                for s in _state_entries(optimizer)
+            ]
+        )
+    return prepared, states
+
+
 @pytest.mark.requirement("AMP-004", "AMP-002", "CLIP-002", "STEP-004")
 @pytest.mark.cells(devices=EAGER_DEVICES, precisions=("16-mixed",))
 @pytest.mark.varies(
@@ -931,32 +1056,7 @@ def test_skip_with_fused_and_foreach_adam(make_context: MakeContext, cell: Cell,
     oracle_optimizer = _adam(kind, oracle_model.parameters(), cell)
     batches = make_batches(2 * window)
     windows = [list(range(window)), list(range(window, 2 * window))]
-    prepared: list[list[torch.Tensor | None]] = []
-    states: list[list[dict[str, Any]]] = []
-
-    def after_prepare(params: list[torch.Tensor]) -> None:
-        prepared.append(grads(params))
-
-    scaler = oracle_scaler(cell)
-    for indices in windows:
-        train_windows(
-            cell,
-            oracle_model,
-            oracle_optimizer,
-            batches,
-            [indices],
-            scaler,
-            accumulate=window,
-            factor=LOSS_FACTOR,
-            after_prepare=after_prepare,
-            blow_up=frozenset({0}),
-        )
-        states.append(
-            [
-                {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
-                for s in _state_entries(oracle_optimizer)
-            ]
-        )
+    prepared, states = _skip_oracle(cell, oracle_model, oracle_optimizer, batches, windows)
     params = list(model.parameters())
     before = [param.detach().clone() for param in params]
     outcomes = []

@@ -11,7 +11,7 @@ skips the window and backs off). AMP-008: a closure's backward that did not go t
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -435,6 +435,59 @@ def _retry_recipe(
     return recipe
 
 
+def _losses_and_closures(
+    context: TrainingContext, model: _Parts, wrappers: tuple[Any, Any], factor: float
+) -> tuple[Callable[[int, torch.Tensor], torch.Tensor], Callable[[int, torch.Tensor], Callable[[], None]]]:
+    """``loss_of(index, x)``, part ``index``'s loss on ``x``, and ``good(index, x)``, a closure that backpropagates it.
+
+    The loss is ``factor`` times ``_loss``, its forward under the context's autocast; the closure passes it to the
+    backward of wrapper ``index`` of ``wrappers``.
+    """
+
+    def loss_of(index: int, x: torch.Tensor) -> torch.Tensor:
+        with context.autocast():
+            return _loss(model, index, x, factor)
+
+    def good(index: int, x: torch.Tensor) -> Callable[[], None]:
+        target = wrappers[index]
+        return lambda: target.backward(loss_of(index, x))
+
+    return loss_of, good
+
+
+def _assert_left_by_the_refused_call(
+    context: TrainingContext,
+    wrapper: Any,
+    other: Any,
+    params: Sequence[torch.Tensor],
+    own: Sequence[torch.Tensor],
+    held: list[torch.Tensor | None],
+    values: list[torch.Tensor],
+    outcome: StepOutcome | None,
+    state: object,
+    error: BaseException,
+    discard: bool,
+    what: str,
+) -> None:
+    """What a refused call leaves: the window as before, or under ``discard`` gone; all else as before the call.
+
+    ``own`` are ``wrapper``'s parameters; ``held``, ``values``, ``outcome`` and ``state`` (``None``: not taken) what
+    there was before the call.
+    """
+    gone = [discard and any(param is p for p in own) for param in params]  # the discarded window (FAIL-003)
+    want = [None if discarded else grad for discarded, grad in zip(gone, held, strict=True)]
+    assert_same_grads(grads(params), want, f"{what} (CLOS-003: the window as before the call)")
+    assert_same_values(param_values(params), values, what)
+    if discard:
+        assert wrapper.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome is {wrapper.last_outcome}"
+        assert_discard_note(error, wrapper.optimizer, (1, 2), what)
+    else:
+        assert wrapper.last_outcome is outcome, f"{what}: last_outcome became {wrapper.last_outcome}"
+    assert other.last_outcome is StepOutcome.ACCUMULATED, f"{what}: the other wrapper's outcome changed"
+    if state is not None:
+        assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
+
+
 @pytest.mark.requirement("AMP-008", "CLOS-003", "AMP-007", "FAIL-002", "FAIL-003", "FAIL-004")
 @pytest.mark.cells(precisions=("16-mixed",))
 @pytest.mark.parametrize("closing", [False, True], ids=["accumulating", "closing"])
@@ -472,15 +525,7 @@ def test_unscaled_backward_in_a_closure_is_refused(
     wrapper, other = (context.wrap(_optimizer(model, index)) for index in range(2))
     inputs = [x.to(cell_device(cell)) for x in _inputs(3)]
     factor = 1e-2
-
-    def loss_of(index: int, x: torch.Tensor) -> torch.Tensor:
-        with context.autocast():
-            return _loss(model, index, x, factor)
-
-    def good(index: int, x: torch.Tensor) -> Callable[[], None]:
-        target = (wrapper, other)[index]
-        return lambda: target.backward(loss_of(index, x))
-
+    loss_of, good = _losses_and_closures(context, model, (wrapper, other), factor)
     with context.batch(0):
         wrapper.step(good(0, inputs[0]), make_optimizer_step=False)
         other.step(good(1, inputs[0]), make_optimizer_step=False)
@@ -504,18 +549,9 @@ def test_unscaled_backward_in_a_closure_is_refused(
         ) as raised:
             wrapper.step(bad, make_optimizer_step=closing)
         what = f"a refused step() whose closure ran {unscaled} (on_failure={on_failure!r})"
-        gone = [discard and any(param is p for p in own) for param in params]  # the discarded window (FAIL-003)
-        want = [None if discarded else grad for discarded, grad in zip(gone, held, strict=True)]
-        assert_same_grads(grads(params), want, f"{what} (CLOS-003: the window as before the call)")
-        assert_same_values(param_values(params), values, what)
-        if discard:
-            assert wrapper.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome is {wrapper.last_outcome}"
-            assert_discard_note(raised.value, wrapper.optimizer, (1, 2), what)
-        else:
-            assert wrapper.last_outcome is outcome, f"{what}: last_outcome became {wrapper.last_outcome}"
-        assert other.last_outcome is StepOutcome.ACCUMULATED, f"{what}: the other wrapper's outcome changed"
-        if state is not None:
-            assert_same_state(context.state_dict(), state, f"{what}, context.state_dict()")
+        _assert_left_by_the_refused_call(
+            context, wrapper, other, params, own, held, values, outcome, state, raised.value, discard, what
+        )
         wrapper.step(good(0, inputs[1]), make_optimizer_step=closing)
     with context.batch(2, is_last=True):
         wrapper.step(good(0, inputs[2]), make_optimizer_step=True)

@@ -92,6 +92,51 @@ class TwoPassSAM(torch.optim.Optimizer):
         return loss
 
 
+def _both_halves(net: Halves, batch: Batch, cell: Cell) -> torch.Tensor:
+    """The loss of both halves of ``net`` on ``batch``: the sum of their MSEs."""
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    return mse(net.a, batch, device, dtype) + mse(net.b, batch, device, dtype)
+
+
+def _sam_beside_sgd_oracle_batch(
+    oracle: Halves,
+    oracle_sam: TwoPassSAM,
+    oracle_sgd: torch.optim.Optimizer,
+    batch: Batch,
+    sgd_steps: bool,
+    clip: float | None,
+    cell: Cell,
+) -> None:
+    """One batch of the SAM-beside-SGD check's plain loop: bare SAM on half ``a``, then (``sgd_steps``) SGD on ``b``.
+
+    SAM's closure zeroes, freezes half ``b`` while it evaluates both halves' loss, and clips by norm by hand; the
+    SGD step's gradient is clipped by hand too.
+    """
+
+    def oracle_closure() -> torch.Tensor:
+        oracle_sam.zero_grad(set_to_none=True)
+        for p in oracle.b.parameters():
+            p.requires_grad_(False)
+        with oracle_autocast(cell):
+            loss = _both_halves(oracle, batch, cell)
+        loss.backward()
+        for p in oracle.b.parameters():
+            p.requires_grad_(True)
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(list(oracle.a.parameters()), clip)
+        return loss
+
+    oracle_sam.step(oracle_closure)
+    oracle_sam.zero_grad(set_to_none=True)
+    if sgd_steps:
+        oracle_sgd.zero_grad(set_to_none=True)
+        with oracle_autocast(cell):
+            mse(oracle.b, batch, cell_device(cell), cell_dtype(cell)).backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(list(oracle.b.parameters()), clip)
+        oracle_sgd.step()
+
+
 SCHEDULES: dict[str, Sequence[bool | None]] = {
     "windows 1, 3, 2 by make_optimizer_step": (True, False, False, True, False, True),
     "windows 2, 1, 3, mixed with the schedule of 2": (False, True, None, False, False, None),
@@ -188,10 +233,6 @@ def test_a_two_pass_optimizer_evaluates_the_closure_again(
     sgd = context.wrap(torch.optim.SGD(model.b.parameters(), lr=0.1))
     oracle_sam, oracle_sgd = TwoPassSAM(oracle.a.parameters()), torch.optim.SGD(oracle.b.parameters(), lr=0.1)
     evaluations: list[list[bool]] = []
-
-    def both(net: Halves, batch: Batch) -> torch.Tensor:
-        return mse(net.a, batch, device, dtype) + mse(net.b, batch, device, dtype)
-
     for batch_idx, batch in enumerate(batches):
         with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
             returned: list[torch.Tensor] = []
@@ -199,7 +240,7 @@ def test_a_two_pass_optimizer_evaluates_the_closure_again(
             def closure(batch: Batch = batch, returned: list[torch.Tensor] = returned) -> torch.Tensor:
                 evaluations.append([p.requires_grad for p in model.b.parameters()])
                 with context.autocast():
-                    loss = both(model, batch)
+                    loss = _both_halves(model, batch, cell)
                 sam.backward(loss)
                 returned.append(loss)
                 return loss
@@ -215,29 +256,7 @@ def test_a_two_pass_optimizer_evaluates_the_closure_again(
                         sgd.backward(mse(model.b, batch, device, dtype))
 
                 sgd.step(sgd_closure, make_optimizer_step=True)
-
-        def oracle_closure(batch: Batch = batch) -> torch.Tensor:
-            oracle_sam.zero_grad(set_to_none=True)
-            for p in oracle.b.parameters():
-                p.requires_grad_(False)
-            with oracle_autocast(cell):
-                loss = both(oracle, batch)
-            loss.backward()
-            for p in oracle.b.parameters():
-                p.requires_grad_(True)
-            if clip is not None:
-                torch.nn.utils.clip_grad_norm_(list(oracle.a.parameters()), clip)
-            return loss
-
-        oracle_sam.step(oracle_closure)
-        oracle_sam.zero_grad(set_to_none=True)
-        if batch_idx % 2 == 1:
-            oracle_sgd.zero_grad(set_to_none=True)
-            with oracle_autocast(cell):
-                mse(oracle.b, batch, device, dtype).backward()
-            if clip is not None:
-                torch.nn.utils.clip_grad_norm_(list(oracle.b.parameters()), clip)
-            oracle_sgd.step()
+        _sam_beside_sgd_oracle_batch(oracle, oracle_sam, oracle_sgd, batch, batch_idx % 2 == 1, clip, cell)
     assert all(not any(flags) for flags in evaluations), "in every SAM evaluation only its parameters require grad"
     assert all(p.requires_grad for p in model.parameters())
     assert_params_close(model, oracle, cell, "a two-pass optimizer beside an SGD wrapper", tolerance_for(cell))
@@ -269,6 +288,52 @@ def _two_pass_oracle(oracle: Halves, window: Sequence[Batch], retry: Batch, othe
     real_step(oracle_sgd, len(other), None)
 
 
+def _counted_closure(
+    context: TrainingContext,
+    wrapper: Any,
+    half: torch.nn.Module,
+    batch: Batch,
+    cell: Cell,
+    evaluations: list[int],
+    fail_at: int | None = None,
+) -> Callable[[], torch.Tensor]:
+    """A closure of ``half``'s loss on ``batch`` through ``wrapper.backward``, counting itself in ``evaluations``.
+
+    The evaluation that makes ``len(evaluations) == fail_at`` raises after its backward.
+    """
+    device, dtype = cell_device(cell), cell_dtype(cell)
+
+    def closure() -> torch.Tensor:
+        evaluations.append(1)
+        with context.autocast():
+            loss = mse(half, batch, device, dtype)
+        wrapper.backward(loss)
+        if len(evaluations) == fail_at:
+            raise RuntimeError("the second evaluation fails after its backward")
+        return loss
+
+    return closure
+
+
+def _assert_sam_window_as_the_policy_leaves_it(
+    sam: Any, half: torch.nn.Module, window: list[torch.Tensor | None], discard: bool, what: str
+) -> None:
+    """After SAM's failed step: under ``"discard"`` its window gone (FAIL-003), else as it was (FAIL-004)."""
+    if discard:
+        discarded = [None] * len(window)
+        assert_same_grads(
+            grads(half.parameters()), discarded, f"{what}: the discarded window kept gradients (FAIL-003)"
+        )
+        assert sam.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome {sam.last_outcome} (FAIL-003)"
+    else:
+        assert_same_grads(
+            grads(half.parameters()),
+            window,
+            f"{what}: the window's gradients are not what they were before the call (CLOS-003, FAIL-004)",
+        )
+        assert sam.last_outcome is StepOutcome.ACCUMULATED, f"{what}: last_outcome {sam.last_outcome} (FAIL-004)"
+
+
 @pytest.mark.requirement("CLOS-003", "CLOS-005", "FAIL-003", "FAIL-004", "FAIL-002")
 @EAGER_UNSCALED
 @pytest.mark.parametrize("on_failure", ON_FAILURE)
@@ -292,7 +357,6 @@ def test_a_two_pass_optimizer_whose_second_evaluation_raises(
     the evaluation raised are its own to restore (the check puts them back, as its user would); the retry then steps
     as a bare SAM on the window each policy leaves.
     """
-    device, dtype = cell_device(cell), cell_dtype(cell)
     batches = make_batches(3, seed=19)
     discard = on_failure == "discard"
     context = make_context(accumulate_grad_batches=2, **failure_settings(on_failure))
@@ -305,16 +369,7 @@ def test_a_two_pass_optimizer_whose_second_evaluation_raises(
     evaluations: list[int] = []
 
     def closure_for(wrapper: Any, half: torch.nn.Module, batch: Batch, fail_at: int | None = None) -> Any:
-        def closure() -> torch.Tensor:
-            evaluations.append(1)
-            with context.autocast():
-                loss = mse(half, batch, device, dtype)
-            wrapper.backward(loss)
-            if len(evaluations) == fail_at:
-                raise RuntimeError("the second evaluation fails after its backward")
-            return loss
-
-        return closure
+        return _counted_closure(context, wrapper, half, batch, cell, evaluations, fail_at)
 
     sam.step(closure_for(sam, model.a, batches[0]), make_optimizer_step=False)
     sgd.step(closure_for(sgd, model.b, batches[0]), make_optimizer_step=False)
@@ -331,19 +386,7 @@ def test_a_two_pass_optimizer_whose_second_evaluation_raises(
     assert len(evaluations) == 2, f"{what}: the closure ran {len(evaluations)} times, SAM's second run raised"
     assert_same_grads(grads(model.b.parameters()), other, f"{what}: the SGD wrapper's open window changed (FAIL-002)")
     assert sgd.last_outcome is StepOutcome.ACCUMULATED, f"{what}: the SGD wrapper's outcome {sgd.last_outcome}"
-    if discard:
-        discarded = [None] * len(window)
-        assert_same_grads(
-            grads(model.a.parameters()), discarded, f"{what}: the discarded window kept gradients (FAIL-003)"
-        )
-        assert sam.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome {sam.last_outcome} (FAIL-003)"
-    else:
-        assert_same_grads(
-            grads(model.a.parameters()),
-            window,
-            f"{what}: the window's gradients are not what they were before the call (CLOS-003, FAIL-004)",
-        )
-        assert sam.last_outcome is StepOutcome.ACCUMULATED, f"{what}: last_outcome {sam.last_outcome} (FAIL-004)"
+    _assert_sam_window_as_the_policy_leaves_it(sam, model.a, window, discard, what)
     with torch.no_grad():  # SAM moved its parameters before the evaluation raised: its user puts them back
         for param, value in zip(model.parameters(), values, strict=True):
             param.copy_(value)

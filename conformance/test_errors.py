@@ -165,6 +165,18 @@ def test_state_dict_of_another_layout(make_context: MakeContext, cell: Cell) -> 
             assert torch.equal(after["state"][index][key], value), f"state[{index}][{key!r}] changed by a refused load"
 
 
+def _sgd_halves(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, Halves, Halves, dict[str, Any]]:
+    """A context (windows of two), ``Halves(41, 42)`` prepared, its oracle copy, and an SGD wrapper per half."""
+    context = make_context(accumulate_grad_batches=2)
+    base = Halves(41, 42)
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    assert isinstance(model, Halves) and isinstance(oracle, Halves)
+    halves = {"a": model.a, "b": model.b}
+    wrappers = {name: context.wrap(torch.optim.SGD(half.parameters(), lr=0.1)) for name, half in halves.items()}
+    return context, model, oracle, wrappers
+
+
 @pytest.mark.requirement("ERR-001", "ERR-002", "STEP-004")
 # The checks and windows work alike on every device; on XLA the two halves' steps would only add compile time.
 @pytest.mark.cells(devices=("cpu", "cuda"))
@@ -176,13 +188,8 @@ def test_state_dict_of_another_layout(make_context: MakeContext, cell: Cell) -> 
 )
 def test_bad_arguments_leave_both_windows(make_context: MakeContext, cell: Cell) -> None:
     """With two windows open, a refused ``step`` of either changes nothing of either window; both close on time."""
-    context = make_context(accumulate_grad_batches=2)
-    base = Halves(41, 42)
-    oracle = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    assert isinstance(model, Halves) and isinstance(oracle, Halves)
+    context, model, oracle, wrappers = _sgd_halves(make_context, cell)
     halves = {"a": model.a, "b": model.b}
-    wrappers = {name: context.wrap(torch.optim.SGD(half.parameters(), lr=0.1)) for name, half in halves.items()}
     batches = make_batches(2, seed=3)
     device, dtype = cell_device(cell), cell_dtype(cell)
     calls: list[str] = []

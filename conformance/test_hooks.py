@@ -193,6 +193,35 @@ def _plain_loop(pair: _Pair, batches: Sequence[Batch], schedule: Sequence[bool |
     return prepared
 
 
+def _assert_backward_hooks_surround_autograd(events: list[Event], losses: list[torch.Tensor]) -> None:
+    """Both backward hooks got each loss as passed, and the gradients changed between them (autograd ran inside)."""
+    backwards = [e for e in events if e.kind == "before_backward"]
+    assert all(e.loss is loss for e, loss in zip(backwards, losses, strict=True)), "a backward hook got another loss"
+    afters = [e for e in events if e.kind == "after_backward"]
+    assert all(e.loss is loss for e, loss in zip(afters, losses, strict=True))
+    for i, (before, after) in enumerate(zip(backwards, afters, strict=True)):
+        unchanged = len(before.grads) == len(after.grads) and all(
+            torch.equal(a, b) for a, b in zip(before.grads, after.grads, strict=True)
+        )
+        assert not unchanged, f"backward {i}: the gradients were the same in both hooks (autograd ran outside them)"
+
+
+def _assert_steps_saw_what_they_apply(
+    events: list[Event], plain: list[tuple[str, list[torch.Tensor], StepOutcome]], cell: Cell
+) -> None:
+    """Each ``before_optimizer_step`` saw, within tolerance, the gradients the plain loop's real step applies."""
+    seen = [e for e in events if e.kind == "before_optimizer_step"]
+    tol = tolerance_for(cell)
+    assert len(seen) == len(plain)
+    for i, (event, (name, applied, _)) in enumerate(zip(seen, plain, strict=True)):
+        assert event.wrapper == name
+        assert len(event.grads) == len(applied)
+        for got, want in zip(event.grads, applied, strict=True):
+            assert torch.allclose(
+                got.double().cpu(), want.double().cpu(), rtol=tol.rtol, atol=tol.atol, equal_nan=True
+            ), f"real step {i} ({name}): before_optimizer_step saw other gradients than the step applies"
+
+
 @pytest.mark.requirement("HOOK-001", "HOOK-002", "HOOK-003")
 @pytest.mark.features("hooks")
 @pytest.mark.cells(devices=("cpu", "cuda"))  # the hooks are the device's: XLA runs them in the fault check below
@@ -243,28 +272,11 @@ def test_hooks_follow_every_backward_and_step(
                 expected += [("before_optimizer_step", "adam"), ("after_step", "adam")]
     events = recorder.events
     assert [(e.kind, e.wrapper) for e in events] == expected, "the hooks ran in another order or number"
-    backwards = [e for e in events if e.kind == "before_backward"]
-    assert all(e.loss is loss for e, loss in zip(backwards, losses, strict=True)), "a backward hook got another loss"
-    afters = [e for e in events if e.kind == "after_backward"]
-    assert all(e.loss is loss for e, loss in zip(afters, losses, strict=True))
-    for i, (before, after) in enumerate(zip(backwards, afters, strict=True)):
-        unchanged = len(before.grads) == len(after.grads) and all(
-            torch.equal(a, b) for a, b in zip(before.grads, after.grads, strict=True)
-        )
-        assert not unchanged, f"backward {i}: the gradients were the same in both hooks (autograd ran outside them)"
+    _assert_backward_hooks_surround_autograd(events, losses)
     assert [e.outcome for e in events if e.kind == "after_step"] == outcomes, "after_step's outcome is last_outcome"
 
     plain = _plain_loop(pair, batches, schedule, settings)
-    seen = [e for e in events if e.kind == "before_optimizer_step"]
-    tol = tolerance_for(cell)
-    assert len(seen) == len(plain)
-    for i, (event, (name, applied, _)) in enumerate(zip(seen, plain, strict=True)):
-        assert event.wrapper == name
-        assert len(event.grads) == len(applied)
-        for got, want in zip(event.grads, applied, strict=True):
-            assert torch.allclose(
-                got.double().cpu(), want.double().cpu(), rtol=tol.rtol, atol=tol.atol, equal_nan=True
-            ), f"real step {i} ({name}): before_optimizer_step saw other gradients than the step applies"
+    _assert_steps_saw_what_they_apply(events, plain, cell)
     closing = [e.outcome for e in events if e.kind == "after_step" and e.outcome is not A]
     assert closing == [outcome for _, _, outcome in plain], "a real step's outcome differs from the plain loop's"
     if cell.precision == "16-mixed":

@@ -237,6 +237,82 @@ class _Boom(RuntimeError):
     """The error a failing closure raises."""
 
 
+def _failing_closure(
+    pair: _Pair, batch: Batch, at: int | None, seen: list[list[torch.Tensor]]
+) -> Callable[[], torch.Tensor | None]:
+    """Raises after the backward of evaluation ``at``; with ``at=None`` every evaluation returns ``None``.
+
+    Each evaluation appends LBFGS's parameters as it begins to ``seen`` (cleared here).
+    """
+    evaluate = pair.closure(batch)
+    seen.clear()
+
+    def closure() -> torch.Tensor | None:
+        seen.append(param_values(pair.model.a.parameters()))
+        loss = evaluate()
+        if at is None:
+            return None
+        if len(seen) == at:
+            raise _Boom(f"evaluation {at} failed")
+        return loss
+
+    return closure
+
+
+def _failed_lbfgs_step(pair: _Pair, closure: Callable[[], torch.Tensor | None], at: int | None, what: str) -> str:
+    """The LBFGS wrapper's step with a failing ``closure``, which must raise; returns the step's description."""
+    if at is None:
+        try:
+            pair.lbfgs.step(closure)
+        except Exception:  # LBFGS's own float(None), or the wrapper's check: either is a failed step
+            pass
+        else:
+            raise AssertionError("an LBFGS step whose closure returned None did not raise")
+        return "an LBFGS step whose closure returned None"
+    with refuses(
+        _Boom,
+        f"the LBFGS wrapper's step(closure) whose closure {what}",
+        "CLOS-003: the exception of a closure that raises in any evaluation propagates out of step()",
+    ):
+        pair.lbfgs.step(closure)
+    return f"an LBFGS step whose closure {what}"
+
+
+@dataclass(frozen=True)
+class _Before:
+    """What a failed LBFGS step must leave as it was: parameters, gradients, LBFGS's state dict, flags."""
+
+    values: list[torch.Tensor]
+    held: list[torch.Tensor | None]
+    state: dict[str, Any]
+    flags: dict[str, bool]
+
+    @classmethod
+    def take(cls, pair: _Pair) -> _Before:
+        model = pair.model
+        state = copy.deepcopy(pair.lbfgs.optimizer.state_dict())
+        return cls(param_values(model.parameters()), grads(model.parameters()), state, requires_grad_flags(model))
+
+    def assert_unchanged(self, pair: _Pair, what: str) -> None:
+        """Every parameter, gradient (LBFGS's and the open SGD window's), LBFGS's state and every flag as taken."""
+        model = pair.model
+        for (name, param), value in zip(model.named_parameters(), self.values, strict=True):
+            assert torch.equal(param.detach(), value), f"after {what}: parameter {name!r} changed"
+        for (name, param), grad in zip(model.named_parameters(), self.held, strict=True):
+            assert_same_grads(
+                grads([param]),
+                [grad],
+                f"after {what}: the gradient of {name!r} is not what it was before the call "
+                f"({'LBFGS' if name.startswith('a.') else 'the open SGD window'})",
+            )
+        assert state_diff(pair.lbfgs.optimizer.state_dict(), self.state) is None, (
+            f"after {what}: LBFGS's state dict changed"
+        )
+        assert requires_grad_flags(model) == self.flags, (
+            f"after {what}: flags {requires_grad_flags(model)}, before the call {self.flags}"
+        )
+
+
 @pytest.mark.requirement("CLOS-003", "TOGGLE-002", "FAIL-005", "FAIL-002")
 @pytest.mark.features("closure_evaluating_optimizers")
 @LBFGS_CELLS
@@ -260,62 +336,15 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
     pair.lbfgs_step(batches[0])  # LBFGS has a history now, which a failed step must not extend
     pair.sgd.step(pair.sgd_closure(batches[1]), make_optimizer_step=False)
     pair.lbfgs.backward(mse(model.a, batches[2], pair.device, pair.dtype))  # gradients left from outside a step
-    values, held = param_values(model.parameters()), grads(model.parameters())
-    state = copy.deepcopy(pair.lbfgs.optimizer.state_dict())
-    flags = requires_grad_flags(model)
+    before = _Before.take(pair)
     seen: list[list[torch.Tensor]] = []
-
-    def failing(at: int | None) -> Callable[[], torch.Tensor | None]:
-        """Raises after the backward of evaluation ``at``; with ``at=None`` every evaluation returns ``None``."""
-        evaluate = pair.closure(batches[1])
-        seen.clear()
-
-        def closure() -> torch.Tensor | None:
-            seen.append(param_values(model.a.parameters()))
-            loss = evaluate()
-            if at is None:
-                return None
-            if len(seen) == at:
-                raise _Boom(f"evaluation {at} failed")
-            return loss
-
-        return closure
-
     for at, what in ((1, "raised in its first evaluation"), (3, "raised in its third evaluation"), (None, "None")):
-        closure = failing(at)
-        if at is None:
-            try:
-                pair.lbfgs.step(closure)
-            except Exception:  # LBFGS's own float(None), or the wrapper's check: either is a failed step
-                pass
-            else:
-                raise AssertionError("an LBFGS step whose closure returned None did not raise")
-            what = "an LBFGS step whose closure returned None"
-        else:
-            with refuses(
-                _Boom,
-                f"the LBFGS wrapper's step(closure) whose closure {what}",
-                "CLOS-003: the exception of a closure that raises in any evaluation propagates out of step()",
-            ):
-                pair.lbfgs.step(closure)
-            what = f"an LBFGS step whose closure {what}"
+        what = _failed_lbfgs_step(pair, _failing_closure(pair, batches[1], at, seen), at, what)
         if at == 3:
             assert len(seen) == 3 and any(not torch.equal(p, q) for p, q in zip(seen[2], seen[0], strict=True)), (
                 "check precondition: LBFGS did not move the parameters before the third evaluation"
             )
-        for (name, param), value in zip(model.named_parameters(), values, strict=True):
-            assert torch.equal(param.detach(), value), f"after {what}: parameter {name!r} changed"
-        for (name, param), grad in zip(model.named_parameters(), held, strict=True):
-            assert_same_grads(
-                grads([param]),
-                [grad],
-                f"after {what}: the gradient of {name!r} is not what it was before the call "
-                f"({'LBFGS' if name.startswith('a.') else 'the open SGD window'})",
-            )
-        assert state_diff(pair.lbfgs.optimizer.state_dict(), state) is None, f"after {what}: LBFGS's state dict changed"
-        assert requires_grad_flags(model) == flags, (
-            f"after {what}: flags {requires_grad_flags(model)}, before the call {flags}"
-        )
+        before.assert_unchanged(pair, what)
     pair.evaluations.clear()
     pair.lbfgs_step(batches[2])
     pair.assert_toggled("the retry after the failed steps")

@@ -363,6 +363,53 @@ def _inverse_step(step: int) -> float:
     return 1.0 / (step + 1)
 
 
+def _two_scheduled_optimizers_oracle(
+    oracle_model: torch.nn.Module, batches: list[Any], steps: dict[str, set[int]], cell: Cell
+) -> None:
+    """The plain loop of the two-schedulers check: A and B step (and their schedulers with them) at ``steps``.
+
+    Two plain optimizers and schedulers; under 16-mixed one plain GradScaler, updated at the end of each batch in
+    which an optimizer stepped. In A's backward B's parameters do not take gradients, and back.
+    """
+    oracle_a, oracle_b = _two_group_sgd(oracle_model), _last_layer_nesterov(oracle_model)
+    oracle_scheds = {
+        "A": torch.optim.lr_scheduler.StepLR(oracle_a, step_size=1, gamma=0.5),
+        "B": torch.optim.lr_scheduler.LambdaLR(oracle_b, _inverse_step),
+    }
+    oracles = {"A": oracle_a, "B": oracle_b}
+    scaler = None if cell.precision != "16-mixed" else GradScaler(cell_device(cell).type, **SMALL_SCALE.as_kwargs())
+    windows = {"A": 0, "B": 0}
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    for batch_idx, batch in enumerate(batches):
+        for name, optimizer in oracles.items():
+            other = oracles["B" if name == "A" else "A"]
+            others = [p for group in other.param_groups for p in group["params"]]
+            for param in others:
+                param.requires_grad_(False)
+            with oracle_autocast(cell):
+                loss = mse(oracle_model, batch, device, dtype)
+            (loss if scaler is None else scaler.scale(loss)).backward()
+            for param in others:
+                param.requires_grad_(True)
+            windows[name] += 1
+            if batch_idx in steps[name]:
+                with torch.no_grad():
+                    for group in optimizer.param_groups:
+                        for param in group["params"]:
+                            param.grad /= windows[name]
+                if scaler is None:
+                    optimizer.step()
+                else:
+                    scaler.unscale_(optimizer)
+                    scaler.step(optimizer)
+                optimizer.zero_grad(set_to_none=True)
+                oracle_scheds[name].step()
+                windows[name] = 0
+        if scaler is not None:
+            scaler.update()  # every batch has a step of A or B
+        oracle_step_done(cell)
+
+
 @pytest.mark.cells(devices=_NOT_XLA)
 @pytest.mark.requirement("SCHED-001")
 @pytest.mark.features("lr_schedulers")
@@ -403,45 +450,7 @@ def test_schedulers_of_two_wrappers_with_two_groups(make_context: MakeContext, c
     assert lrs == pytest.approx([0.125, 0.05]), f"A's groups have lr {lrs} after three halvings of [1.0, 0.4]"
     assert opt_b.param_groups[0]["lr"] == pytest.approx(0.01), "B's lr after four steps of LambdaLR 1/(n+1) of 0.05"
 
-    # The oracle: two plain optimizers and schedulers; under 16-mixed one plain GradScaler, updated at the end of
-    # each batch in which an optimizer stepped. In A's backward B's parameters do not take gradients, and back.
-    oracle_a, oracle_b = _two_group_sgd(oracle_model), _last_layer_nesterov(oracle_model)
-    oracle_scheds = {
-        "A": torch.optim.lr_scheduler.StepLR(oracle_a, step_size=1, gamma=0.5),
-        "B": torch.optim.lr_scheduler.LambdaLR(oracle_b, _inverse_step),
-    }
-    oracles = {"A": oracle_a, "B": oracle_b}
-    scaler = None if cell.precision != "16-mixed" else GradScaler(cell_device(cell).type, **SMALL_SCALE.as_kwargs())
-    windows = {"A": 0, "B": 0}
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    for batch_idx, batch in enumerate(batches):
-        for name, optimizer in oracles.items():
-            other = oracles["B" if name == "A" else "A"]
-            others = [p for group in other.param_groups for p in group["params"]]
-            for param in others:
-                param.requires_grad_(False)
-            with oracle_autocast(cell):
-                loss = mse(oracle_model, batch, device, dtype)
-            (loss if scaler is None else scaler.scale(loss)).backward()
-            for param in others:
-                param.requires_grad_(True)
-            windows[name] += 1
-            if batch_idx in steps[name]:
-                with torch.no_grad():
-                    for group in optimizer.param_groups:
-                        for param in group["params"]:
-                            param.grad /= windows[name]
-                if scaler is None:
-                    optimizer.step()
-                else:
-                    scaler.unscale_(optimizer)
-                    scaler.step(optimizer)
-                optimizer.zero_grad(set_to_none=True)
-                oracle_scheds[name].step()
-                windows[name] = 0
-        if scaler is not None:
-            scaler.update()  # every batch has a step of A or B
-        oracle_step_done(cell)
+    _two_scheduled_optimizers_oracle(oracle_model, batches, steps, cell)
     assert_params_close(model, oracle_model, cell, "two wrappers with LR schedulers, A with two parameter groups")
 
 
@@ -595,6 +604,25 @@ def _overflowing_loss(context: TrainingContext, model: torch.nn.Module, batch: A
     return loss * math.inf if infinite else loss
 
 
+def _hooked_halves(
+    make_context: MakeContext, cell: Cell, kind: str, fired: list[str]
+) -> tuple[TrainingContext, dict[str, Any], dict[str, torch.nn.Module]]:
+    """A context, its wrappers ``"A"`` (a ``kind`` on ``Halves(3, 4).a``) and ``"B"`` (SGD on ``.b``), and the halves.
+
+    Each wrapper's step hooks record ``"<name> pre"`` and ``"<name> post"`` in ``fired``.
+    """
+    pair = make_context(**_finite_scaling(cell))
+    halves = pair.prepare_module(Halves(3, 4))
+    assert isinstance(halves, Halves)
+    wrappers: dict[str, Any] = {
+        "A": pair.wrap(_SKIP_KINDS[kind](halves.a.parameters())),
+        "B": pair.wrap(torch.optim.SGD(halves.b.parameters(), lr=0.1)),
+    }
+    for name, each in wrappers.items():
+        _hooked(each, name, fired)
+    return pair, wrappers, {"A": halves.a, "B": halves.b}
+
+
 @pytest.mark.cells(devices=_NOT_XLA, precisions=("16-mixed",))
 @pytest.mark.requirement("PROXY-004")
 @pytest.mark.varies(
@@ -647,16 +675,7 @@ def test_step_hooks_do_not_fire_on_skipped_steps(make_context: MakeContext, cell
             )
     assert outcomes == want, f"check precondition: {kind}'s calls took {outcomes}, overflowing at {sorted(infinite)}"
 
-    pair = make_context(**_finite_scaling(cell))
-    halves = pair.prepare_module(Halves(3, 4))
-    assert isinstance(halves, Halves)
-    wrappers: dict[str, Any] = {
-        "A": pair.wrap(_SKIP_KINDS[kind](halves.a.parameters())),
-        "B": pair.wrap(torch.optim.SGD(halves.b.parameters(), lr=0.1)),
-    }
-    halves_of = {"A": halves.a, "B": halves.b}
-    for name, each in wrappers.items():
-        _hooked(each, name, fired)
+    pair, wrappers, halves_of = _hooked_halves(make_context, cell, kind, fired)
     infinite_a = {1, 2}
     expected = {"A": [_S, _K, _K, _S, _S], "B": [_S] * 5}
     seen: dict[str, list[StepOutcome | None]] = {"A": [], "B": []}

@@ -281,20 +281,29 @@ the window {0, 1} steps (growth), {2, 3} overflows (back-off), {4, 5} steps; the
 ``2**10``) over ``accumulate_grad_batches=2`` [AMP-007]."""
 
 
-def _original_batch(
-    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch_idx: int, cell: Cell, scales: list[Any]
+def _original_batches(
+    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batches: range, cell: Cell, scales: list[Any]
 ) -> None:
-    with context.batch(batch_idx):
+    """The original's run over ``batches``: each a ``step(closure)`` by the schedule, its loss scales in ``scales``."""
+    for batch_idx in batches:
+        with context.batch(batch_idx):
 
-        def closure() -> torch.Tensor:
-            with context.autocast():
-                loss = _loss_of(
-                    model, _COPY_BATCHES[batch_idx], cell, infinite=batch_idx == _ORIGINAL_OVERFLOWS, scales=scales
-                )
-            wrapper.backward(loss)
-            return loss
+            def closure(batch_idx: int = batch_idx) -> torch.Tensor:
+                with context.autocast():
+                    loss = _loss_of(
+                        model, _COPY_BATCHES[batch_idx], cell, infinite=batch_idx == _ORIGINAL_OVERFLOWS, scales=scales
+                    )
+                wrapper.backward(loss)
+                return loss
 
-        wrapper.step(closure)
+            wrapper.step(closure)
+
+
+def _uninterrupted_original(make_context: MakeContext, cell: Cell, batches: range) -> torch.nn.Module:
+    """The model of an original that ran ``batches`` with no copy taken of it."""
+    context, model, wrapper = _growing_sgd(make_context, cell)
+    _original_batches(context, model, wrapper, batches, cell, [])
+    return model
 
 
 def _copy_of(
@@ -344,8 +353,7 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
     sixteen = cell.precision == "16-mixed"
     context, model, wrapper = _growing_sgd(make_context, cell)
     scales: list[torch.Tensor] = []
-    for batch_idx in range(3):  # the window {0, 1} steps, {2, 3} is open
-        _original_batch(context, model, wrapper, batch_idx, cell, scales)
+    _original_batches(context, model, wrapper, range(3), cell, scales)  # the window {0, 1} steps, {2, 3} is open
     own = [p for group in wrapper.param_groups for p in group["params"]]
     taken_params, taken_grads = params(model), grads(own, to_cpu=True)
     taken_state = copy.deepcopy(context.state_dict())
@@ -371,8 +379,7 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
 
     # The other way round: the original closes its window on an infinite loss, then steps again.
     copy_params, copy_grads = [p.detach().cpu().clone() for p in copied], grads(copied, to_cpu=True)
-    for batch_idx in range(3, 6):
-        _original_batch(context, model, wrapper, batch_idx, cell, scales)
+    _original_batches(context, model, wrapper, range(3, 6), cell, scales)
     what = f"after the original overflowed and stepped, the {how} copy's"
     _assert_identical([p.detach().cpu() for p in copied], copy_params, f"{what} parameters")
     assert_same_grads(grads(copied, to_cpu=True), copy_grads, f"{what} open window")
@@ -397,10 +404,8 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
         [p.detach().cpu() for p in twin_copied],
         f"the {how} copy, next to a copy taken at the same moment that never saw the original train",
     )
-    twin_context, twin_model, twin_wrapper = _growing_sgd(make_context, cell)
-    for batch_idx in range(6):
-        _original_batch(twin_context, twin_model, twin_wrapper, batch_idx, cell, [])
-    _assert_identical(params(model), params(twin_model), f"the original, next to a {how} copy, and a run without", cell)
+    without = _uninterrupted_original(make_context, cell, range(6))
+    _assert_identical(params(model), params(without), f"the original, next to a {how} copy, and a run without", cell)
 
 
 @pytest.mark.cells(devices=_NOT_XLA)
@@ -454,6 +459,47 @@ def test_copy_of_either_of_two_wrappers_continues_it(make_context: MakeContext, 
         _assert_identical(mine, theirs, f"the {how} copy of {name} closed its open window otherwise than {name}", cell)
 
 
+_REFUSED_LOAD_SCALER = GradScalerSettings(init_scale=2.0**8)
+"""The loss scaler of ``test_refused_load_after_an_overflow_changes_nothing``'s contexts (16-mixed)."""
+
+
+def _sgd_and_adam(
+    make_context: MakeContext, cell: Cell, sizes: tuple[int, ...] = (4, 8, 2), third: bool = False
+) -> tuple[TrainingContext, torch.nn.Module, list[Any]]:
+    """A context (windows of two) with SGD momentum on the first layer, Adam on the rest, and a third SGD if asked."""
+    context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, _REFUSED_LOAD_SCALER))
+    model = context.prepare_module(make_model(sizes=sizes))
+    first, last = list(model.parameters())[:2], list(model.parameters())[2:]
+    wrappers: list[Any] = [context.wrap(torch.optim.SGD(first, lr=0.1, momentum=0.9))]
+    wrappers.append(context.wrap(torch.optim.Adam(last, lr=0.01)))
+    if third:
+        wrappers.append(context.wrap(torch.optim.SGD(context.prepare_module(make_model(seed=2)).parameters())))
+    return context, model, wrappers
+
+
+def _run_plan(
+    context: TrainingContext,
+    model: torch.nn.Module,
+    wrappers: Any,
+    plan: Mapping[int, tuple[bool, ...]],
+    cell: Cell,
+    scales: Any,
+) -> None:
+    """Per batch of ``plan`` each wrapper's ``step(closure)`` with its ``make_optimizer_step``; A's first overflows."""
+    for batch_idx, steps in plan.items():
+        with context.batch(batch_idx):
+            for index, (wrapper, make_step) in enumerate(zip(wrappers, steps, strict=False)):
+
+                def closure(wrapper: Any = wrapper, index: int = index, batch_idx: int = batch_idx) -> torch.Tensor:
+                    with context.autocast():
+                        infinite = batch_idx == 0 and index == 0  # A's first step overflows
+                        loss = _loss_of(model, _COPY_BATCHES[batch_idx], cell, infinite=infinite, scales=scales)
+                    wrapper.backward(loss)
+                    return loss
+
+                wrapper.step(closure, make_optimizer_step=make_step)
+
+
 @pytest.mark.cells(devices=_NOT_XLA)
 @pytest.mark.requirement("CKPT-003")
 @pytest.mark.features("checkpointing")
@@ -466,54 +512,29 @@ def test_copy_of_either_of_two_wrappers_continues_it(make_context: MakeContext, 
 )
 def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContext, cell: Cell) -> None:
     """After an overflow, with two windows open, states for other layouts are refused and change nothing at all."""
-    settings = GradScalerSettings(init_scale=2.0**8)
+    settings = _REFUSED_LOAD_SCALER
     sixteen = cell.precision == "16-mixed"
-
-    def build(sizes: tuple[int, ...] = (4, 8, 2), third: bool = False) -> tuple[TrainingContext, torch.nn.Module, Any]:
-        context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, settings))
-        model = context.prepare_module(make_model(sizes=sizes))
-        first, last = list(model.parameters())[:2], list(model.parameters())[2:]
-        wrappers: list[Any] = [context.wrap(torch.optim.SGD(first, lr=0.1, momentum=0.9))]
-        wrappers.append(context.wrap(torch.optim.Adam(last, lr=0.01)))
-        if third:
-            wrappers.append(context.wrap(torch.optim.SGD(context.prepare_module(make_model(seed=2)).parameters())))
-        return context, model, wrappers
-
-    def run(
-        context: TrainingContext,
-        model: torch.nn.Module,
-        wrappers: Any,
-        plan: Mapping[int, tuple[bool, ...]],
-        scales: Any,
-    ) -> None:
-        for batch_idx, steps in plan.items():
-            with context.batch(batch_idx):
-                for index, (wrapper, make_step) in enumerate(zip(wrappers, steps, strict=False)):
-
-                    def closure(wrapper: Any = wrapper, index: int = index, batch_idx: int = batch_idx) -> torch.Tensor:
-                        with context.autocast():
-                            infinite = batch_idx == 0 and index == 0  # A's first step overflows
-                            loss = _loss_of(model, _COPY_BATCHES[batch_idx], cell, infinite=infinite, scales=scales)
-                        wrapper.backward(loss)
-                        return loss
-
-                    wrapper.step(closure, make_optimizer_step=make_step)
 
     # A's window {0} overflows (16-mixed: skipped, the scale backs off); then A's {1} and B's {0, 1} stay open.
     opening = {0: (True, False), 1: (False, False)}
     closing = {2: (True, True)}
-    context, model, wrappers = build()
-    run(context, model, wrappers, opening, None)
+    context, model, wrappers = _sgd_and_adam(make_context, cell)
+    _run_plan(context, model, wrappers, opening, cell, None)
     held, state = grads(model.parameters(), to_cpu=True), copy.deepcopy(context.state_dict())
     inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in wrappers]
 
     one = make_context(accumulate_grad_batches=2, **scaler_settings(cell, settings))
     one_model = one.prepare_module(make_model())
     one_wrapper = one.wrap(torch.optim.SGD(one_model.parameters(), lr=0.1))
-    run(one, one_model, [one_wrapper], {0: (False,)}, None)
-    wide, wide_model, wide_wrappers = build(sizes=(4, 8, 5, 2))
-    run(wide, wide_model, wide_wrappers, {0: (True, False)}, None)  # A's window closed, B's open: its shapes show
-    others = {"one optimizer": one, "B's parameters of other shapes": wide, "a third optimizer": build(third=True)[0]}
+    _run_plan(one, one_model, [one_wrapper], {0: (False,)}, cell, None)
+    wide, wide_model, wide_wrappers = _sgd_and_adam(make_context, cell, sizes=(4, 8, 5, 2))
+    # A's window closed, B's open: its shapes show
+    _run_plan(wide, wide_model, wide_wrappers, {0: (True, False)}, cell, None)
+    others = {
+        "one optimizer": one,
+        "B's parameters of other shapes": wide,
+        "a third optimizer": _sgd_and_adam(make_context, cell, third=True)[0],
+    }
     for what, other in others.items():
         with refuses(
             ValueError,
@@ -527,7 +548,7 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
             assert_same_state(wrapper.optimizer.state_dict(), inner_states[index], f"a refused load ({what})")
 
     scales: list[torch.Tensor] = []
-    run(context, model, wrappers, closing, scales)
+    _run_plan(context, model, wrappers, closing, cell, scales)
     outcomes = [wrapper.last_outcome for wrapper in wrappers]
     assert outcomes == [StepOutcome.STEPPED] * 2, f"after the refused loads, the windows closed as {outcomes}"
     if sixteen:
@@ -537,8 +558,8 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
             f"after the refused loads the backward passes were scaled by {got}; the scale had backed off to "
             f"{backed_off} after the overflow, and each loss is divided by accumulate_grad_batches=2 (AMP-007)"
         )
-    twin_context, twin_model, twin_wrappers = build()
-    run(twin_context, twin_model, twin_wrappers, {**opening, **closing}, None)
+    twin_context, twin_model, twin_wrappers = _sgd_and_adam(make_context, cell)
+    _run_plan(twin_context, twin_model, twin_wrappers, {**opening, **closing}, cell, None)
     _assert_identical(params(model), params(twin_model), "after refused loads, against a run without them", cell)
 
 

@@ -15,6 +15,7 @@ from lightning_optimizer.conformance.assertions import assert_unchanged, snapsho
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     REORDERED_TOLERANCES,
+    Tolerance,
     assert_discard_note,
     assert_params_close,
     cell_device,
@@ -289,6 +290,36 @@ def test_closure_runs_once_per_call(make_context: MakeContext, cell: Cell) -> No
     assert calls == [0, 1, 2, 3], f"closure calls per batch: {calls}"
 
 
+def _closure_on(
+    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Any, cell: Cell
+) -> Callable[[], torch.Tensor]:
+    """A closure: the model's loss on ``batch`` under the context's autocast, passed to ``wrapper.backward``."""
+    device, dtype = cell_device(cell), cell_dtype(cell)
+
+    def closure() -> torch.Tensor:
+        with context.autocast():
+            loss = mse(model, batch, device, dtype)
+        wrapper.backward(loss)
+        return loss
+
+    return closure
+
+
+def _raising_closures(
+    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Any, cell: Cell
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """Closures that raise: ``failing`` before any backward, ``failing_after_backward`` after one of ``batch``."""
+
+    def failing() -> None:
+        raise RuntimeError("boom from the closure")
+
+    def failing_after_backward() -> None:
+        _closure_on(context, model, wrapper, batch, cell)()
+        raise RuntimeError("boom from the closure")
+
+    return failing, failing_after_backward
+
+
 @pytest.mark.requirement("CLOS-003", "TOGGLE-002", "FAIL-002", "FAIL-003", "FAIL-004")
 @pytest.mark.parametrize("on_failure", ON_FAILURE)
 @pytest.mark.varies(
@@ -311,27 +342,8 @@ def test_closure_that_raises_changes_nothing(make_context: MakeContext, cell: Ce
     )
     discard = on_failure == "discard"
     batches = make_batches(4)
-    device, dtype = cell_device(cell), cell_dtype(cell)
-
-    def closure_for(batch: Any) -> Callable[[], torch.Tensor]:
-        def closure() -> torch.Tensor:
-            with context.autocast():
-                loss = mse(model, batch, device, dtype)
-            wrapper.backward(loss)
-            return loss
-
-        return closure
-
-    def failing() -> None:
-        raise RuntimeError("boom from the closure")
-
-    def failing_after_backward() -> None:
-        with context.autocast():
-            loss = mse(model, batches[3], device, dtype)
-        wrapper.backward(loss)
-        raise RuntimeError("boom from the closure")
-
-    wrapper.step(closure_for(batches[0]))
+    failing, failing_after_backward = _raising_closures(context, model, wrapper, batches[3], cell)
+    wrapper.step(_closure_on(context, model, wrapper, batches[0], cell))
     before = snapshot(model)
     held = 1
     for raising in (failing, failing_after_backward):
@@ -363,7 +375,7 @@ def test_closure_that_raises_changes_nothing(make_context: MakeContext, cell: Ce
     # Under "discard" the window of batch 0 is gone: the next calls make the windows [1, 2] and [3, 0].
     order, windows = ((1, 2, 3, 0), [[1, 2], [3, 0]]) if discard else ((1, 2, 3), [[0, 1], [2, 3]])
     for batch_idx in order:
-        wrapper.step(closure_for(batches[batch_idx]))
+        wrapper.step(_closure_on(context, model, wrapper, batches[batch_idx], cell))
     assert wrapper.last_outcome is S, f"the window {windows[-1]} did not close on time: {wrapper.last_outcome}"
     oracle.train_windows(batches, windows)
     assert_params_close(
@@ -461,6 +473,82 @@ def _take_grads(model: torch.nn.Module) -> list[torch.Tensor | None]:
     return grads
 
 
+def _squared_error_of(
+    net: torch.nn.Module, autocast: Callable[[], Any], x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype
+) -> LossOf:
+    """The squared error of ``net`` on ``(x, y)``, its forward under ``autocast()``: per element or its mean."""
+
+    def loss(per_element: bool) -> torch.Tensor:
+        with autocast():
+            squared: torch.Tensor = (net(x).to(dtype) - y) ** 2
+        return squared if per_element else squared.mean()
+
+    return loss
+
+
+def _scaled_backward_of(scaler: GradScaler | None) -> Backward:
+    """The oracle's ``loss.backward(*args, **kwargs)``, of ``scaler.scale(loss)`` under 16-mixed."""
+
+    def oracle_backward(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        (loss if scaler is None else scaler.scale(loss)).backward(*args, **kwargs)
+
+    return oracle_backward
+
+
+def _assert_form_grads(
+    form: str,
+    names: list[str],
+    got: list[torch.Tensor | None],
+    want: list[torch.Tensor | None],
+    scale: float,
+    tolerance: Tolerance,
+) -> None:
+    """The gradients of ``wrapper.backward<form>`` are those of ``loss.backward<form>``, parameter by parameter.
+
+    Present where those are, with a graph of their own under ``create_graph``, and equal once divided by the scale.
+    """
+    for name, got_grad, want_grad in zip(names, got, want, strict=True):
+        what = f"after wrapper.backward{form}, parameter {name!r}"
+        if want_grad is None or got_grad is None:
+            assert got_grad is None and want_grad is None, (
+                f"{what} has {'no' if got_grad is None else 'a'} gradient; loss.backward{form} gives "
+                f"{'none' if want_grad is None else 'one'}"
+            )
+            continue
+        if "create_graph" in form:
+            assert got_grad.requires_grad, f"{what}: the gradient has no graph of its own (create_graph lost)"
+
+        def message(text: str, what: str = what) -> str:
+            return f"{what} differs from loss.backward{form}: {text}"
+
+        torch.testing.assert_close(
+            got_grad.detach().cpu() / scale,
+            want_grad.detach().cpu() / scale,
+            rtol=tolerance.rtol,
+            atol=tolerance.atol,
+            msg=message,
+        )
+
+
+def _assert_backward_frees_the_graph(who: str, backward: Backward, loss_of: LossOf, net: torch.nn.Module) -> None:
+    """A second ``backward(loss)`` through one graph raises: the first, without ``retain_graph``, freed it.
+
+    ``net``'s gradients are then set back to ``None``.
+    """
+    loss = loss_of(False)
+    backward(loss)
+    try:
+        backward(loss)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError(
+            f"a second {who}(loss) through the same graph did not raise: the first call without retain_graph "
+            "kept the graph, where loss.backward() frees it"
+        )
+    _take_grads(net)
+
+
 @pytest.mark.requirement("BWD-001")
 @pytest.mark.varies(
     backward_args=("gradient", "retain_graph", "create_graph", "inputs", "positional", "graph freed"),
@@ -482,16 +570,9 @@ def test_backward_call_forms(make_context: MakeContext, cell: Cell) -> None:
     tolerance = tolerance_for(cell)
 
     def loss_of(net: torch.nn.Module, autocast: Callable[[], Any]) -> LossOf:
-        def loss(per_element: bool) -> torch.Tensor:
-            with autocast():
-                squared: torch.Tensor = (net(x).to(dtype) - y) ** 2
-            return squared if per_element else squared.mean()
+        return _squared_error_of(net, autocast, x, y, dtype)
 
-        return loss
-
-    def oracle_backward(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        (loss if scaler is None else scaler.scale(loss)).backward(*args, **kwargs)
-
+    oracle_backward = _scaled_backward_of(scaler)
     results = []
     for form, run in _backward_forms(gradient).items():
         try:
@@ -502,45 +583,14 @@ def test_backward_call_forms(make_context: MakeContext, cell: Cell) -> None:
         results.append((form, _take_grads(model), _take_grads(oracle)))
     oracle_step_done(cell)  # on XLA: every form's gradients, both sides, in one graph before they are read
     for form, got, want in results:
-        for name, got_grad, want_grad in zip(names, got, want, strict=True):
-            what = f"after wrapper.backward{form}, parameter {name!r}"
-            if want_grad is None or got_grad is None:
-                assert got_grad is None and want_grad is None, (
-                    f"{what} has {'no' if got_grad is None else 'a'} gradient; loss.backward{form} gives "
-                    f"{'none' if want_grad is None else 'one'}"
-                )
-                continue
-            if "create_graph" in form:
-                assert got_grad.requires_grad, f"{what}: the gradient has no graph of its own (create_graph lost)"
-
-            def message(text: str, what: str = what, form: str = form) -> str:
-                return f"{what} differs from loss.backward{form}: {text}"
-
-            torch.testing.assert_close(
-                got_grad.detach().cpu() / scale,
-                want_grad.detach().cpu() / scale,
-                rtol=tolerance.rtol,
-                atol=tolerance.atol,
-                msg=message,
-            )
-
-    for backward, net, autocast in (
-        (wrapper.backward, model, context.autocast),
-        (oracle_backward, oracle, lambda: oracle_autocast(cell)),
-    ):
-        loss = loss_of(net, autocast)(False)
-        backward(loss)
-        try:
-            backward(loss)
-        except RuntimeError:
-            pass
-        else:
-            who = "wrapper.backward" if net is model else "the oracle's loss.backward (check precondition)"
-            raise AssertionError(
-                f"a second {who}(loss) through the same graph did not raise: the first call without retain_graph "
-                "kept the graph, where loss.backward() frees it"
-            )
-        _take_grads(net)
+        _assert_form_grads(form, names, got, want, scale, tolerance)
+    _assert_backward_frees_the_graph("wrapper.backward", wrapper.backward, loss_of(model, context.autocast), model)
+    _assert_backward_frees_the_graph(
+        "the oracle's loss.backward (check precondition)",
+        oracle_backward,
+        loss_of(oracle, lambda: oracle_autocast(cell)),
+        oracle,
+    )
 
 
 class _RecordingSGD(torch.optim.SGD):

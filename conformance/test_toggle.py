@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.assertions import grads, requires_grad_flags
 from lightning_optimizer.conformance.harness import (
@@ -132,6 +133,91 @@ def _gan_losses(model: _Gan, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[
     return loss_gen, loss_dis
 
 
+_GanBatch = tuple[torch.Tensor, torch.Tensor]
+
+
+def _gan_batches(cell: Cell) -> list[_GanBatch]:
+    """Eight seeded ``(noise, real)`` batches, moved to the cell's device and dtype."""
+    device, dtype = cell_device(cell), cell_dtype(cell)
+    generator = torch.Generator().manual_seed(11)
+    batches = [(torch.randn(5, 3, generator=generator), torch.randn(5, 4, generator=generator)) for _ in range(8)]
+    return [(noise.to(device, dtype), real.to(device, dtype)) for noise, real in batches]
+
+
+def _run_gan(context: TrainingContext, model: _Gan, opt_gen: Any, opt_dis: Any, batches: list[_GanBatch]) -> None:
+    """The seed's loop: the generator's ``make_optimizer_step`` True every 2nd batch, the discriminator's every 4th."""
+    for batch_idx, moved in enumerate(batches):
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
+
+            def gen_closure(moved: Any = moved) -> None:
+                with context.autocast():
+                    loss_gen, _ = _gan_losses(model, moved)
+                opt_gen.backward(loss_gen)
+
+            def dis_closure(moved: Any = moved) -> None:
+                with context.autocast():
+                    _, loss_dis = _gan_losses(model, moved)
+                opt_dis.backward(loss_dis)
+
+            opt_gen.step(closure=gen_closure, make_optimizer_step=batch_idx % 2 == 0)
+            if batch_idx % 4 == 0:
+                opt_dis.step(closure=dis_closure, make_optimizer_step=True)
+
+
+def _oracle_backward(
+    oracle: _Gan, batch: _GanBatch, loss: int, frozen: torch.nn.Module, scaler: GradScaler | None, cell: Cell
+) -> None:
+    """Loss ``loss`` (0: the generator's, 1: the discriminator's), ``frozen`` toggled off by hand, and its backward.
+
+    The forward runs under the cell's plain autocast; under 16-mixed the backward is the plain GradScaler's.
+    """
+    for param in frozen.parameters():
+        param.requires_grad_(False)
+    with oracle_autocast(cell):
+        loss_value = _gan_losses(oracle, batch)[loss]
+    (loss_value if scaler is None else scaler.scale(loss_value)).backward()
+    for param in frozen.parameters():
+        param.requires_grad_(True)
+
+
+def _oracle_step(optimizer: torch.optim.Optimizer, scaler: GradScaler | None) -> None:
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _gan_oracle(
+    oracle: _Gan, batches: list[_GanBatch], cell: Cell, gen_closes: tuple[int, ...], dis_steps: tuple[int, ...]
+) -> None:
+    """A plain loop: the generator's window mean applied at ``gen_closes``, the discriminator stepped at ``dis_steps``.
+
+    Under 16-mixed one plain GradScaler serves both, updated once after each batch in which one of them stepped.
+    """
+    oracle_gen = torch.optim.Adam(oracle.generator.parameters(), lr=0.01)
+    oracle_dis = torch.optim.SGD(oracle.discriminator.parameters(), lr=0.05)
+    scaler = oracle_scaler(cell)
+    gen_window: list[int] = []
+    for batch_idx, moved in enumerate(batches):
+        _oracle_backward(oracle, moved, 0, oracle.discriminator, scaler, cell)
+        gen_window.append(batch_idx)
+        if batch_idx in gen_closes:
+            with torch.no_grad():
+                for param in oracle.generator.parameters():
+                    assert param.grad is not None
+                    param.grad /= len(gen_window)
+            _oracle_step(oracle_gen, scaler)
+            gen_window = []
+        if batch_idx in dis_steps:
+            _oracle_backward(oracle, moved, 1, oracle.generator, scaler, cell)
+            _oracle_step(oracle_dis, scaler)
+        if scaler is not None and (batch_idx in gen_closes or batch_idx in dis_steps):
+            scaler.update()
+        oracle_step_done(cell)
+
+
 @pytest.mark.requirement("STEP-001", "STEP-002", "ACC-001", "TOGGLE-001")
 @pytest.mark.varies(
     wrappers=("2",),
@@ -149,78 +235,14 @@ def test_gan_cadences(make_context: MakeContext, cell: Cell) -> None:
     assert isinstance(model, _Gan)
     opt_gen = context.wrap(torch.optim.Adam(model.generator.parameters(), lr=0.01))
     opt_dis = context.wrap(torch.optim.SGD(model.discriminator.parameters(), lr=0.05))
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    generator = torch.Generator().manual_seed(11)
-    batches = [(torch.randn(5, 3, generator=generator), torch.randn(5, 4, generator=generator)) for _ in range(8)]
-
-    for batch_idx, batch in enumerate(batches):
-        moved = (batch[0].to(device, dtype), batch[1].to(device, dtype))
-        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
-
-            def gen_closure(moved: Any = moved) -> None:
-                with context.autocast():
-                    loss_gen, _ = _gan_losses(model, moved)
-                opt_gen.backward(loss_gen)
-
-            def dis_closure(moved: Any = moved) -> None:
-                with context.autocast():
-                    _, loss_dis = _gan_losses(model, moved)
-                opt_dis.backward(loss_dis)
-
-            opt_gen.step(closure=gen_closure, make_optimizer_step=batch_idx % 2 == 0)
-            if batch_idx % 4 == 0:
-                opt_dis.step(closure=dis_closure, make_optimizer_step=True)
+    batches = _gan_batches(cell)
+    _run_gan(context, model, opt_gen, opt_dis, batches)
 
     # The oracle by hand: generator windows close at batches 0, 2, 4, 6 ({0}, {1, 2}, {3, 4}, {5, 6}; 7 stays
     # open); the discriminator steps at 0 and 4. Generator gradients never reach the discriminator's .grad
     # and vice versa, as the toggling requires. Under 16-mixed one plain GradScaler serves both optimizers
     # and is updated once at the end of each batch in which one of them stepped.
-    oracle_gen = torch.optim.Adam(oracle.generator.parameters(), lr=0.01)
-    oracle_dis = torch.optim.SGD(oracle.discriminator.parameters(), lr=0.05)
-    scaler = oracle_scaler(cell)
-
-    def backward(loss: torch.Tensor) -> None:
-        (loss if scaler is None else scaler.scale(loss)).backward()
-
-    def step(optimizer: torch.optim.Optimizer) -> None:
-        if scaler is None:
-            optimizer.step()
-        else:
-            scaler.unscale_(optimizer)
-            scaler.step(optimizer)
-
-    gen_window: list[int] = []
-    for batch_idx, batch in enumerate(batches):
-        moved = (batch[0].to(device, dtype), batch[1].to(device, dtype))
-        for param in oracle.discriminator.parameters():
-            param.requires_grad_(False)
-        with oracle_autocast(cell):
-            loss_gen, _ = _gan_losses(oracle, moved)
-        backward(loss_gen)
-        for param in oracle.discriminator.parameters():
-            param.requires_grad_(True)
-        gen_window.append(batch_idx)
-        if batch_idx % 2 == 0:
-            with torch.no_grad():
-                for param in oracle.generator.parameters():
-                    assert param.grad is not None
-                    param.grad /= len(gen_window)
-            step(oracle_gen)
-            oracle_gen.zero_grad(set_to_none=True)
-            gen_window = []
-        if batch_idx % 4 == 0:
-            for param in oracle.generator.parameters():
-                param.requires_grad_(False)
-            with oracle_autocast(cell):
-                _, loss_dis = _gan_losses(oracle, moved)
-            backward(loss_dis)
-            for param in oracle.generator.parameters():
-                param.requires_grad_(True)
-            step(oracle_dis)
-            oracle_dis.zero_grad(set_to_none=True)
-        if scaler is not None and batch_idx % 2 == 0:
-            scaler.update()
-        oracle_step_done(cell)
+    _gan_oracle(oracle, batches, cell, gen_closes=(0, 2, 4, 6), dis_steps=(0, 4))
     assert_params_close(model, oracle, cell, "the seed's GAN example over 8 batches")
 
 

@@ -615,6 +615,25 @@ def _sgd_and_adam_oracle(oracle: Halves, window: Sequence[Batch], cell: Cell) ->
     oracle_step_done(cell)
 
 
+def _sgd_and_adam_halves(
+    make_context: MakeContext, cell: Cell, on_failure: str
+) -> tuple[TrainingContext, Halves, Halves, dict[str, Any]]:
+    """A context (windows of three), ``Halves(51, 52)`` prepared, its oracle copy, and the wrappers of the halves.
+
+    Wrapper ``"a"``: SGD with momentum on half ``a``; wrapper ``"b"``: Adam on half ``b``.
+    """
+    context = make_context(accumulate_grad_batches=3, **failure_settings(on_failure))
+    base = Halves(51, 52)
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    assert isinstance(model, Halves) and isinstance(oracle, Halves)
+    wrappers: dict[str, Any] = {
+        "a": context.wrap(torch.optim.SGD(model.a.parameters(), lr=SGD_LR, momentum=0.9)),
+        "b": context.wrap(torch.optim.Adam(model.b.parameters(), lr=ADAM_LR)),
+    }
+    return context, model, oracle, wrappers
+
+
 @pytest.mark.requirement("REENT-001", "CLOS-003", "STEP-004", "FAIL-002", "FAIL-003", "FAIL-004")
 @pytest.mark.cells(devices=EAGER)
 @pytest.mark.parametrize("reentered", ["same", "other"])
@@ -641,16 +660,8 @@ def test_step_inside_a_running_step_is_refused(
     close on time and match a plain loop over the windows each policy leaves.
     """
     discard = on_failure == "discard"
-    context = make_context(accumulate_grad_batches=3, **failure_settings(on_failure))
-    base = Halves(51, 52)
-    oracle = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    assert isinstance(model, Halves) and isinstance(oracle, Halves)
+    context, model, oracle, wrappers = _sgd_and_adam_halves(make_context, cell, on_failure)
     halves = {"a": model.a, "b": model.b}
-    wrappers: dict[str, Any] = {
-        "a": context.wrap(torch.optim.SGD(model.a.parameters(), lr=SGD_LR, momentum=0.9)),
-        "b": context.wrap(torch.optim.Adam(model.b.parameters(), lr=ADAM_LR)),
-    }
     batches = make_batches(3, seed=13)
     device, dtype = cell_device(cell), cell_dtype(cell)
     calls: list[str] = []
@@ -1095,6 +1106,38 @@ def _assert_discarded(
     assert_discard_note(error, wrapper.optimizer, (held, held + 1), what)
 
 
+def _states_and_copies(
+    context: TrainingContext, wrapper_b: Any, pickling: bool
+) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
+    """What takes a state or a copy, by name, and the call each name stands for.
+
+    ``state_dict()`` always; with ``pickling`` a deepcopy of the context and a pickle of wrapper b too.
+    """
+    takes: dict[str, Callable[[], object]] = {"state_dict()": context.state_dict}
+    if pickling:
+        takes |= {
+            "copy.deepcopy(context)": lambda: copy.deepcopy(context),
+            "pickle.dumps(wrapper b)": lambda: pickle.dumps(wrapper_b),
+        }
+    calls_of = {what: "context.state_dict()" if what == "state_dict()" else what for what in takes}
+    return takes, calls_of
+
+
+def _assert_refused_after_unscale_gradients(
+    model: Halves, takes: Mapping[str, Callable[[], object]], calls_of: Mapping[str, str]
+) -> None:
+    """Every state or copy taken after wrapper a's ``unscale_gradients()`` is refused and changes nothing [CKPT-004]."""
+    before = snapshot(model)
+    for what, take in takes.items():
+        with refuses(
+            RuntimeError,
+            f"{calls_of[what]} after wrapper a's unscale_gradients(), before its closing step()",
+            "CKPT-004: a state or copy taken after unscale_gradients(), before the closing step(), is refused",
+        ):
+            take()
+        assert_unchanged(snapshot(model), before, f"{what} after unscale_gradients()")
+
+
 @pytest.mark.requirement("CKPT-004", "CLOS-003", "FAIL-003", "FAIL-004")
 @pytest.mark.features("checkpointing")
 @pytest.mark.cells(devices=EAGER)
@@ -1121,14 +1164,7 @@ def test_state_or_copy_mid_step_is_refused(
     """
     discard = on_failure == "discard"
     context, model, oracle, wrappers, losses = _halves_pair(make_context, cell, on_failure)
-    pickling = "pickling" in implementation.features
-    takes: dict[str, Callable[[], object]] = {"state_dict()": context.state_dict}
-    if pickling:
-        takes |= {
-            "copy.deepcopy(context)": lambda: copy.deepcopy(context),
-            "pickle.dumps(wrapper b)": lambda: pickle.dumps(wrappers["b"]),
-        }
-    calls_of = {what: "context.state_dict()" if what == "state_dict()" else what for what in takes}
+    takes, calls_of = _states_and_copies(context, wrappers["b"], "pickling" in implementation.features)
     with context.batch(0):
         for name in ("a", "b"):
             wrappers[name].step(lambda name=name: wrappers[name].backward(losses[name](0)))
@@ -1161,15 +1197,7 @@ def test_state_or_copy_mid_step_is_refused(
                 assert wrappers["a"].last_outcome is A, f"a refused {what} changed the outcome"
         wrappers["a"].backward(losses["a"](1))
         wrappers["a"].unscale_gradients()
-        before = snapshot(model)
-        for what, take in takes.items():
-            with refuses(
-                RuntimeError,
-                f"{calls_of[what]} after wrapper a's unscale_gradients(), before its closing step()",
-                "CKPT-004: a state or copy taken after unscale_gradients(), before the closing step(), is refused",
-            ):
-                take()
-            assert_unchanged(snapshot(model), before, f"{what} after unscale_gradients()")
+        _assert_refused_after_unscale_gradients(model, takes, calls_of)
         wrappers["a"].step(make_optimizer_step=True)
         assert wrappers["a"].last_outcome is S, f"the prepared window's closing step: {wrappers['a'].last_outcome}"
         for take in takes.values():

@@ -71,7 +71,8 @@ class Toggling:
         toggle = only_these_require_grad(windows[index].params(), others) if others else _NOTHING
         parallel = context.parts.parallel
         if sync_grad:
-            return _without_sync(toggle, parallel.without_sync_of_others(windows[index].params()))
+            others_off = parallel.without_sync_of_others(windows[index].params())
+            return toggle if isinstance(others_off, nullcontext) else _without_sync(toggle, others_off)
         return _without_sync(toggle, parallel.without_sync())
 
 
