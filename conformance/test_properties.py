@@ -46,8 +46,10 @@ from lightning_optimizer.conformance.assertions import (
     assert_unchanged,
     cloned,
     grad_scaler_states,
+    grads,
     identical,
     outcome_names,
+    param_values,
     snapshot,
     state_diff,
 )
@@ -896,10 +898,11 @@ def _oracle_on_ranks(schedule: Schedule, cell: Cell) -> tuple[ScheduleOracle, li
         calls.append([])
         for call in position.calls:
             outcome = oracle.call(position, call)
-            grads = [None if p.grad is None else p.grad.detach().cpu().clone() for p in oracle.model.parameters()]
-            calls[-1].append(_RankExpectation(outcome, list(oracle.last_outcomes), grads))
+            calls[-1].append(
+                _RankExpectation(outcome, list(oracle.last_outcomes), grads(oracle.model.parameters(), to_cpu=True))
+            )
         oracle.end(position)
-        params.append([param.detach().cpu().clone() for param in oracle.model.parameters()])
+        params.append(param_values(oracle.model.parameters(), to_cpu=True))
     return oracle, calls, params
 
 
