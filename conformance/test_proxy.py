@@ -27,6 +27,7 @@ from lightning_optimizer.conformance.harness import (
     run_steps,
 )
 from lightning_optimizer.conformance.oracles import WindowOracle, oracle_copy
+from lightning_optimizer.conformance.plain_loop import real_step
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -393,16 +394,7 @@ def _two_scheduled_optimizers_oracle(
                 param.requires_grad_(True)
             windows[name] += 1
             if batch_idx in steps[name]:
-                with torch.no_grad():
-                    for group in optimizer.param_groups:
-                        for param in group["params"]:
-                            param.grad /= windows[name]
-                if scaler is None:
-                    optimizer.step()
-                else:
-                    scaler.unscale_(optimizer)
-                    scaler.step(optimizer)
-                optimizer.zero_grad(set_to_none=True)
+                real_step(optimizer, windows[name], scaler)  # the window's mean, unscaled, stepped, cleared
                 oracle_scheds[name].step()
                 windows[name] = 0
         if scaler is not None:

@@ -20,6 +20,7 @@ from lightning_optimizer.conformance.harness import (
     refuses,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.conformance.plain_loop import real_step
 from lightning_optimizer.spec import Cell, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -180,15 +181,6 @@ def _oracle_backward(
         param.requires_grad_(True)
 
 
-def _oracle_step(optimizer: torch.optim.Optimizer, scaler: GradScaler | None) -> None:
-    if scaler is None:
-        optimizer.step()
-    else:
-        scaler.unscale_(optimizer)
-        scaler.step(optimizer)
-    optimizer.zero_grad(set_to_none=True)
-
-
 def _gan_oracle(
     oracle: _Gan, batches: list[_GanBatch], cell: Cell, gen_closes: tuple[int, ...], dis_steps: tuple[int, ...]
 ) -> None:
@@ -208,11 +200,11 @@ def _gan_oracle(
                 for param in oracle.generator.parameters():
                     assert param.grad is not None
                     param.grad /= len(gen_window)
-            _oracle_step(oracle_gen, scaler)
+            real_step(oracle_gen, 1, scaler)
             gen_window = []
         if batch_idx in dis_steps:
             _oracle_backward(oracle, moved, 1, oracle.generator, scaler, cell)
-            _oracle_step(oracle_dis, scaler)
+            real_step(oracle_dis, 1, scaler)
         if scaler is not None and (batch_idx in gen_closes or batch_idx in dis_steps):
             scaler.update()
         oracle_step_done(cell)
