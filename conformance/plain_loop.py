@@ -36,6 +36,7 @@ from lightning_optimizer.spec import Cell, GradScalerSettings
 __all__ = [
     "LOSS_FACTOR",
     "ClipFunction",
+    "PlainWindows",
     "PrepareHook",
     "clipper",
     "oracle_loss",
@@ -191,6 +192,61 @@ def update_scaler(scaler: GradScaler | None, open_windows: Iterable[torch.Tensor
     if new != old:
         rescale_grads(open_windows, new / old)
     return new / old
+
+
+class PlainWindows:
+    """Optimizers of the plain loop sharing one scaler, each with its own window, closed when the caller says.
+
+    ``lengths`` counts each window's backward passes since its last real step; ``scales`` receives the factor of
+    every backward pass (16-mixed).
+    """
+
+    def __init__(
+        self,
+        cell: Cell,
+        optimizers: Sequence[torch.optim.Optimizer],
+        scaler: GradScaler | None,
+        accumulate: int = 1,
+    ) -> None:
+        self.cell, self.optimizers, self.scaler, self.accumulate = cell, list(optimizers), scaler, accumulate
+        self.lengths = [0] * len(self.optimizers)
+        self.scales: list[float] = []
+        self.stepped = False
+
+    def backward(self, index: int, loss: torch.Tensor) -> None:
+        """A micro-step of window ``index``: :func:`scaled_backward` of ``loss``."""
+        scaled_backward(loss, self.scaler, self.accumulate, scales=self.scales)
+        self.lengths[index] += 1
+
+    def step(
+        self,
+        index: int,
+        clip: ClipFunction | None = None,
+        after_prepare: PrepareHook | None = None,
+        prepared: bool = False,
+    ) -> bool:
+        """Window ``index``'s :func:`real_step` over its length; returns whether its unscaled gradients were finite."""
+        optimizer, length = self.optimizers[index], self.lengths[index]
+        finite = real_step(
+            optimizer,
+            length,
+            self.scaler,
+            self.accumulate,
+            clip=clip,
+            after_prepare=after_prepare,
+            check_finite=True,
+            prepared=prepared,
+        )
+        self.lengths[index], self.stepped = 0, True
+        return finite
+
+    def update(self) -> float:
+        """The end of an iteration: :func:`update_scaler` of the open windows if one stepped, then the XLA graph cut."""
+        held = [p for length, opt in zip(self.lengths, self.optimizers, strict=True) if length for p in params_of(opt)]
+        change = update_scaler(self.scaler, held) if self.stepped else 1.0
+        self.stepped = False
+        oracle_step_done(self.cell)
+        return change
 
 
 def train_windows(

@@ -5,16 +5,14 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from contextlib import nullcontext
 from functools import partial
 from typing import Any, cast
 
 import pytest
 import torch
-from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.conformance.assertions import assert_grads_close, assert_same_grads, grads
+from lightning_optimizer.conformance.assertions import assert_grads_close, assert_same_grads, cloned, grads
 from lightning_optimizer.conformance.harness import (
     LOSS_FACTOR,
     REORDERED_TOLERANCES,
@@ -41,13 +39,12 @@ from lightning_optimizer.conformance.oracles import (
 from lightning_optimizer.conformance.outcomes import not_applicable
 from lightning_optimizer.conformance.plain_loop import (
     ClipFunction,
-    PrepareHook,
+    PlainWindows,
     clipper,
     oracle_loss,
     params_of,
     plain_scaler,
     real_step,
-    rescale_grads,
     scaled_backward,
     train_windows,
     update_scaler,
@@ -90,9 +87,13 @@ def _loss(
     return loss * float("inf") if blow_up else loss
 
 
-def _closure(wrapper: Any, loss: Callable[[], torch.Tensor]) -> Callable[[], None]:
+def _closure(
+    wrapper: Any, loss: Callable[[], torch.Tensor], seen: list[torch.Tensor] | None = None
+) -> Callable[[], None]:
+    """A closure that passes ``loss()`` to the wrapper's backward; ``seen`` records its factor (:func:`_hooked`)."""
+
     def closure() -> None:
-        wrapper.backward(loss())
+        wrapper.backward(loss() if seen is None else _hooked(loss(), seen))
 
     return closure
 
@@ -233,16 +234,12 @@ def test_accumulation_over_four_micro_batches(make_context: MakeContext, cell: C
     assert_params_close(model, oracle_model, cell, "three windows of four fp16 micro-batches")
 
 
-def _clipping_oracle(cell: Cell, batches: list[Any], clip: Callable[[list[torch.Tensor]], object]) -> torch.nn.Module:
-    """One SGD step per batch: (scaled) backward, unscale, ``clip``, step, update."""
+def _clipping_oracle(cell: Cell, batches: list[Any], clip: ClipFunction) -> torch.nn.Module:
+    """One SGD step per batch of the plain loop: (scaled) backward, unscale, ``clip``, step, update."""
     oracle = oracle_copy(make_model(), cell)
     optimizer = torch.optim.SGD(oracle.parameters(), lr=0.5)
-    scaler = oracle_scaler(cell)
-    for batch in batches:
-        scaled_backward(oracle_loss(oracle, batch, cell, factor=CLIPPED_LOSS_FACTOR), scaler)
-        real_step(optimizer, 1, scaler, clip=clip)
-        update_scaler(scaler)
-        oracle_step_done(cell)
+    windows = [[batch_idx] for batch_idx in range(len(batches))]
+    train_windows(cell, oracle, optimizer, batches, windows, oracle_scaler(cell), factor=CLIPPED_LOSS_FACTOR, clip=clip)
     return oracle
 
 
@@ -316,14 +313,8 @@ def test_configured_clipping(make_context: MakeContext, cell: Cell, algorithm: s
         with context.batch(batch_idx):
             loss = partial(_loss, context, model, batch, cell, factor=CLIPPED_LOSS_FACTOR)
             wrapper.step(_closure(wrapper, loss))
-
-    def clip(params: list[torch.Tensor]) -> None:
-        if algorithm == "norm":
-            torch.nn.utils.clip_grad_norm_(params, 0.02)
-        else:
-            torch.nn.utils.clip_grad_value_(params, 0.02)
-
-    assert_params_close(model, _clipping_oracle(cell, batches, clip), cell, f"clipping by {algorithm} at 0.02")
+    oracle = _clipping_oracle(cell, batches, clipper(algorithm, 0.02))
+    assert_params_close(model, oracle, cell, f"clipping by {algorithm} at 0.02")
 
 
 @pytest.mark.requirement("AMP-005")
@@ -441,23 +432,9 @@ compiles a graph for each new sequence of operations, and the clipping and unsca
 are ``test_configured_clipping_over_windows`` and the ones of one window."""
 
 
-class _Thirds(torch.nn.Module):
+def _thirds() -> torch.nn.ModuleList:
     """Three independent parts, one optimizer each."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = make_model(seed=21)
-        self.b = make_model(seed=22)
-        self.c = make_model(seed=23)
-
-
-def _recorder(into: list[list[torch.Tensor | None]]) -> PrepareHook:
-    """A hook that records the prepared gradients of a window into ``into``."""
-
-    def record(params: list[torch.Tensor]) -> None:
-        into.append(grads(params))
-
-    return record
+    return torch.nn.ModuleList(make_model(seed=seed) for seed in (21, 22, 23))
 
 
 CLIP_SCHEDULE: tuple[bool | None, ...] = (None, True, None, None, None)
@@ -653,48 +630,6 @@ def test_unscale_gradients_over_windows(make_context: MakeContext, cell: Cell) -
     assert_params_close(model, oracle_model, cell, f"unscale_gradients(), clip_grad_norm_, step() on {UNSCALE_WINDOWS}")
 
 
-def _unscaling_closure(
-    wrapper: Any, loss: Callable[[], torch.Tensor], params: list[torch.Tensor], into: list[list[torch.Tensor | None]]
-) -> Callable[[], None]:
-    """A closing step's closure: backward, ``unscale_gradients()``, and a copy of the prepared gradients."""
-
-    def closure() -> None:
-        wrapper.backward(loss())
-        wrapper.unscale_gradients()
-        into.append(grads(params))
-
-    return closure
-
-
-@dataclass
-class _PlainWindow:
-    """One optimizer of the plain loop, its window closed when told: it counts its micro-steps and steps their mean."""
-
-    part: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    scaler: GradScaler | None
-    factor: float
-    accumulate: int = 1
-    length: int = 0
-
-    def backward(self, batch: Any, cell: Cell, blow_up: bool = False, scales: list[float] | None = None) -> None:
-        """A micro-step: the loss's backward, as torch's AMP recipe scales it [AMP-007]."""
-        loss = oracle_loss(self.part, batch, cell, blow_up, self.factor)
-        scaled_backward(loss, self.scaler, self.accumulate, scales=scales)
-        self.length += 1
-
-    def close(self, clip: ClipFunction | None = None) -> tuple[int, list[torch.Tensor | None]]:
-        """The window's real step (mean, unscale, clip, step, zero); its length and its gradients as prepared."""
-        length, self.length = self.length, 0
-        prepared: list[list[torch.Tensor | None]] = []
-        real_step(self.optimizer, length, self.scaler, self.accumulate, clip=clip, after_prepare=_recorder(prepared))
-        return length, prepared[0]
-
-    def open_params(self) -> list[torch.Tensor]:
-        """The part's parameters while its window is open (the gradients a scale change rescales), else none."""
-        return list(self.part.parameters()) if self.length else []
-
-
 def _unscale_oracle(
     oracle: Halves, batches: list[Any], cell: Cell, a_closes: Sequence[bool], b_closes: Sequence[bool]
 ) -> list[tuple[int, list[torch.Tensor | None]]]:
@@ -703,34 +638,19 @@ def _unscale_oracle(
     Per batch B's micro-step, then A's; each window's mean unscaled and clipped to ``CLIP_VALUE`` by norm on its real
     step (A's gradients are returned as prepared so); one scaler, updated after each iteration in which one stepped.
     """
-    scaler = plain_scaler(cell, SMALL_SCALE)
-    clip = clipper("norm", CLIP_VALUE)
-    a = _PlainWindow(oracle.a, torch.optim.SGD(oracle.a.parameters(), lr=CLIP_LR), scaler, CLIPPED_LOSS_FACTOR)
+    a_optimizer = torch.optim.SGD(oracle.a.parameters(), lr=CLIP_LR)
     b_optimizer = torch.optim.SGD(oracle.b.parameters(), lr=CLIP_LR, momentum=0.9)
-    b = _PlainWindow(oracle.b, b_optimizer, scaler, CLIPPED_LOSS_FACTOR)
-    prepared: list[tuple[int, list[torch.Tensor | None]]] = []
+    loop = PlainWindows(cell, [a_optimizer, b_optimizer], plain_scaler(cell, SMALL_SCALE))
+    closed: list[tuple[int, int]] = []
+    prepared: list[list[torch.Tensor | None]] = []
     for batch_idx, batch in enumerate(batches):
-        b.backward(batch, cell)
-        if b_closes[batch_idx]:
-            b.close(clip)
-        a.backward(batch, cell)
-        if a_closes[batch_idx]:
-            prepared.append(a.close(clip))
-        if a_closes[batch_idx] or b_closes[batch_idx]:
-            update_scaler(scaler, [*a.open_params(), *b.open_params()])
-        oracle_step_done(cell)
-    return prepared
-
-
-def _open_window_guard(part: torch.nn.Module, is_open: bool, batch_idx: int) -> Callable[[str], None]:
-    """While ``part``'s window is open, a check that its gradients are still as now: call it with what happened."""
-    before = grads(part.parameters()) if is_open else None
-
-    def check(after: str) -> None:
-        if before is not None:
-            assert_same_grads(grads(part.parameters()), before, f"batch {batch_idx}: B's open window after {after}")
-
-    return check
+        for index, part, closes in ((1, oracle.b, b_closes), (0, oracle.a, a_closes)):
+            loop.backward(index, oracle_loss(part, batch, cell, factor=CLIPPED_LOSS_FACTOR))
+            if closes[batch_idx]:
+                closed.append((index, loop.lengths[index]))
+                loop.step(index, clipper("norm", CLIP_VALUE), lambda params: prepared.append(grads(params)))
+        loop.update()
+    return [(length, got) for (index, length), got in zip(closed, prepared, strict=True) if index == 0]
 
 
 def _a_call(
@@ -739,25 +659,31 @@ def _a_call(
     a_params: list[torch.Tensor],
     batch_idx: int,
     closes: bool,
-    b_untouched: Callable[[str], None],
+    b_open: Sequence[torch.Tensor],
 ) -> list[list[torch.Tensor | None]]:
     """A's call of the batch; its gradients after ``unscale_gradients()`` when it closes its window.
 
     Accumulating: backward, ``step(make_optimizer_step=False)``. Closing in batch 1: backward,
-    ``unscale_gradients()`` (B's open window checked after it), step; otherwise all inside the closing step's closure.
+    ``unscale_gradients()``, step; otherwise all inside the closing step's closure. The gradients of B's open window
+    (the parameters ``b_open``) are checked unchanged after A's ``unscale_gradients()`` or backward and after A's step.
     """
     prepared: list[list[torch.Tensor | None]] = []
-    if not closes:
+    b_before = grads(b_open)
+
+    def backward() -> None:
         opt_a.backward(loss_a())
-        opt_a.step(make_optimizer_step=False)
-    elif batch_idx == 1:
-        opt_a.backward(loss_a())
-        opt_a.unscale_gradients()
-        prepared.append(grads(a_params))
-        b_untouched("A's unscale_gradients()")
-        opt_a.step(make_optimizer_step=True)
+        if closes:
+            opt_a.unscale_gradients()
+            prepared.append(grads(a_params))
+
+    if closes and batch_idx != 1:
+        opt_a.step(backward, make_optimizer_step=True)
     else:
-        opt_a.step(_unscaling_closure(opt_a, loss_a, a_params, prepared), make_optimizer_step=True)
+        backward()
+        after = "unscale_gradients()" if closes else "backward"
+        assert_same_grads(grads(b_open), b_before, f"batch {batch_idx}: B's open window after A's {after}")
+        opt_a.step(make_optimizer_step=closes)
+    assert_same_grads(grads(b_open), b_before, f"batch {batch_idx}: B's open window after A's step")
     return prepared
 
 
@@ -796,11 +722,10 @@ def test_unscale_gradients_prepares_only_its_own_window(make_context: MakeContex
             opt_b.backward(_loss(context, model.b, batch, cell, factor=CLIPPED_LOSS_FACTOR))
             opt_b.step(make_optimizer_step=b_closes[batch_idx])
             outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
-            b_untouched = _open_window_guard(model.b, not b_closes[batch_idx], batch_idx)
+            b_open = [] if b_closes[batch_idx] else list(model.b.parameters())
             loss_a = partial(_loss, context, model.a, batch, cell, factor=CLIPPED_LOSS_FACTOR)
-            prepared = _a_call(opt_a, loss_a, a_params, batch_idx, a_closes[batch_idx], b_untouched)
+            prepared = _a_call(opt_a, loss_a, a_params, batch_idx, a_closes[batch_idx], b_open)
             outcomes.append((opt_a.last_outcome, opt_b.last_outcome))
-            b_untouched("A's step")
             if a_closes[batch_idx]:
                 a_length, want_prepared = want.pop(0)
                 form = "backward, then" if batch_idx == 1 else "in the closure of"
@@ -823,77 +748,54 @@ def _hooked(loss: torch.Tensor, seen: list[torch.Tensor]) -> torch.Tensor:
     return loss
 
 
-def _recording(loss: Callable[[], torch.Tensor], seen: list[torch.Tensor]) -> Callable[[], torch.Tensor]:
-    def hooked_loss() -> torch.Tensor:
-        return _hooked(loss(), seen)
-
-    return hooked_loss
-
-
 def _scales(seen: list[torch.Tensor]) -> list[float]:
     return [float(value.item()) for value in seen]
 
 
 def _run_thirds(
     context: TrainingContext,
-    model: _Thirds,
+    parts: Sequence[Any],
     opts: Sequence[Any],
-    batches: list[Any],
+    oracle: Sequence[Any],
     cell: Cell,
     a_plan: dict[int, bool | None],
     overflow: int,
-) -> tuple[list[tuple[StepOutcome | None, ...]], list[float]]:
-    """The calls of the three wrappers; the (A, B, C) outcomes after each call, and each backward's loss scale.
+    a_closes: int,
+) -> tuple[list[tuple[StepOutcome | None, ...]], list[float], list[float]]:
+    """The three wrappers' calls and the plain loop's: (A, B, C) outcomes after each call, each backward's factors.
+
+    The plain loop is :class:`PlainWindows` with one ``GROWING`` scaler; the factors are the implementation's and its.
 
     Per batch: A in the closure form by ``a_plan`` (idle in the batches it leaves out); B's and C's backward, then
-    B's and C's ``step(make_optimizer_step=True)``; B's loss is infinite in batch ``overflow``.
+    B's and C's ``step(make_optimizer_step=True)``; B's loss is infinite in batch ``overflow``. The plain loop closes
+    A's window in batch ``a_closes``.
     """
-    opt_a, opt_b, opt_c = opts
+    optimizers = [torch.optim.SGD(part.parameters(), lr=GROWTH_LR, momentum=0.9) for part in oracle]
+    loop = PlainWindows(cell, optimizers, plain_scaler(cell, GROWING), 3)
     seen: list[torch.Tensor] = []
     outcomes: list[tuple[StepOutcome | None, ...]] = []
+    batches = make_batches(4)
     for batch_idx, batch in enumerate(batches):
+        blow_up = [False, batch_idx == overflow, False]
+        losses = [
+            partial(_loss, context, part, batch, cell, blow_up[i], GROWTH_LOSS_FACTOR) for i, part in enumerate(parts)
+        ]
         with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
             if batch_idx in a_plan:
-                loss_a = partial(_loss, context, model.a, batch, cell, factor=GROWTH_LOSS_FACTOR)
-                opt_a.step(_closure(opt_a, _recording(loss_a, seen)), make_optimizer_step=a_plan[batch_idx])
-                outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
-            loss_b = _loss(context, model.b, batch, cell, batch_idx == overflow, GROWTH_LOSS_FACTOR)
-            opt_b.backward(_hooked(loss_b, seen))
-            opt_c.backward(_hooked(_loss(context, model.c, batch, cell, factor=GROWTH_LOSS_FACTOR), seen))
-            opt_b.step(make_optimizer_step=True)
-            outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
-            opt_c.step(make_optimizer_step=True)
-            outcomes.append((opt_a.last_outcome, opt_b.last_outcome, opt_c.last_outcome))
-    return outcomes, _scales(seen)
-
-
-def _thirds_oracle(
-    oracle: _Thirds, batches: list[Any], cell: Cell, a_plan: dict[int, bool | None], overflow: int, a_closes: int
-) -> list[float]:
-    """The plain loop of the same calls (A's window closed in batch ``a_closes``); the factor of each backward.
-
-    One plain ``GradScaler`` with ``GROWING``: updated once per iteration, A's open window brought to a new scale.
-    """
-    scaler = GradScaler(cell_device(cell).type, **GROWING.as_kwargs())
-    a, b, c = (
-        _PlainWindow(
-            part, torch.optim.SGD(part.parameters(), lr=GROWTH_LR, momentum=0.9), scaler, GROWTH_LOSS_FACTOR, 3
-        )
-        for part in (oracle.a, oracle.b, oracle.c)
-    )
-    scales: list[float] = []
-    for batch_idx, batch in enumerate(batches):
-        if batch_idx in a_plan:
-            a.backward(batch, cell, scales=scales)
-        b.backward(batch, cell, batch_idx == overflow, scales=scales)
-        c.backward(batch, cell, scales=scales)
-        if batch_idx == a_closes:
-            a.close()
-        b.close()
-        c.close()
-        update_scaler(scaler, a.open_params())
-        oracle_step_done(cell)
-    return scales
+                opts[0].step(_closure(opts[0], losses[0], seen), make_optimizer_step=a_plan[batch_idx])
+                outcomes.append(tuple(opt.last_outcome for opt in opts))
+            for index in (1, 2):
+                opts[index].backward(_hooked(losses[index](), seen))
+            for index in (1, 2):
+                opts[index].step(make_optimizer_step=True)
+                outcomes.append(tuple(opt.last_outcome for opt in opts))
+        for index, part in enumerate(oracle):
+            if index or batch_idx in a_plan:
+                loop.backward(index, oracle_loss(part, batch, cell, blow_up[index], GROWTH_LOSS_FACTOR))
+        for index in (0, 1, 2) if batch_idx == a_closes else (1, 2):
+            loop.step(index)
+        loop.update()
+    return outcomes, _scales(seen), loop.scales
 
 
 @pytest.mark.requirement("AMP-006", "AMP-003", "AMP-004", "AMP-001", "STEP-004")
@@ -919,16 +821,11 @@ def test_open_window_across_scale_growth_and_back_off(make_context: MakeContext,
     iteration after every optimizer that stepped and growing when none overflowed, over ``accumulate_grad_batches``.
     """
     context = make_context(accumulate_grad_batches=3, grad_scaler=GROWING)
-    model = context.prepare_module(_Thirds())
-    assert isinstance(model, _Thirds)
-    parts = (model.a, model.b, model.c)
+    parts = list(context.prepare_module(_thirds()).children())
     opts = [context.wrap(torch.optim.SGD(p.parameters(), lr=GROWTH_LR, momentum=0.9)) for p in parts]
-    oracle = oracle_copy(_Thirds(), cell)
-    assert isinstance(oracle, _Thirds)
-    batches = make_batches(4)
+    oracle = list(oracle_copy(_thirds(), cell).children())
     a_plan: dict[int, bool | None] = {0: None, 1: None, 3: True}
-    outcomes, scales = _run_thirds(context, model, opts, batches, cell, a_plan, overflow=1)
-    expected_scales = _thirds_oracle(oracle, batches, cell, a_plan, overflow=1, a_closes=3)
+    outcomes, scales, expected_scales = _run_thirds(context, parts, opts, oracle, cell, a_plan, overflow=1, a_closes=3)
     want_outcomes = [  # (A, B, C) after each call, worked by hand
         *((A, None, None), (A, S, None), (A, S, S)),  # batch 0
         *((A, S, S), (A, SKIP, S), (A, SKIP, S)),  # batch 1: B overflows
@@ -941,9 +838,9 @@ def test_open_window_across_scale_growth_and_back_off(make_context: MakeContext,
         f"the plain GradScaler's {expected_scales} ({GROWING}: one update per iteration, growth after each "
         "without an overflow; each loss divided by accumulate_grad_batches=3 first, AMP-007)"
     )
-    assert_params_close(model.a, oracle.a, cell, "A: a window of three open across growth, back-off and growth")
-    assert_params_close(model.b, oracle.b, cell, "B: steps every batch, skipped in batch 1")
-    assert_params_close(model.c, oracle.c, cell, "C: steps every batch after B's overflow in the same iteration")
+    assert_params_close(parts[0], oracle[0], cell, "A: a window of three open across growth, back-off and growth")
+    assert_params_close(parts[1], oracle[1], cell, "B: steps every batch, skipped in batch 1")
+    assert_params_close(parts[2], oracle[2], cell, "C: steps every batch after B's overflow in the same iteration")
 
 
 def _state_entries(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
@@ -990,43 +887,22 @@ def _adam(kind: str, params: Iterable[torch.Tensor], cell: Cell) -> torch.optim.
 
 
 def _skip_oracle(
-    cell: Cell,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Adam,
-    batches: list[Any],
-    windows: list[list[int]],
+    cell: Cell, model: torch.nn.Module, optimizer: torch.optim.Adam, batches: list[Any], windows: list[list[int]]
 ) -> tuple[list[list[torch.Tensor | None]], list[list[dict[str, Any]]]]:
     """The plain loop over ``windows``, batch 0's loss infinite: each window's prepared gradients, Adam's state after.
 
     Torch's AMP recipe with a default plain ``GradScaler`` and ``accumulate_grad_batches`` the windows' length.
     """
     prepared: list[list[torch.Tensor | None]] = []
-    states: list[list[dict[str, Any]]] = []
+    states: list[list[dict[str, Any]]] = []  # as each window is prepared: after the windows before it
 
-    def after_prepare(params: list[torch.Tensor]) -> None:
+    def inspect(params: list[torch.Tensor]) -> None:
         prepared.append(grads(params))
+        states.append(cast(list[dict[str, Any]], cloned(_state_entries(optimizer))))
 
-    scaler = oracle_scaler(cell)
-    for indices in windows:
-        train_windows(
-            cell,
-            model,
-            optimizer,
-            batches,
-            [indices],
-            scaler,
-            accumulate=len(indices),
-            factor=LOSS_FACTOR,
-            after_prepare=after_prepare,
-            blow_up=frozenset({0}),
-        )
-        states.append(
-            [
-                {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
-                for s in _state_entries(optimizer)
-            ]
-        )
-    return prepared, states
+    loop_args = (cell, model, optimizer, batches, windows, oracle_scaler(cell))
+    train_windows(*loop_args, accumulate=len(windows[0]), after_prepare=inspect, blow_up=frozenset({0}))
+    return prepared, [*states[1:], _state_entries(optimizer)]
 
 
 @pytest.mark.requirement("AMP-004", "AMP-002", "CLIP-002", "STEP-004")
@@ -1171,7 +1047,7 @@ def test_bf16_mixed_windows_are_unscaled_and_never_skip(make_context: MakeContex
     for batch_idx, batch in enumerate(batches):
         with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
             loss = partial(_loss, context, model, batch, cell, batch_idx == 3, CLIPPED_LOSS_FACTOR)
-            wrapper.step(_closure(wrapper, _recording(loss, seen)))
+            wrapper.step(_closure(wrapper, loss, seen))
             outcomes.append(wrapper.last_outcome)
         if batch_idx == 2:
             assert_params_close(model, oracle_model, cell, "bf16-mixed: a window of three (mean, no loss scaling)")
@@ -1208,85 +1084,54 @@ backward, then ``unscale_gradients()`` of B and C where their call closes the wi
 first): A's step must not update while B is prepared, and the update after B's step meets C's backward."""
 
 
-def _tensors_match(got: torch.Tensor, want: torch.Tensor, cell: Cell) -> bool:
-    """In the cell's tolerance for equivalent arithmetic, relative to ``want``'s size (a NaN matching a NaN).
-
-    The rules fix the mean, not how it is computed (a division by the length, or a product with its inverse): the
-    checks allow the rounding of either, and every defect they target is off by a factor.
-    """
-    tol = REORDERED_TOLERANCES[cell.precision]
-    if got.shape != want.shape:
-        return False
-    mine, theirs = got.detach().double().cpu(), want.detach().double().cpu()
-    size = float(theirs[theirs.isfinite()].abs().max()) if bool(theirs.isfinite().any()) else 0.0
-    return torch.allclose(mine, theirs, rtol=tol.rtol, atol=tol.atol * max(size, 1e-30), equal_nan=True)
-
-
 def _assert_grads_match(
     got_grads: Iterable[torch.Tensor | None], expected: Iterable[torch.Tensor | None], cell: Cell, what: str
 ) -> None:
-    """Every gradient is the oracle's (``None`` where its is), in the tolerance of :func:`_tensors_match`."""
+    """Every gradient is the oracle's (``None`` where its is), to the rounding of equivalent arithmetic (NaN = NaN).
+
+    The rules fix the mean, not how it is computed (a division by the length, or a product with its inverse): the
+    checks allow the rounding of either (the reordered tolerance, relative to the oracle's size), and every defect
+    they target is off by a factor.
+    """
+    tol = REORDERED_TOLERANCES[cell.precision]
     for i, (got, want) in enumerate(zip(got_grads, expected, strict=True)):
-        if want is None:
-            assert got is None, f"{what}: parameter {i} has a gradient, the oracle's has none"
+        assert got is not None or want is None, f"{what}: parameter {i} has no gradient, the oracle's has one"
+        assert got is None or want is not None, f"{what}: parameter {i} has a gradient, the oracle's has none"
+        if got is None or want is None:
             continue
-        assert got is not None, f"{what}: parameter {i} has no gradient, the oracle's has one"
-        if not _tensors_match(got, want, cell):
-            ratio = (got.detach().double().cpu().norm() / want.detach().double().cpu().norm()).item()
-            raise AssertionError(
-                f"{what}: the gradient of parameter {i} differs from the oracle's (its norm is {ratio:.4g} x the "
-                "oracle's)"
-            )
+        mine, theirs = got.detach().double().cpu(), want.detach().double().cpu()
+        size = float(theirs[theirs.isfinite()].abs().max()) if bool(theirs.isfinite().any()) else 0.0
+        atol = tol.atol * max(size, 1e-30)
+        assert mine.shape == theirs.shape and torch.allclose(mine, theirs, tol.rtol, atol, equal_nan=True), (
+            f"{what}: the gradient of parameter {i} differs from the oracle's (its norm is "
+            f"{(mine.norm() / theirs.norm()).item():.4g} x the oracle's)"
+        )
 
 
-def _assert_params_match(actual: torch.nn.Module, expected: torch.nn.Module, cell: Cell, what: str) -> None:
-    """Every parameter is the oracle's, in the cell's tolerance for equivalent arithmetic."""
-    assert_params_close(actual, expected, cell, what, REORDERED_TOLERANCES[cell.precision])
+class _OutsideBatchOracle(PlainWindows):
+    """The plain loop outside any ``batch()``: :class:`PlainWindows` of bare SGD per part, one ``GROWING`` scaler.
 
-
-class _OutsideBatchOracle:
-    """The plain loop outside any ``batch()``: bare SGD per part, one plain ``GradScaler``, the rules by hand.
-
-    Each backward is the recipe's ``scaler.scale(loss / accumulate)`` [AMP-007]. A call that closes its window
-    takes the window's mean (its micro-steps and this one), ``unscale_`` (unless ``unscale_gradients()`` prepared
-    it), ``step``, ``zero_grad``. Then, unless another window is prepared, the scaler updates [AMP-003]; when the
-    scale changed, every gradient still held (windows with micro-steps, backward passes whose step has not come) is
-    multiplied by new / old [AMP-006]. A prepared window postpones the update to right after its own real step.
+    A call that closes its window takes the real step (no ``unscale_`` where ``unscale_gradients()`` prepared the
+    window: its mean, unscaled). Then, unless another window is prepared, the scaler updates [AMP-003] and every
+    gradient still held (windows with micro-steps, backward passes whose step has not come) follows the scale
+    [AMP-006]. A prepared window postpones the update to right after its own real step.
     """
 
-    def __init__(
-        self, cell: Cell, parts: Sequence[torch.nn.Module], settings: GradScalerSettings, accumulate: int
-    ) -> None:
-        self.cell, self.parts, self.accumulate = cell, list(parts), accumulate
-        self.optimizers = [torch.optim.SGD(part.parameters(), lr=LR, momentum=0.9) for part in parts]
-        self.scaler = GradScaler(cell_device(cell).type, **settings.as_kwargs())
-        self.pending = [0] * len(parts)
+    def __init__(self, cell: Cell, parts: Sequence[torch.nn.Module], accumulate: int) -> None:
+        optimizers = [torch.optim.SGD(part.parameters(), lr=LR, momentum=0.9) for part in parts]
+        super().__init__(cell, optimizers, plain_scaler(cell, GROWING), accumulate)
         self.prepared: set[int] = set()
-        self.unstepped: set[int] = set()
-        """The parts whose backward pass has run, and whose ``step()`` has not come yet."""
+        self.unstepped: set[int] = set()  # the parts whose backward pass has run, and whose step() has not come yet
         self.last_outcomes: list[StepOutcome | None] = [None] * len(parts)
-        self.scales: list[float] = []
-        """The factor of every backward pass (the gradient reaching its loss), probes included."""
-        self.facts: set[str] = set()
-        """What the scale changes met: ``grown``, ``backed off``, ``micro-steps``, ``a backward not stepped``."""
+        self.facts: set[str] = set()  # what the scale changes met
 
-    def closes(self, index: int, make_optimizer_step: bool | None) -> bool:
-        if make_optimizer_step is not None:
-            return make_optimizer_step
-        return self.pending[index] + 1 >= self.accumulate
-
-    def backward(self, index: int, batch: Any, blow_up: bool) -> None:
-        loss = oracle_loss(self.parts[index], batch, self.cell, blow_up)
-        scaled_backward(loss, self.scaler, self.accumulate, scales=self.scales)
+    def backward(self, index: int, loss: torch.Tensor) -> None:
+        super().backward(index, loss)
         self.unstepped.add(index)
 
-    def probe(self) -> None:
-        """The factor a probe loss is backpropagated by now, measured as the check measures the implementation's."""
-        leaf = torch.zeros((), device=cell_device(self.cell), requires_grad=True)
-        scaled_backward(leaf * 1.0, self.scaler, self.accumulate, scales=self.scales)
-
     def prepare(self, index: int) -> None:
-        window_mean(list(self.parts[index].parameters()), self.pending[index] + 1, self.scaler, self.accumulate)
+        assert self.scaler is not None
+        window_mean(params_of(self.optimizers[index]), self.lengths[index], self.scaler, self.accumulate)
         self.scaler.unscale_(self.optimizers[index])
         self.prepared.add(index)
 
@@ -1294,41 +1139,25 @@ class _OutsideBatchOracle:
         """What part ``index``'s gradients are now, in words."""
         if index in self.prepared:
             return "prepared by unscale_gradients(): the window's unscaled mean, untouched until its own step"
-        held = [f"{self.pending[index]} micro-steps"] if self.pending[index] else []
+        micro_steps = self.lengths[index] - (index in self.unstepped)
+        held = [f"{micro_steps} micro-steps"] if micro_steps else []
         held += ["a backward whose step() has not come"] if index in self.unstepped else []
         return f"at the current scale: {' and '.join(held)}" if held else "none held"
 
-    def step(self, index: int, make_optimizer_step: bool | None) -> StepOutcome:
+    def call_step(self, index: int, closes: bool) -> StepOutcome:
+        """The ``step()`` of part ``index``'s call: its real step when ``closes``, then the update unless prepared."""
         self.unstepped.discard(index)
-        if not self.closes(index, make_optimizer_step):
-            self.pending[index] += 1
-            self.last_outcomes[index] = A
-            return A
-        prepared, window = index in self.prepared, self.pending[index] + 1
-        finite = real_step(
-            self.optimizers[index], window, self.scaler, self.accumulate, check_finite=True, prepared=prepared
-        )
-        oracle_step_done(self.cell)
-        self.pending[index] = 0
-        self.prepared.discard(index)
-        if not self.prepared:
-            self._update()
-        outcome = S if finite else SKIP
+        outcome = A
+        if closes:
+            outcome = S if self.step(index, prepared=index in self.prepared) else SKIP
+            self.prepared.discard(index)
+        change = 1.0 if self.prepared or not closes else self.update()
+        for held, length in enumerate(self.lengths):
+            if change != 1.0 and length:  # without micro-steps, a backward whose step has not come: AMP-006's case
+                self.facts.add("micro-steps" if length > (held in self.unstepped) else "a backward not stepped")
+        self.facts |= {"grown"} if change > 1.0 else {"backed off"} if change < 1.0 else set()
         self.last_outcomes[index] = outcome
         return outcome
-
-    def _update(self) -> None:
-        change = update_scaler(self.scaler)
-        if change == 1.0:
-            return
-        self.facts.add("grown" if change > 1.0 else "backed off")
-        for index, part in enumerate(self.parts):
-            held = [param for param in part.parameters() if param.grad is not None]
-            if held and self.pending[index]:
-                self.facts.add("micro-steps")
-            elif held and index in self.unstepped:
-                self.facts.add("a backward not stepped")  # no micro-step counted yet: the case AMP-006 names
-            rescale_grads(held, change)
 
 
 def _outside_batch_round(order: str, count: int, closes: Sequence[bool]) -> list[tuple[str, int]]:
@@ -1345,20 +1174,17 @@ def _outside_batch_scenario(
     make_context: MakeContext, cell: Cell, order: str, count: int, overflow: tuple[int, ...], accumulate: int
 ) -> set[str]:
     """One scenario of the outside-``batch()`` check against its oracle; returns what its scale changes met."""
-    names = "ABC"
+    names = "ABC"[:count]
     scenario = (
-        f"outside batch(), {order}, wrappers {names[:count]}, accumulate_grad_batches={accumulate}, infinite loss "
+        f"outside batch(), {order}, wrappers {names}, accumulate_grad_batches={accumulate}, infinite loss "
         f"of {''.join(names[i] for i in overflow) or 'none'} in round {OUTSIDE_OVERFLOW_ROUND}"
     )
     context = make_context(accumulate_grad_batches=accumulate, grad_scaler=GROWING)
-    model = context.prepare_module(_Thirds())
-    assert isinstance(model, _Thirds)
-    parts = (model.a, model.b, model.c)[:count]
+    parts = list(context.prepare_module(_thirds()).children())[:count]
     wrappers = [context.wrap(torch.optim.SGD(part.parameters(), lr=LR, momentum=0.9)) for part in parts]
-    plain = oracle_copy(_Thirds(), cell)
-    assert isinstance(plain, _Thirds)
-    oracle_parts = (plain.a, plain.b, plain.c)[:count]
-    oracle = _OutsideBatchOracle(cell, oracle_parts, GROWING, accumulate)
+    oracle_parts = list(oracle_copy(_thirds(), cell).children())[:count]
+    oracle = _OutsideBatchOracle(cell, oracle_parts, accumulate)
+    oracle_leaf = torch.zeros((), device=cell_device(cell), requires_grad=True)
     batches = make_batches(OUTSIDE_ROUNDS * count, seed=5)
     seen: list[torch.Tensor] = []
     leaf = torch.zeros((), device=cell_device(cell), requires_grad=True)
@@ -1366,59 +1192,43 @@ def _outside_batch_scenario(
     def compare(what: str) -> None:
         got = [wrapper.last_outcome for wrapper in wrappers]
         assert got == oracle.last_outcomes, (
-            f"{scenario}, {what}: the last_outcome of ({names[:count]}) reads {got}, expected {oracle.last_outcomes}"
+            f"{scenario}, {what}: the last_outcome of ({names}) reads {got}, expected {oracle.last_outcomes}"
         )
-        scales = _scales(seen)
-        assert scales == oracle.scales, (
-            f"{scenario}, {what}: the loss scales of the backward passes so far were {scales}, expected the plain "
-            f"GradScaler's {oracle.scales} ({GROWING}; outside batch() one update right after each real step, "
-            "postponed while another window is prepared by unscale_gradients())"
+        assert _scales(seen) == oracle.scales, (
+            f"{scenario}, {what}: the loss scales of the backward passes so far were {_scales(seen)}, expected the "
+            f"plain GradScaler's {oracle.scales} ({GROWING}; outside batch() one update right after each real "
+            "step, postponed while another window is prepared by unscale_gradients())"
         )
         for index, (part, oracle_part) in enumerate(zip(parts, oracle_parts, strict=True)):
-            name = names[index]
-            _assert_grads_match(
-                [param.grad for param in part.parameters()],
-                [param.grad for param in oracle_part.parameters()],
-                cell,
-                f"{scenario}, {what}: {name}'s gradients ({oracle.window(index)})",
-            )
-            _assert_params_match(part, oracle_part, cell, f"{scenario}, {what}: {name}'s parameters")
-
-    def step(index: int, plan: bool | None, call: Callable[[], None], what: str) -> None:
-        call()
-        real = oracle.step(index, plan) is not A
-        if real and not oracle.prepared:
-            probe = _hooked(leaf * 1.0, seen)  # the scale after this step: the gradient reaching a probe loss
-            wrappers[0].backward(probe, inputs=[leaf])
-            oracle.probe()
-        compare(what)
+            what_of = f"{scenario}, {what}: {names[index]}'s"
+            got_grads, want_grads = grads(part.parameters()), grads(oracle_part.parameters())
+            _assert_grads_match(got_grads, want_grads, cell, f"{what_of} gradients ({oracle.window(index)})")
+            assert_params_close(part, oracle_part, cell, f"{what_of} parameters", REORDERED_TOLERANCES[cell.precision])
 
     for round_idx in range(OUTSIDE_ROUNDS):
         plans = [OUTSIDE_PLANS[index][round_idx] for index in range(count)]
-        blow_up = [round_idx == OUTSIDE_OVERFLOW_ROUND and index in overflow for index in range(count)]
-        closes = [oracle.closes(index, plan) for index, plan in enumerate(plans)]
+        closes = [oracle.lengths[i] + 1 >= accumulate if plan is None else plan for i, plan in enumerate(plans)]
         for op, index in _outside_batch_round(order, count, closes):
-            wrapper, part, plan = wrappers[index], parts[index], plans[index]
-            batch = batches[round_idx * count + index]
-            what = f"round {round_idx}, after {names[index]}'s {op} (make_optimizer_step={plan})"
-            loss = partial(_loss, context, part, batch, cell, blow_up[index])
-            if op == "call":
-                closure = _closure(wrapper, _recording(loss, seen))
-                oracle.backward(index, batch, blow_up[index])
-                step(index, plan, partial(wrapper.step, closure, make_optimizer_step=plan), what)
-            elif op in ("backward", "backward-then-step"):
+            wrapper, plan, batch = wrappers[index], plans[index], batches[round_idx * count + index]
+            blow_up = round_idx == OUTSIDE_OVERFLOW_ROUND and index in overflow
+            loss = partial(_loss, context, parts[index], batch, cell, blow_up)
+            if op in ("backward", "backward-then-step"):
                 wrapper.backward(_hooked(loss(), seen))
-                oracle.backward(index, batch, blow_up[index])
-                if op == "backward-then-step":
-                    step(index, plan, partial(wrapper.step, make_optimizer_step=plan), what)
-                else:
-                    compare(what)
-            elif op == "unscale":
+            if op in ("call", "backward", "backward-then-step"):
+                oracle.backward(index, oracle_loss(oracle_parts[index], batch, cell, blow_up))
+            if op == "unscale":
                 wrapper.unscale_gradients()
                 oracle.prepare(index)
-                compare(what)
-            else:
-                step(index, plan, partial(wrapper.step, make_optimizer_step=plan), what)
+            elif op == "call":
+                wrapper.step(_closure(wrapper, loss, seen), make_optimizer_step=plan)
+            elif op != "backward":
+                wrapper.step(make_optimizer_step=plan)
+            real = op not in ("backward", "unscale") and oracle.call_step(index, closes[index]) is not A
+            if real and not oracle.prepared:
+                probe = _hooked(leaf * 1.0, seen)  # the scale after this step: the gradient reaching a probe loss
+                wrappers[0].backward(probe, inputs=[leaf])
+                scaled_backward(oracle_leaf * 1.0, oracle.scaler, accumulate, scales=oracle.scales)
+            compare(f"round {round_idx}, after {names[index]}'s {op} (make_optimizer_step={plan})")
     return oracle.facts
 
 
@@ -1470,79 +1280,70 @@ flushed by the last batch of an epoch, ``is_last=True`` (``accumulate_grad_batch
 
 def _divisor_case(make_context: MakeContext, cell: Cell, closing: str, length: int, form: str, inside: bool) -> None:
     """Two windows of ``length`` micro-steps closed as ``closing`` says, ``unscale_gradients()`` in ``form``."""
-    where = "inside batch()" if inside else "outside batch()"
-    case = f"{where}, windows of {length} closed by {closing}, unscale_gradients() {form}"
+    case = (
+        f"{'in' if inside else 'out'}side batch(), windows of {length} closed by {closing}, unscale_gradients() {form}"
+    )
     accumulate = length if closing == "schedule" else length + 1
     context = make_context(accumulate_grad_batches=accumulate, **scaler_settings(cell, SMALL_SCALE))
     base = make_model()
     oracle_model = oracle_copy(base, cell)
     model = context.prepare_module(base)
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=CLIP_LR))
-    params: list[torch.Tensor] = list(model.parameters())
-    batches = make_batches(2 * length, seed=3)
-    windows = [list(range(length)), list(range(length, 2 * length))]
-    want: list[list[torch.Tensor | None]] = []
     oracle_optimizer = torch.optim.SGD(oracle_model.parameters(), lr=CLIP_LR)
     scaler = plain_scaler(cell, SMALL_SCALE)
-    closing_step: bool | None = True if closing == "true" else None
-    hand_clip = clipper("norm", HAND_CLIP)
+    batches = make_batches(2 * length, seed=3)
+    got: list[list[torch.Tensor | None]] = []
+    want: list[list[torch.Tensor | None]] = []
 
     def inspect_then_clip(into: list[list[torch.Tensor | None]], params: list[torch.Tensor]) -> None:
         into.append(grads(params))
-        hand_clip(params)
+        clipper("norm", HAND_CLIP)(params)
 
-    def unscale_inspect_clip(loss: Callable[[], torch.Tensor], into: list[list[torch.Tensor | None]]) -> None:
+    def unscale_inspect_clip(loss: Callable[[], torch.Tensor]) -> None:
         wrapper.backward(loss())
         wrapper.unscale_gradients()
-        inspect_then_clip(into, params)
+        inspect_then_clip(got, list(model.parameters()))
 
-    for window_idx, window in enumerate(windows):
-        got: list[list[torch.Tensor | None]] = []
+    for window_idx in range(2):
+        window = [window_idx * length + position for position in range(length)]
         for position, batch_idx in enumerate(window):
-            closes = position == length - 1
+            closes, flag = position == length - 1, True if closing == "true" else None
             loss = partial(_loss, context, model, batches[batch_idx], cell, factor=CLIPPED_LOSS_FACTOR)
-            block: AbstractContextManager[None] = (
-                context.batch(position, is_last=closing == "last" and closes) if inside else nullcontext()
-            )
+            block = context.batch(position, is_last=closing == "last" and closes) if inside else nullcontext()
             with block:
-                if not closes:
-                    if position % 2 == 0:
-                        wrapper.step(_closure(wrapper, loss))
-                    else:
-                        wrapper.backward(loss())
-                        wrapper.step()
+                if not closes and position % 2 == 0:
+                    wrapper.step(_closure(wrapper, loss))
+                elif not closes:
+                    wrapper.backward(loss())
+                    wrapper.step()
                 elif form == "in the closing step's closure":
-                    wrapper.step(partial(unscale_inspect_clip, loss, got), make_optimizer_step=closing_step)
+                    wrapper.step(partial(unscale_inspect_clip, loss), make_optimizer_step=flag)
                 else:
-                    unscale_inspect_clip(loss, got)
-                    wrapper.step(make_optimizer_step=closing_step)
+                    unscale_inspect_clip(loss)
+                    wrapper.step(make_optimizer_step=flag)
                 outcome = wrapper.last_outcome
             assert outcome is (S if closes else A), (
                 f"{case}, window {window_idx}, micro-step {position}: outcome {outcome}, expected {S if closes else A}"
             )
-        assert len(got) == 1, f"{case}, window {window_idx}: the closing closure ran {len(got)} times, not once"
-        oracle_args = (cell, oracle_model, oracle_optimizer, batches, [window], scaler)
+        runs = len(got) - window_idx
+        assert runs == 1, f"{case}, window {window_idx}: the closing closure ran {runs} times, not once"
         train_windows(
-            *oracle_args,
+            *(cell, oracle_model, oracle_optimizer, batches, [window], scaler),
             accumulate=accumulate,
             factor=CLIPPED_LOSS_FACTOR,
             after_prepare=partial(inspect_then_clip, want),
         )
+        unscaled = ", unscaled" if cell.precision == "16-mixed" else ""
         _assert_grads_match(
-            got[0],
+            got[window_idx],
             want[window_idx],
             cell,
             f"{case}, window {window_idx}: the gradients right after unscale_gradients() (the sum of the window's "
-            f"{length} micro-batch gradients / {length}"
-            + (", unscaled" if cell.precision == "16-mixed" else "")
-            + f", as the plain loop's; accumulate_grad_batches={accumulate})",
+            f"{length} micro-batch gradients / {length}{unscaled}, as the plain loop's; accumulate_grad_batches="
+            f"{accumulate})",
         )
-        _assert_params_match(
-            model,
-            oracle_model,
-            cell,
-            f"{case}: after clip_grad_norm_({HAND_CLIP}) and the step closing window {window_idx}",
-        )
+        what = f"{case}: after clip_grad_norm_({HAND_CLIP}) and the step closing window {window_idx}"
+        assert_params_close(model, oracle_model, cell, what, REORDERED_TOLERANCES[cell.precision])
 
 
 @pytest.mark.requirement("CLIP-002", "ACC-001", "AMP-002", "STEP-003")

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pytest
 import torch
@@ -33,7 +35,7 @@ from lightning_optimizer.conformance.harness import (
 )
 from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.conformance.outcomes import unavailable
-from lightning_optimizer.conformance.plain_loop import real_step, scaled_backward, update_scaler
+from lightning_optimizer.conformance.plain_loop import PlainWindows
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 try:
@@ -69,6 +71,10 @@ class EdgeCall:
     level: Level
     form: Literal["closure", "backward"]
 
+    def __str__(self) -> str:
+        flag = {None: "n", True: "T", False: "F"}[self.make_optimizer_step]
+        return f"{'AB'[self.wrapper]}{flag}{self.level[0]}{self.form[0]}"
+
 
 @dataclass(frozen=True)
 class EdgePlan:
@@ -80,43 +86,20 @@ class EdgePlan:
     epochs: tuple[tuple[tuple[EdgeCall, ...], ...], ...]
 
     def __str__(self) -> str:
-        epochs = " | ".join(
-            " ".join(
-                ",".join(f"{'AB'[c.wrapper]}{_flag(c.make_optimizer_step)}{c.level[0]}{c.form[0]}" for c in batch)
-                or "-"
-                for batch in epoch
-            )
-            for epoch in self.epochs
-        )
+        epochs = " | ".join(" ".join(",".join(map(str, batch)) or "-" for batch in epoch) for epoch in self.epochs)
         scaler = f"init_scale=2**{int(self.scaler.init_scale).bit_length() - 1}, growth_interval="
         return f"N={self.accumulate}, {self.wrappers} wrapper(s), {scaler}{self.scaler.growth_interval}: {epochs}"
 
 
-def _flag(value: bool | None) -> str:
-    return {None: "n", True: "T", False: "F"}[value]
-
-
-class _Parts(torch.nn.Module):
+class _Parts(torch.nn.ModuleList):
     """One part per wrapper: two bias-free linear maps summed (two parameter groups), nothing shared."""
 
     def __init__(self, count: int) -> None:
-        super().__init__()
+        super().__init__(torch.nn.ModuleList(torch.nn.Linear(4, 2, bias=False) for _ in range(2)) for _ in range(count))
         generator = torch.Generator().manual_seed(41)
-        self.parts = torch.nn.ModuleList(
-            torch.nn.ModuleDict(
-                {"first": torch.nn.Linear(4, 2, bias=False), "second": torch.nn.Linear(4, 2, bias=False)}
-            )
-            for _ in range(count)
-        )
         with torch.no_grad():
             for param in self.parameters():
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.3)
-
-    def forward_part(self, index: int, x: torch.Tensor) -> torch.Tensor:
-        part = self.parts[index]
-        assert isinstance(part, torch.nn.ModuleDict)
-        out: torch.Tensor = part["first"](x) + part["second"](x)
-        return out
 
 
 DIRECTION = (1.0, -1.0)
@@ -129,133 +112,92 @@ def _inputs(count: int) -> list[torch.Tensor]:
     return [(torch.rand(4, 4, generator=generator) - 0.5) * 0.25 for _ in range(count)]
 
 
-def _loss(model: _Parts, index: int, x: torch.Tensor, factor: float) -> torch.Tensor:
-    out = model.forward_part(index, x)
-    direction = torch.tensor(DIRECTION, device=out.device)
-    return (out.float() * direction).sum() * factor
-
-
 def _optimizer(model: _Parts, index: int) -> torch.optim.Optimizer:
-    part = model.parts[index]
-    assert isinstance(part, torch.nn.ModuleDict)
+    first, second = cast(torch.nn.ModuleList, model[index])
     groups: list[dict[str, Any]] = [
-        {"params": list(part["first"].parameters())},
-        {"params": list(part["second"].parameters()), "lr": 2e-3},
+        {"params": list(first.parameters())},
+        {"params": list(second.parameters()), "lr": 2e-3},
     ]
     if index == 0:
         return torch.optim.SGD(groups, lr=1e-3, momentum=0.9)
     return torch.optim.Adam(groups, lr=1e-3)
 
 
-# -- the recipe, by hand ----------------------------------------------------------------------------------------
+def _loss_under(
+    autocast: AbstractContextManager[object],
+    model: _Parts,
+    index: int,
+    x: torch.Tensor,
+    factor: float = 1e-2,
+    factors: list[float] | None = None,
+) -> torch.Tensor:
+    """Part ``index``'s loss on ``x``, its forward under ``autocast``; ``factors`` receives its backward's factor."""
+    first, second = cast(torch.nn.ModuleList, model[index])
+    with autocast:
+        out = first(x) + second(x)
+        loss: torch.Tensor = (out.float() * torch.tensor(DIRECTION, device=out.device)).sum() * factor
+    if factors is not None:
+        loss.register_hook(lambda grad: factors.append(float(grad)))
+    return loss
 
 
-class _Recipe:
-    """The plain loop: bare optimizers, ``torch.autocast`` (no weight cache), one ``GradScaler`` used as documented.
-
-    Each micro-step's backward is ``scaler.scale(loss / N)`` outside autocast; a real step takes the window's mean
-    (the sum times ``N / k`` for ``k`` micro-steps), unscales, steps (``scaler.step`` skips non-finite gradients),
-    and the scaler updates once per batch in which an optimizer stepped; windows still open then are rescaled.
-    """
-
-    def __init__(self, plan: EdgePlan, base: _Parts, cell: Cell) -> None:
-        self.plan, self.cell = plan, cell
-        model = oracle_copy(base, cell)
-        assert isinstance(model, _Parts)
-        self.model: _Parts = model
-        self.optimizers = [_optimizer(self.model, index) for index in range(plan.wrappers)]
-        self.scaler = GradScaler(cell_device(cell).type, **plan.scaler.as_kwargs())
-        self.pending = [0] * plan.wrappers
-        self.factors: list[float] = []
-        """The factor each backward propagated (the gradient reaching its loss)."""
-        self._stepped = False
-
-    def factor(self, level: Level) -> float:
-        """The loss factor that puts a micro-step's scaled backward at ``level`` under the current scale."""
-        return HEIGHTS[level] * FLOAT16_MAX * self.plan.accumulate / self.scaler.get_scale()
-
-    def call(self, call: EdgeCall, x: torch.Tensor, batch_idx: int, is_last: bool, factor: float) -> StepOutcome:
-        index, n = call.wrapper, self.plan.accumulate
-        with oracle_autocast(self.cell):
-            loss = _loss(self.model, index, x, factor)
-        scaled_backward(loss, self.scaler, n, scales=self.factors)
-        closes = call.make_optimizer_step
-        if closes is None:
-            closes = (batch_idx + 1) % n == 0 or is_last
-        if not closes:
-            self.pending[index] += 1
-            return A
-        finite = real_step(self.optimizers[index], self.pending[index] + 1, self.scaler, n, check_finite=True)
-        oracle_step_done(self.cell)
-        self.pending[index] = 0
-        self._stepped = True
-        return S if finite else SKIP
-
-    def end_batch(self) -> None:
-        """The iteration's one update; the gradients of windows still open follow the scale."""
-        if not self._stepped:
-            return
-        self._stepped = False
-        update_scaler(self.scaler, self.model.parameters())
+def _call(wrapper: Any, form: str, make_optimizer_step: bool | None, loss_of: Callable[[], torch.Tensor]) -> None:
+    """One ``step()`` call: in the closure form, or the wrapper's backward then a closure-less ``step()``."""
+    if form == "closure":
+        wrapper.step(lambda: wrapper.backward(loss_of()), make_optimizer_step=make_optimizer_step)
+    else:
+        wrapper.backward(loss_of())
+        wrapper.step(make_optimizer_step=make_optimizer_step)
 
 
 def _run_edge_plan(make_context: MakeContext, cell: Cell, plan: EdgePlan) -> None:
-    """Drive ``plan`` through the implementation and the recipe side by side; compare after every call."""
-    base = _Parts(plan.wrappers)
-    recipe = _Recipe(plan, base, cell)
-    context = make_context(accumulate_grad_batches=plan.accumulate, grad_scaler=plan.scaler)
+    """Drive ``plan`` through the implementation and the recipe side by side; compare after every call.
+
+    The recipe is :class:`PlainWindows` on a copy of the model: one ``GradScaler`` updated once per batch in which an
+    optimizer stepped, each window closed where the call's flag or the schedule (``N``, the epoch's last batch) says.
+    """
+    base, n = _Parts(plan.wrappers), plan.accumulate
+    oracle = oracle_copy(base, cell)
+    assert isinstance(oracle, _Parts)
+    scaler = GradScaler(cell_device(cell).type, **plan.scaler.as_kwargs())
+    recipe = PlainWindows(cell, [_optimizer(oracle, index) for index in range(plan.wrappers)], scaler, n)
+    context = make_context(accumulate_grad_batches=n, grad_scaler=plan.scaler)
     model = context.prepare_module(copy.deepcopy(base))
     assert isinstance(model, _Parts)
     wrappers = [context.wrap(_optimizer(model, index)) for index in range(plan.wrappers)]
-    device = cell_device(cell)
-    batches = max(len(epoch) for epoch in plan.epochs)
-    inputs = [x.to(device) for x in _inputs(batches)]
+    inputs = [x.to(cell_device(cell)) for x in _inputs(max(len(epoch) for epoch in plan.epochs))]
     factors: list[float] = []
     for epoch_idx, epoch in enumerate(plan.epochs):
         for batch_idx, calls in enumerate(epoch):
-            is_last = batch_idx == len(epoch) - 1
-            x = inputs[batch_idx]
+            is_last, x = batch_idx == len(epoch) - 1, inputs[batch_idx]
             with context.batch(batch_idx, is_last=is_last):
                 for call in calls:
-                    factor = recipe.factor(call.level)
+                    factor = HEIGHTS[call.level] * FLOAT16_MAX * n / scaler.get_scale()
                     wrapper = wrappers[call.wrapper]
-
-                    def loss_of(call: EdgeCall = call, factor: float = factor, x: torch.Tensor = x) -> torch.Tensor:
-                        with context.autocast():
-                            loss = _loss(model, call.wrapper, x, factor)
-                        loss.register_hook(lambda grad: factors.append(float(grad)))
-                        return loss
-
-                    if call.form == "closure":
-
-                        def closure(wrapper: Any = wrapper, loss_of: Callable[[], torch.Tensor] = loss_of) -> None:
-                            wrapper.backward(loss_of())
-
-                        wrapper.step(closure, make_optimizer_step=call.make_optimizer_step)
-                    else:
-                        wrapper.backward(loss_of())
-                        wrapper.step(make_optimizer_step=call.make_optimizer_step)
-                    want = recipe.call(call, x, batch_idx, is_last, factor)
+                    loss_of = partial(_loss_under, context.autocast(), model, call.wrapper, x, factor, factors)
+                    _call(wrapper, call.form, call.make_optimizer_step, loss_of)
+                    recipe.backward(call.wrapper, _loss_under(oracle_autocast(cell), oracle, call.wrapper, x, factor))
+                    closes = call.make_optimizer_step
+                    closes = (batch_idx + 1) % n == 0 or is_last if closes is None else closes
+                    want = (S if recipe.step(call.wrapper) else SKIP) if closes else A
+                    if closes:
+                        oracle_step_done(cell)
                     where = f"{plan}; epoch {epoch_idx}, batch {batch_idx}, {'AB'[call.wrapper]}'s {call.level} call"
                     assert wrapper.last_outcome is want, (
                         f"{where}: the call's outcome was {wrapper.last_outcome}, the recipe's {want} (AMP-007: each "
                         "backward propagates scaler.scale(loss / accumulate_grad_batches), so a window the recipe "
                         "applies is applied and one it skips is skipped)"
                     )
-                    assert factors == recipe.factors, (
+                    assert factors == recipe.scales, (
                         f"{where}: the backward passes propagated their losses times {factors}, the recipe's "
-                        f"scaler.scale(loss / {plan.accumulate}) times {recipe.factors}"
+                        f"scaler.scale(loss / {n}) times {recipe.scales}"
                     )
-            recipe.end_batch()
+            recipe.update()
             what = f"{plan}; after epoch {epoch_idx}, batch {batch_idx}"
-            assert_params_close(model, recipe.model, cell, f"{what} (AMP-007, ACC-001: each window's mean applied)")
+            assert_params_close(model, oracle, cell, f"{what} (AMP-007, ACC-001: each window's mean applied)")
 
 
 # -- the explicit plans: every window shape for N = 1 to 4 ---------------------------------------------------------
-
-
-def _call(wrapper: int, flag: bool | None, level: Level = "edge", form: str = "closure") -> EdgeCall:
-    return EdgeCall(wrapper, flag, level, "closure" if form == "closure" else "backward")
 
 
 def explicit_plan(accumulate: int) -> EdgePlan:
@@ -267,31 +209,21 @@ def explicit_plan(accumulate: int) -> EdgePlan:
     keeps one open past the schedule with False and closes it with True (a window longer than N). Epoch 1: both in
     the backward-then-step form, a window cut short and one flushed. Growth every two steps.
     """
-    n = accumulate
-    epoch0: list[tuple[EdgeCall, ...]] = []
-    length0 = n + 3
-    for b in range(length0):
-        a_level: Level = "over" if b == n + 1 else "edge"
-        a = _call(0, None, a_level, "closure" if b % 2 == 0 else "backward")
-        if b == 0:
-            bee = _call(1, True)
-        elif b == length0 - 1:
-            bee = _call(1, True, "low")
-        else:
-            bee = _call(1, False, "edge", "backward" if b % 2 else "closure")
+    n, epoch0 = accumulate, []
+    for b in range(n + 3):
+        a = EdgeCall(0, None, "over" if b == n + 1 else "edge", "closure" if b % 2 == 0 else "backward")
+        inner = 0 < b < n + 2  # B's window kept open by False, between its first and last batch
+        bee = EdgeCall(1, not inner, "low" if b == n + 2 else "edge", "backward" if inner and b % 2 else "closure")
         epoch0.append((a, bee) if b % 2 == 0 else (bee, a))
-    epoch1: list[tuple[EdgeCall, ...]] = []
-    length1 = max(2, n)
-    for b in range(length1):
-        a = _call(0, True if b == 0 else None, "edge", "backward")
-        bee = _call(1, None, "low" if b == 0 else "edge", "backward")
-        epoch1.append((a, bee))
-    return EdgePlan(
-        accumulate=n,
-        wrappers=2,
-        scaler=GradScalerSettings(init_scale=2.0**10, growth_interval=2),
-        epochs=(tuple(epoch0), tuple(epoch1)),
+    epoch1 = tuple(
+        (
+            EdgeCall(0, True if b == 0 else None, "edge", "backward"),
+            EdgeCall(1, None, "edge" if b else "low", "backward"),
+        )
+        for b in range(max(2, n))
     )
+    settings_ = GradScalerSettings(init_scale=2.0**10, growth_interval=2)
+    return EdgePlan(accumulate=n, wrappers=2, scaler=settings_, epochs=(tuple(epoch0), epoch1))
 
 
 AMP007_VARIES: dict[str, tuple[str, ...]] = {
@@ -404,76 +336,40 @@ UNSCALED_FORMS: dict[str, Callable[[Any, torch.Tensor, torch.Tensor], None]] = {
 """What a closure runs instead of (or besides) a wrapper's backward of its loss."""
 
 
-def _retry_recipe(
-    base: _Parts, cell: Cell, inputs: list[torch.Tensor], factor: float, *, discard: bool, closing: bool
-) -> _Parts:
-    """The recipe of the refused-call check, batch by batch, on a copy of ``base``.
+def _retry_recipe(base: _Parts, cell: Cell, inputs: list[torch.Tensor], *, discard: bool, closing: bool) -> _Parts:
+    """The recipe of the refused-call check on a copy of ``base``, as :class:`PlainWindows` with a default scaler.
 
-    A's windows {0, 1}, {2} (``closing``) or {0, 1, 2}, without batch 0 under ``discard``; B's {0, 2}; one update per
-    batch in which an optimizer stepped.
+    A's windows {0, 1}, {2} (``closing``) or {0, 1, 2}, without batch 0 under ``discard``; B's {0, 2}.
     """
     recipe = oracle_copy(base, cell)
     assert isinstance(recipe, _Parts)
-    optimizers = [_optimizer(recipe, index) for index in range(2)]
     scaler = GradScaler(cell_device(cell).type)
-    pending = [0, 0]
-    first: tuple[tuple[int, bool], ...] = ((1, False),) if discard else ((0, False), (1, False))
-    plan = {0: first, 1: ((0, closing),), 2: ((0, True), (1, True))}
-    for batch, calls in plan.items():
-        stepped = False
+    loop = PlainWindows(cell, [_optimizer(recipe, index) for index in range(2)], scaler, 3)
+    first = ((1, False),) if discard else ((0, False), (1, False))
+    for batch, calls in enumerate((first, ((0, closing),), ((0, True), (1, True)))):
         for index, closes in calls:
-            with oracle_autocast(cell):
-                loss = _loss(recipe, index, inputs[batch], factor)
-            scaled_backward(loss, scaler, 3)
-            pending[index] += 1
+            loop.backward(index, _loss_under(oracle_autocast(cell), recipe, index, inputs[batch]))
             if closes:
-                real_step(optimizers[index], pending[index], scaler, 3)
-                pending[index], stepped = 0, True
-        if stepped:
-            update_scaler(scaler)  # torch's default growth_interval: the scale stays, so no open window is rescaled
-        oracle_step_done(cell)
+                loop.step(index)
+        loop.update()
     return recipe
-
-
-def _losses_and_closures(
-    context: TrainingContext, model: _Parts, wrappers: tuple[Any, Any], factor: float
-) -> tuple[Callable[[int, torch.Tensor], torch.Tensor], Callable[[int, torch.Tensor], Callable[[], None]]]:
-    """``loss_of(index, x)``, part ``index``'s loss on ``x``, and ``good(index, x)``, a closure that backpropagates it.
-
-    The loss is ``factor`` times ``_loss``, its forward under the context's autocast; the closure passes it to the
-    backward of wrapper ``index`` of ``wrappers``.
-    """
-
-    def loss_of(index: int, x: torch.Tensor) -> torch.Tensor:
-        with context.autocast():
-            return _loss(model, index, x, factor)
-
-    def good(index: int, x: torch.Tensor) -> Callable[[], None]:
-        target = wrappers[index]
-        return lambda: target.backward(loss_of(index, x))
-
-    return loss_of, good
 
 
 def _assert_left_by_the_refused_call(
     context: TrainingContext,
-    wrapper: Any,
-    other: Any,
+    wrappers: tuple[Any, Any],
     params: Sequence[torch.Tensor],
-    own: Sequence[torch.Tensor],
-    held: list[torch.Tensor | None],
-    values: list[torch.Tensor],
-    outcome: StepOutcome | None,
-    state: object,
+    before: tuple[list[torch.Tensor | None], list[torch.Tensor], StepOutcome | None, object],
     error: BaseException,
     discard: bool,
     what: str,
 ) -> None:
-    """What a refused call leaves: the window as before, or under ``discard`` gone; all else as before the call.
+    """What a refused call of ``wrappers[0]`` leaves: its window as before (gone under ``discard``), all else as before.
 
-    ``own`` are ``wrapper``'s parameters; ``held``, ``values``, ``outcome`` and ``state`` (``None``: not taken) what
-    there was before the call.
+    ``before``: the gradients and values of ``params``, the outcome and the context's state (``None``: not taken).
     """
+    (wrapper, other), (held, values, outcome, state) = wrappers, before
+    own = [p for group in wrapper.param_groups for p in group["params"]]
     gone = [discard and any(param is p for p in own) for param in params]  # the discarded window (FAIL-003)
     want = [None if discarded else grad for discarded, grad in zip(gone, held, strict=True)]
     assert_same_grads(grads(params), want, f"{what} (CLOS-003: the window as before the call)")
@@ -524,20 +420,22 @@ def test_unscaled_backward_in_a_closure_is_refused(
     assert isinstance(model, _Parts)
     wrapper, other = (context.wrap(_optimizer(model, index)) for index in range(2))
     inputs = [x.to(cell_device(cell)) for x in _inputs(3)]
-    factor = 1e-2
-    loss_of, good = _losses_and_closures(context, model, (wrapper, other), factor)
+
+    def good(index: int, x: torch.Tensor) -> Callable[[], None]:
+        target = (wrapper, other)[index]
+        return lambda: target.backward(_loss_under(context.autocast(), model, index, x))
+
     with context.batch(0):
         wrapper.step(good(0, inputs[0]), make_optimizer_step=False)
         other.step(good(1, inputs[0]), make_optimizer_step=False)
     params = list(model.parameters())
-    own = [p for group in wrapper.param_groups for p in group["params"]]
-    held, values = grads(params), param_values(params)
-    outcome = wrapper.last_outcome
     checkpointing = "checkpointing" in implementation.features
     state = copy.deepcopy(context.state_dict()) if checkpointing and not discard else None
+    before = (grads(params), param_values(params), wrapper.last_outcome, state)
 
     def bad() -> None:
-        UNSCALED_FORMS[unscaled](wrapper, loss_of(0, inputs[1]), loss_of(0, inputs[1]))
+        loss, other_loss = (_loss_under(context.autocast(), model, 0, inputs[1]) for _ in range(2))
+        UNSCALED_FORMS[unscaled](wrapper, loss, other_loss)
 
     with context.batch(1):
         with refuses(
@@ -549,15 +447,13 @@ def test_unscaled_backward_in_a_closure_is_refused(
         ) as raised:
             wrapper.step(bad, make_optimizer_step=closing)
         what = f"a refused step() whose closure ran {unscaled} (on_failure={on_failure!r})"
-        _assert_left_by_the_refused_call(
-            context, wrapper, other, params, own, held, values, outcome, state, raised.value, discard, what
-        )
+        _assert_left_by_the_refused_call(context, (wrapper, other), params, before, raised.value, discard, what)
         wrapper.step(good(0, inputs[1]), make_optimizer_step=closing)
     with context.batch(2, is_last=True):
         wrapper.step(good(0, inputs[2]), make_optimizer_step=True)
         other.step(good(1, inputs[2]), make_optimizer_step=True)
 
-    recipe = _retry_recipe(base, cell, inputs, factor, discard=discard, closing=closing)
+    recipe = _retry_recipe(base, cell, inputs, discard=discard, closing=closing)
     assert_params_close(model, recipe, cell, f"after the refused call ({unscaled}) and its corrected retry")
 
 
@@ -588,7 +484,7 @@ def test_a_gradient_penalty_through_autograd_grad_is_not_refused(
 
     def penalised(module: _Parts, x: torch.Tensor) -> torch.Tensor:
         x = x.clone().requires_grad_(of == "inputs")
-        loss = _loss(module, 0, x, 1e-2)
+        loss = _loss_under(nullcontext(), module, 0, x)
         wrt = [x] if of == "inputs" else list(module.parameters())
         gradients = torch.autograd.grad(loss, wrt, create_graph=True)
         return loss + sum((grad.pow(2).sum() for grad in gradients), torch.zeros((), device=x.device))
@@ -607,15 +503,15 @@ def test_a_gradient_penalty_through_autograd_grad_is_not_refused(
     )
     recipe = oracle_copy(base, cell)
     assert isinstance(recipe, _Parts)
-    optimizer = _optimizer(recipe, 0)
-    scaler = GradScaler(cell_device(cell).type, **PENALTY_SCALER.as_kwargs())
+    loop = PlainWindows(
+        cell, [_optimizer(recipe, 0)], GradScaler(cell_device(cell).type, **PENALTY_SCALER.as_kwargs()), 2
+    )
     for x in inputs:
         with oracle_autocast(cell):
             loss = penalised(recipe, x)
-        scaled_backward(loss, scaler, 2)
-    real_step(optimizer, 2, scaler, 2)
-    update_scaler(scaler)
-    oracle_step_done(cell)
+        loop.backward(0, loss)
+    loop.step(0)
+    loop.update()
     assert_params_close(model, recipe, cell, f"a window of two whose closures took a gradient penalty on the {of}")
 
 
@@ -639,11 +535,13 @@ def test_open_window_state_of_another_divisor_is_refused(make_context: MakeConte
     context, model, wrapper = build(2)
     x = _inputs(1)[0].to(cell_device(cell))
     with context.batch(0):
-        wrapper.step(lambda: wrapper.backward(_loss_under(context, model, x)), make_optimizer_step=False)
+        wrapper.step(lambda: wrapper.backward(_loss_under(context.autocast(), model, 0, x)), make_optimizer_step=False)
     open_state = copy.deepcopy(context.state_dict())
     other, other_model, other_wrapper = build(3)
     with other.batch(0):
-        other_wrapper.step(lambda: other_wrapper.backward(_loss_under(other, other_model, x)), make_optimizer_step=True)
+        other_wrapper.step(
+            lambda: other_wrapper.backward(_loss_under(other.autocast(), other_model, 0, x)), make_optimizer_step=True
+        )
     before = copy.deepcopy(other.state_dict())
     held = grads(other_model.parameters())
     with refuses(
@@ -661,8 +559,3 @@ def test_open_window_state_of_another_divisor_is_refused(make_context: MakeConte
     fresh.load_state_dict(closed)
     anywhere, _, _ = build(4)
     anywhere.load_state_dict(closed)
-
-
-def _loss_under(context: TrainingContext, model: _Parts, x: torch.Tensor) -> torch.Tensor:
-    with context.autocast():
-        return _loss(model, 0, x, 1e-2)

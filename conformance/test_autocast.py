@@ -9,15 +9,15 @@ outside it, and under 16-mixed one plain ``GradScaler`` (``scaler.scale(loss / N
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+import copy
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
-from typing import Any
 
 import pytest
 import torch
-from torch.amp.grad_scaler import GradScaler
 
+from lightning_optimizer.conformance.gan import Gan, dis_loss, gan_batches, gan_call, gen_loss, plain_gan, probe
 from lightning_optimizer.conformance.harness import (
     assert_params_close,
     cell_device,
@@ -25,7 +25,6 @@ from lightning_optimizer.conformance.harness import (
     oracle_autocast,
     oracle_scaler,
     oracle_step_done,
-    tolerance_for,
 )
 from lightning_optimizer.conformance.oracles import expected_outcomes, oracle_copy
 from lightning_optimizer.conformance.plain_loop import real_step, scaled_backward, update_scaler
@@ -36,25 +35,6 @@ A, S = StepOutcome.ACCUMULATED, StepOutcome.STEPPED
 
 LOW_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 """The dtype autocast computes in, per mixed precision."""
-
-
-class _AutocastProbe(torch.autograd.Function):
-    """The identity; its backward records whether autocast is on for the gradient's device."""
-
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, seen: list[bool]) -> torch.Tensor:
-        ctx.seen = seen
-        return tensor.view_as(tensor)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        ctx.seen.append(torch.is_autocast_enabled(grad.device.type))
-        return grad, None
-
-
-def _probe(tensor: torch.Tensor, seen: list[bool]) -> torch.Tensor:
-    out: torch.Tensor = _AutocastProbe.apply(tensor, seen)  # type: ignore[no-untyped-call]
-    return out
 
 
 def _assert_outside(seen: list[bool], what: str, count: int | None = None) -> None:
@@ -71,65 +51,9 @@ def _assert_outside(seen: list[bool], what: str, count: int | None = None) -> No
 # -- PREC-004: a GAN iteration in one autocast region -------------------------------------------------------------
 
 
-class _Gan(torch.nn.Module):
-    """A generator and a discriminator; the discriminator records where each backward through it runs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        generator = torch.Generator().manual_seed(17)
-        self.generator = torch.nn.Sequential(torch.nn.Linear(3, 6), torch.nn.Tanh(), torch.nn.Linear(6, 4))
-        self.discriminator = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 1))
-        with torch.no_grad():
-            for param in self.parameters():
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
-        self.seen: list[bool] = []
-
-    def judge(self, samples: torch.Tensor) -> torch.Tensor:
-        judged: torch.Tensor = self.discriminator(_probe(samples, self.seen))
-        return judged
-
-
-def _gen_loss(model: _Gan, noise: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.softplus(-model.judge(model.generator(noise)).float()).mean()
-
-
-def _dis_loss(model: _Gan, noise: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    fake = model.generator(noise).detach()  # after the generator's step: its new parameters (PREC-004)
-    real_term = torch.nn.functional.softplus(-model.judge(real).float()).mean()
-    return real_term + torch.nn.functional.softplus(model.judge(fake).float()).mean()
-
-
-def _fresh_first_layer(layer: torch.nn.Linear, noise: torch.Tensor, cell: Cell) -> torch.Tensor:
-    """What the generator's first layer computes from its parameters as they are now, cast by hand."""
-    low = LOW_DTYPES.get(cell.precision)
-    with torch.no_grad():
-        if low is None:
-            return torch.nn.functional.linear(noise, layer.weight, layer.bias)
-        return torch.nn.functional.linear(noise.to(low), layer.weight.to(low), layer.bias.to(low))
-
-
 GAN_BATCHES = 5
 GEN_CLOSES = (False, True, False, True, True)
 """The generator's ``make_optimizer_step`` per batch: windows {0, 1}, {2, 3}, {4}; the discriminator's is True."""
-
-
-def _gan_batches(cell: Cell) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    generator = torch.Generator().manual_seed(29)
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    return [
-        (
-            torch.randn(6, 3, generator=generator).to(device, dtype),
-            (torch.randn(6, 4, generator=generator) + 1.0).to(device, dtype),
-        )
-        for _ in range(GAN_BATCHES)
-    ]
-
-
-@contextmanager
-def _region(enter: Callable[[], AbstractContextManager[None]], around: str, where: str) -> Iterator[None]:
-    """``enter()`` if the region spans ``where`` (``"iteration"`` or ``"epoch"``), else nothing."""
-    with enter() if around == where else nullcontext():
-        yield
 
 
 GAN_REGIONS = [("closure", "iteration"), ("closure", "epoch"), ("toggle", "iteration"), ("toggle", "epoch")]
@@ -176,135 +100,66 @@ def test_closures_in_a_region_the_user_opened_cast_anew(make_context: MakeContex
 
 def _gan_scenario(make_context: MakeContext, cell: Cell, form: str, around: str) -> None:
     """The GAN of the two checks above, against its plain loop (``around``: iteration, epoch or own-region)."""
-    low = LOW_DTYPES.get(cell.precision)
+    low, device_type = LOW_DTYPES.get(cell.precision), cell_device(cell).type
+    where = f"{form}, region around the {around}"
     context = make_context()
-    base = _Gan()
+    base = Gan()
     oracle = oracle_copy(base, cell)
-    assert isinstance(oracle, _Gan)
     model = context.prepare_module(base)
-    assert isinstance(model, _Gan)
+    assert isinstance(model, Gan) and isinstance(oracle, Gan)
     opt_gen = context.wrap(torch.optim.Adam(model.generator.parameters(), lr=0.05))
     opt_dis = context.wrap(torch.optim.SGD(model.discriminator.parameters(), lr=0.5, momentum=0.5))
-    plain_gen = torch.optim.Adam(oracle.generator.parameters(), lr=0.05)
-    plain_dis = torch.optim.SGD(oracle.discriminator.parameters(), lr=0.5, momentum=0.5)
-    scaler = oracle_scaler(cell)
-    batches = _gan_batches(cell)
-    device = cell_device(cell)
+    plain = (
+        torch.optim.Adam(oracle.generator.parameters(), lr=0.05),
+        torch.optim.SGD(oracle.discriminator.parameters(), lr=0.5, momentum=0.5),
+    )
+    batches = gan_batches(cell, GAN_BATCHES)
+
+    def own() -> AbstractContextManager[object]:
+        """The user's own region (its weight cache on), around each iteration of both loops."""
+        return torch.autocast(device_type, dtype=low) if around == "own-region" and low is not None else nullcontext()
+
+    # The plain loop's epoch, then the implementation's: regions are thread state, and one must not run inside the
+    # other's. The oracle's parameters after each batch are kept, and compared after the implementation's batch.
+    oracle_after, stepped = [], []
+    for ran in plain_gan(oracle, plain, batches, cell, GEN_CLOSES, [True] * GAN_BATCHES, own):
+        oracle_after.append(copy.deepcopy(oracle))
+        stepped += ran
     outcomes: list[tuple[StepOutcome | None, StepOutcome | None]] = []
-    stepped: list[bool] = []
-
-    def generator_call(noise: torch.Tensor, closes: bool) -> None:
-        if form == "closure":
-
-            def gen_closure() -> torch.Tensor:
-                loss = _gen_loss(model, noise)
-                opt_gen.backward(loss)
-                return loss
-
-            opt_gen.step(gen_closure, make_optimizer_step=closes)
-            return
-        with opt_gen.toggle_model():
-            opt_gen.backward(_gen_loss(model, noise))
-        opt_gen.step(make_optimizer_step=closes)
-
-    def discriminator_call(noise: torch.Tensor, real: torch.Tensor) -> None:
-        if form == "closure":
-
-            def dis_closure() -> torch.Tensor:
-                loss = _dis_loss(model, noise, real)
-                opt_dis.backward(loss)
-                return loss
-
-            opt_dis.step(dis_closure, make_optimizer_step=True)
-            return
-        with opt_dis.toggle_model():
-            opt_dis.backward(_dis_loss(model, noise, real))
-        opt_dis.step(make_optimizer_step=True)
-
-    def plain_call(loss_of: Callable[[], torch.Tensor], others: list[torch.nn.Parameter]) -> None:
-        for param in others:
-            param.requires_grad_(False)
-        with oracle_autocast(cell) if own_region else nullcontext():
-            loss = loss_of()
-        with torch.autocast(device.type, enabled=False):
-            scaled_backward(loss, scaler)
-        for param in others:
-            param.requires_grad_(True)
-
-    def plain_step(optimizer: torch.optim.Optimizer, window: int) -> None:
-        stepped.append(real_step(optimizer, window, scaler, check_finite=scaler is not None))
-
-    # The implementation's epoch, then the plain loop's: regions are thread state, and one must not run inside the
-    # other's. Parameters after each batch are kept and compared.
-    own_region = around == "own-region" and low is not None
-    after_batches: list[list[torch.Tensor]] = []
     with context.autocast() if around == "epoch" else nullcontext():
-        for batch_idx, (noise, real) in enumerate(batches):
-            closes = GEN_CLOSES[batch_idx]
-            last = batch_idx == GAN_BATCHES - 1
-            own = torch.autocast(device.type, dtype=low) if own_region and low is not None else nullcontext()
-            with context.batch(batch_idx, is_last=last), _region(context.autocast, around, "iteration"), own:
-                generator_call(noise, closes)
+        for batch_idx, ((noise, real), closes) in enumerate(zip(batches, GEN_CLOSES, strict=True)):
+            iteration = context.autocast() if around == "iteration" else nullcontext()
+            with context.batch(batch_idx, is_last=batch_idx == GAN_BATCHES - 1), iteration, own():
+                gan_call(opt_gen, partial(gen_loss, model, noise), closes, form)
                 outcomes.append((opt_gen.last_outcome, opt_dis.last_outcome))
-                if closes:
-                    first = model.generator[0]
-                    assert isinstance(first, torch.nn.Linear)
-                    got, want = first(noise), _fresh_first_layer(first, noise, cell)
+                first = model.generator[0]
+                assert isinstance(first, torch.nn.Linear)
+                if closes:  # what the first layer computes from its parameters as they are now, cast by hand
+                    got = first(noise)
+                    with torch.no_grad():
+                        cast = [t if low is None else t.to(low) for t in (noise, first.weight, first.bias)]
+                        want = torch.nn.functional.linear(*cast)
                     fresh = (
                         torch.allclose(got, want, rtol=1e-2, atol=1e-3)  # XLA fuses, and may round otherwise
                         if cell.device == "xla"
                         else torch.equal(got, want)
                     )
                     assert fresh, (
-                        f"{form}, region around the {around}, batch {batch_idx}: the generator's forward after its "
-                        "real step, inside the same autocast region, used other parameters than the step produced "
-                        f"(max abs diff {(got.double() - want.double()).abs().max().item():.3g}): a cast cached "
-                        "before the step (PREC-004)"
+                        f"{where}, batch {batch_idx}: the generator's forward after its real step, inside the same "
+                        "autocast region, used other parameters than the step produced (max abs diff "
+                        f"{(got.double() - want.double()).abs().max().item():.3g}): a cast cached before the step "
+                        "(PREC-004)"
                     )
-                discriminator_call(noise, real)
+                gan_call(opt_dis, partial(dis_loss, model, noise, real), True, form)
                 outcomes.append((opt_gen.last_outcome, opt_dis.last_outcome))
-            after_batches.append([param.detach().clone() for param in model.parameters()])
-    _assert_outside(model.seen, f"{form}, region around the {around}: the backward passes through the discriminator")
-
-    gen_window = 0
-    with oracle_autocast(cell) if around == "epoch" else nullcontext():
-        for batch_idx, (noise, real) in enumerate(batches):
-            closes = GEN_CLOSES[batch_idx]
-            # The user's own region: each forward of the plain loop in a cache-free region inside it.
-            own = torch.autocast(device.type, dtype=low) if own_region and low is not None else nullcontext()
-            with _region(lambda: oracle_autocast(cell), around, "iteration"), own:
-                plain_call(partial(_gen_loss, oracle, noise), list(oracle.discriminator.parameters()))
-                gen_window += 1
-                if closes:
-                    plain_step(plain_gen, gen_window)
-                    gen_window = 0
-                plain_call(partial(_dis_loss, oracle, noise, real), list(oracle.generator.parameters()))
-                plain_step(plain_dis, 1)
-            update_scaler(scaler)
-            oracle_step_done(cell)
-            _assert_close_to(
-                after_batches[batch_idx], oracle, cell, f"{form}, region around the {around}, after batch {batch_idx}"
-            )
-
+            assert_params_close(model, oracle_after[batch_idx], cell, f"{where}, after batch {batch_idx}")
+    _assert_outside(model.seen, f"{where}: the backward passes through the discriminator")
     calls = expected_outcomes([outcome for closes in GEN_CLOSES for outcome in (S if closes else A, S)], stepped)
-    want_outcomes: list[tuple[StepOutcome | None, StepOutcome | None]] = []
-    latest: list[StepOutcome | None] = [None, None]
-    for i, outcome in enumerate(calls):  # the generator's call, then the discriminator's, each batch
-        latest[i % 2] = outcome
-        want_outcomes.append((latest[0], latest[1]))
+    dis_before: list[StepOutcome | None] = [None, *calls[1::2]]  # the generator's call, then the discriminator's
+    want_outcomes = [
+        pair for i in range(GAN_BATCHES) for pair in ((calls[2 * i], dis_before[i]), tuple(calls[2 * i : 2 * i + 2]))
+    ]
     assert outcomes == want_outcomes, f"(generator, discriminator) outcomes were {outcomes}, expected {want_outcomes}"
-
-
-def _assert_close_to(values: list[torch.Tensor], oracle: torch.nn.Module, cell: Cell, what: str) -> None:
-    """``values`` (a module's parameters, in order) are the oracle's, in the cell's tolerance."""
-    tol = tolerance_for(cell)
-    for (name, want), got in zip(oracle.named_parameters(), values, strict=True):
-        got_cpu, want_cpu = got.double().cpu(), want.detach().double().cpu()
-        if not torch.allclose(got_cpu, want_cpu, rtol=tol.rtol, atol=tol.atol):
-            raise AssertionError(
-                f"{what}: parameter {name!r} differs from the plain-PyTorch oracle on {cell.id} "
-                f"(max abs diff {(got_cpu - want_cpu).abs().max().item():.3g}, rtol {tol.rtol}, atol {tol.atol})"
-            )
 
 
 # -- BWD-002: the backward outside autocast, wherever it is called ------------------------------------------------
@@ -332,7 +187,7 @@ class _Float32Head(torch.nn.Module):
         self.seen: list[bool] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = _probe(self.body(x), self.seen)
+        hidden = probe(self.body(x), self.seen)
         with torch.autocast(x.device.type, enabled=False):
             out: torch.Tensor = self.head(hidden.to(self.head.weight.dtype) + OFFSET)
         return out
@@ -401,15 +256,14 @@ def test_backward_runs_outside_autocast(make_context: MakeContext, cell: Cell, w
             outcomes.append(wrapper.last_outcome)
     _assert_outside(model.seen, f"wrapper.backward ({where})", HEAD_BATCHES)
 
-    plain = torch.optim.SGD(oracle.parameters(), lr=1.0)
-    scaler = oracle_scaler(cell)
-    stepped = []
+    plain, scaler, stepped = torch.optim.SGD(oracle.parameters(), lr=1.0), oracle_scaler(cell), []
     for window in ([0, 1], [2, 3]):
         for batch_idx in window:
             with _own_region(cell) if where == "own-region" else oracle_autocast(cell):
                 loss = _spread(oracle(inputs[batch_idx]))
             scaled_backward(loss, scaler, HEAD_ACCUMULATE)
-        stepped.append(_plain_real_step(plain, len(window), scaler, HEAD_ACCUMULATE))
+        real_step(plain, len(window), scaler, HEAD_ACCUMULATE)
+        stepped.append(update_scaler(scaler) >= 1.0)
         oracle_step_done(cell)
     assert outcomes == expected_outcomes([A, S, A, S], stepped), f"outcomes were {outcomes} ({where})"
     assert_params_close(
@@ -418,12 +272,6 @@ def test_backward_runs_outside_autocast(make_context: MakeContext, cell: Cell, w
         cell,
         f"two windows of two, backward through the wrapper ({where}), against the recipe's backward outside autocast",
     )
-
-
-def _plain_real_step(optimizer: torch.optim.Optimizer, window: int, scaler: GradScaler | None, accumulate: int) -> bool:
-    """The recipe's real step (the window's mean, unscaled, stepped; the scaler updated); whether it stepped."""
-    real_step(optimizer, window, scaler, accumulate)
-    return update_scaler(scaler) >= 1.0
 
 
 @pytest.mark.requirement("BWD-002", "HOOK-001")

@@ -26,12 +26,19 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     mse,
-    oracle_autocast,
     refuses,
     tolerance_for,
 )
+from lightning_optimizer.conformance.optimizer_kinds import RecordingSGD, TwoPassSAM, closure_of, frozen
 from lightning_optimizer.conformance.oracles import WindowOracle, oracle_copy
-from lightning_optimizer.conformance.plain_loop import oracle_loss, real_step, scaled_backward, window_mean
+from lightning_optimizer.conformance.plain_loop import (
+    clipper,
+    oracle_loss,
+    real_step,
+    scaled_backward,
+    train_windows,
+    window_mean,
+)
 from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -41,100 +48,30 @@ EAGER_UNSCALED = pytest.mark.cells(
 """Where a two-pass optimizer runs: outside 16-mixed (torch's GradScaler takes no closure), eager devices."""
 
 
-class RecordingSGD(torch.optim.SGD):
-    """torch's SGD, recording whether each of its steps got a closure (SGD calls it once, before it reads grads)."""
-
-    def __init__(self, params: Any, **kwargs: Any) -> None:
-        super().__init__(params, **kwargs)
-        self.received: list[bool] = []
-
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """SGD's step, after noting whether a closure came."""
-        self.received.append(closure is not None)
-        return super().step(closure)
-
-
-class TwoPassSAM(torch.optim.Optimizer):
-    """Sharpness-aware minimisation, torch's closure convention; it needs its closure and raises without one.
-
-    The closure's gradient ``g`` at ``w``, the closure again at ``w + rho * g / |g|``, then an SGD step from ``w``
-    with the second gradient.
-    """
-
-    def __init__(self, params: Any, lr: float = 0.1, rho: float = 0.05) -> None:
-        super().__init__(params, {"lr": lr, "rho": rho})
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """Two evaluations of the closure, one update."""
-        if closure is None:
-            raise RuntimeError("TwoPassSAM.step needs its closure")
-        with torch.enable_grad():
-            loss = closure()
-        groups = [(group, [p for p in group["params"] if p.grad is not None]) for group in self.param_groups]
-        present = [p.grad for _, params in groups for p in params]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in present]))
-        moves: list[tuple[torch.Tensor, torch.Tensor]] = []
-        for group, params in groups:
-            for p in params:
-                assert p.grad is not None
-                move = (p.grad.float() * (group["rho"] / (norm + 1e-12))).to(p.dtype)
-                p.add_(move)
-                moves.append((p, move))
-        with torch.enable_grad():
-            closure()
-        for p, move in moves:
-            p.sub_(move)
-        for group, params in groups:
-            for p in params:
-                assert p.grad is not None
-                p.add_(p.grad, alpha=-group["lr"])
-        return loss
-
-
-def _both_halves(net: Halves, batch: Batch, cell: Cell) -> torch.Tensor:
-    """The loss of both halves of ``net`` on ``batch``: the sum of their MSEs."""
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    return mse(net.a, batch, device, dtype) + mse(net.b, batch, device, dtype)
-
-
 def _sam_beside_sgd_oracle_batch(
-    oracle: Halves,
-    oracle_sam: TwoPassSAM,
-    oracle_sgd: torch.optim.Optimizer,
-    batch: Batch,
-    sgd_steps: bool,
-    clip: float | None,
-    cell: Cell,
+    oracle: Halves, sam: TwoPassSAM, sgd: torch.optim.SGD, batch: Batch, steps: bool, clip: float | None, cell: Cell
 ) -> None:
-    """One batch of the SAM-beside-SGD check's plain loop: bare SAM on half ``a``, then (``sgd_steps``) SGD on ``b``.
+    """One batch of the SAM-beside-SGD check's plain loop: bare SAM on half ``a``, then (``steps``) SGD on ``b``.
 
-    SAM's closure zeroes, freezes half ``b`` while it evaluates both halves' loss, and clips by norm by hand; the
-    SGD step's gradient is clipped by hand too.
+    SAM's closure zeroes, toggles half ``b`` off by hand while it evaluates both halves' loss, and clips by norm by
+    hand; the SGD step's gradient is clipped by hand too.
     """
+    clip_norm = None if clip is None else clipper("norm", clip)
 
     def oracle_closure() -> torch.Tensor:
-        oracle_sam.zero_grad(set_to_none=True)
-        for p in oracle.b.parameters():
-            p.requires_grad_(False)
-        with oracle_autocast(cell):
-            loss = _both_halves(oracle, batch, cell)
-        loss.backward()
-        for p in oracle.b.parameters():
-            p.requires_grad_(True)
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(list(oracle.a.parameters()), clip)
+        sam.zero_grad(set_to_none=True)
+        with frozen(oracle.b.parameters()):
+            loss = oracle_loss(oracle.a, batch, cell, factor=1.0) + oracle_loss(oracle.b, batch, cell, factor=1.0)
+            loss.backward()
+        if clip_norm is not None:
+            clip_norm(list(oracle.a.parameters()))
         return loss
 
-    oracle_sam.step(oracle_closure)
-    oracle_sam.zero_grad(set_to_none=True)
-    if sgd_steps:
-        oracle_sgd.zero_grad(set_to_none=True)
-        with oracle_autocast(cell):
-            mse(oracle.b, batch, cell_device(cell), cell_dtype(cell)).backward()
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(list(oracle.b.parameters()), clip)
-        oracle_sgd.step()
+    sam.step(oracle_closure)
+    sam.zero_grad(set_to_none=True)
+    if steps:
+        scaled_backward(oracle_loss(oracle.b, batch, cell, factor=1.0), None)
+        real_step(sgd, 1, None, clip=clip_norm)
 
 
 SCHEDULES: dict[str, Sequence[bool | None]] = {
@@ -240,7 +177,7 @@ def test_a_two_pass_optimizer_evaluates_the_closure_again(
             def closure(batch: Batch = batch, returned: list[torch.Tensor] = returned) -> torch.Tensor:
                 evaluations.append([p.requires_grad for p in model.b.parameters()])
                 with context.autocast():
-                    loss = _both_halves(model, batch, cell)
+                    loss = mse(model.a, batch, device, dtype) + mse(model.b, batch, device, dtype)
                 sam.backward(loss)
                 returned.append(loss)
                 return loss
@@ -250,12 +187,7 @@ def test_a_two_pass_optimizer_evaluates_the_closure_again(
             assert len(returned) == 2, f"batch {batch_idx}: SAM evaluated the closure {len(returned)} times, not 2"
             assert got is returned[0], "step() must return the first evaluation's result (STEP-006)"
             if batch_idx % 2 == 1:
-
-                def sgd_closure(batch: Batch = batch) -> None:
-                    with context.autocast():
-                        sgd.backward(mse(model.b, batch, device, dtype))
-
-                sgd.step(sgd_closure, make_optimizer_step=True)
+                sgd.step(closure_of(context, sgd, model.b, batch, cell), make_optimizer_step=True)
         _sam_beside_sgd_oracle_batch(oracle, oracle_sam, oracle_sgd, batch, batch_idx % 2 == 1, clip, cell)
     assert all(not any(flags) for flags in evaluations), "in every SAM evaluation only its parameters require grad"
     assert all(p.requires_grad for p in model.parameters())
@@ -267,71 +199,42 @@ def _two_pass_oracle(oracle: Halves, window: Sequence[Batch], retry: Batch, othe
 
     SAM's first evaluation is the mean over ``window``, each further one ``retry`` anew; SGD steps on ``other``'s mean.
     """
-    oracle_sam, oracle_sgd = TwoPassSAM(oracle.a.parameters()), torch.optim.SGD(oracle.b.parameters(), lr=0.1)
-    calls: list[int] = []
+    sam, calls = TwoPassSAM(oracle.a.parameters()), list[int]()
 
     def oracle_closure() -> torch.Tensor:
-        oracle_sam.zero_grad(set_to_none=True)
-        calls.append(1)
-        first = len(calls) == 1  # the first call is the window's mean; each further one the call's batch anew
-        losses = []
-        for batch in window if first else [retry]:
-            losses.append(oracle_loss(oracle.a, batch, cell, factor=1.0))
-            scaled_backward(losses[-1], None)
-        if first:
-            window_mean(oracle.a.parameters(), len(window), None)
-        return losses[-1]
-
-    oracle_sam.step(oracle_closure)
-    for batch in other:
-        scaled_backward(oracle_loss(oracle.b, batch, cell, factor=1.0), None)
-    real_step(oracle_sgd, len(other), None)
-
-
-def _counted_closure(
-    context: TrainingContext,
-    wrapper: Any,
-    half: torch.nn.Module,
-    batch: Batch,
-    cell: Cell,
-    evaluations: list[int],
-    fail_at: int | None = None,
-) -> Callable[[], torch.Tensor]:
-    """A closure of ``half``'s loss on ``batch`` through ``wrapper.backward``, counting itself in ``evaluations``.
-
-    The evaluation that makes ``len(evaluations) == fail_at`` raises after its backward.
-    """
-    device, dtype = cell_device(cell), cell_dtype(cell)
-
-    def closure() -> torch.Tensor:
-        evaluations.append(1)
-        with context.autocast():
-            loss = mse(half, batch, device, dtype)
-        wrapper.backward(loss)
-        if len(evaluations) == fail_at:
-            raise RuntimeError("the second evaluation fails after its backward")
+        sam.zero_grad(set_to_none=True)
+        batches = [retry] if calls else window
+        calls.append(len(batches))
+        for batch in batches:
+            loss = oracle_loss(oracle.a, batch, cell, factor=1.0)
+            scaled_backward(loss, None)
+        window_mean(oracle.a.parameters(), len(batches), None)
         return loss
 
-    return closure
+    sam.step(oracle_closure)
+    sgd = torch.optim.SGD(oracle.b.parameters(), lr=0.1)
+    train_windows(cell, oracle.b, sgd, other, [range(len(other))], None, factor=1.0)
 
 
-def _assert_sam_window_as_the_policy_leaves_it(
-    sam: Any, half: torch.nn.Module, window: list[torch.Tensor | None], discard: bool, what: str
-) -> None:
-    """After SAM's failed step: under ``"discard"`` its window gone (FAIL-003), else as it was (FAIL-004)."""
-    if discard:
-        discarded = [None] * len(window)
-        assert_same_grads(
-            grads(half.parameters()), discarded, f"{what}: the discarded window kept gradients (FAIL-003)"
-        )
-        assert sam.last_outcome is StepOutcome.DISCARDED, f"{what}: last_outcome {sam.last_outcome} (FAIL-003)"
-    else:
-        assert_same_grads(
-            grads(half.parameters()),
-            window,
-            f"{what}: the window's gradients are not what they were before the call (CLOS-003, FAIL-004)",
-        )
-        assert sam.last_outcome is StepOutcome.ACCUMULATED, f"{what}: last_outcome {sam.last_outcome} (FAIL-004)"
+def _counting(context: TrainingContext, cell: Cell, evaluations: list[int]) -> Callable[..., Callable[[], Any]]:
+    """``closure_for(wrapper, half, batch, fail_at=0)``: :func:`.closure_of` counting itself in ``evaluations``.
+
+    The evaluation that makes the count ``fail_at`` raises after its backward.
+    """
+
+    def closure_for(wrapper: Any, half: Any, batch: Batch, fail_at: int = 0) -> Callable[[], Any]:
+        evaluate = closure_of(context, wrapper, half, batch, cell)
+
+        def closure() -> torch.Tensor:
+            evaluations.append(1)
+            loss = evaluate()
+            if len(evaluations) == fail_at:
+                raise RuntimeError("the second evaluation fails after its backward")
+            return loss
+
+        return closure
+
+    return closure_for
 
 
 @pytest.mark.requirement("CLOS-003", "CLOS-005", "FAIL-003", "FAIL-004", "FAIL-002")
@@ -357,8 +260,7 @@ def test_a_two_pass_optimizer_whose_second_evaluation_raises(
     the evaluation raised are its own to restore (the check puts them back, as its user would); the retry then steps
     as a bare SAM on the window each policy leaves.
     """
-    batches = make_batches(3, seed=19)
-    discard = on_failure == "discard"
+    batches, discard = make_batches(3, seed=19), on_failure == "discard"
     context = make_context(accumulate_grad_batches=2, **failure_settings(on_failure))
     base = Halves(43, 44)
     oracle = oracle_copy(base, cell)
@@ -367,10 +269,7 @@ def test_a_two_pass_optimizer_whose_second_evaluation_raises(
     sam = context.wrap(TwoPassSAM(model.a.parameters()))
     sgd = context.wrap(torch.optim.SGD(model.b.parameters(), lr=0.1))
     evaluations: list[int] = []
-
-    def closure_for(wrapper: Any, half: torch.nn.Module, batch: Batch, fail_at: int | None = None) -> Any:
-        return _counted_closure(context, wrapper, half, batch, cell, evaluations, fail_at)
-
+    closure_for = _counting(context, cell, evaluations)
     sam.step(closure_for(sam, model.a, batches[0]), make_optimizer_step=False)
     sgd.step(closure_for(sgd, model.b, batches[0]), make_optimizer_step=False)
     values, window, other = param_values(model.parameters()), grads(model.a.parameters()), grads(model.b.parameters())
@@ -386,7 +285,10 @@ def test_a_two_pass_optimizer_whose_second_evaluation_raises(
     assert len(evaluations) == 2, f"{what}: the closure ran {len(evaluations)} times, SAM's second run raised"
     assert_same_grads(grads(model.b.parameters()), other, f"{what}: the SGD wrapper's open window changed (FAIL-002)")
     assert sgd.last_outcome is StepOutcome.ACCUMULATED, f"{what}: the SGD wrapper's outcome {sgd.last_outcome}"
-    _assert_sam_window_as_the_policy_leaves_it(sam, model.a, window, discard, what)
+    want = ([None] * len(window), StepOutcome.DISCARDED) if discard else (window, StepOutcome.ACCUMULATED)
+    leaves = "gone (FAIL-003)" if discard else "as before the call (CLOS-003, FAIL-004)"
+    assert_same_grads(grads(model.a.parameters()), want[0], f"{what}: SAM's window is not {leaves}")
+    assert sam.last_outcome is want[1], f"{what}: last_outcome {sam.last_outcome}, the window {leaves}"
     with torch.no_grad():  # SAM moved its parameters before the evaluation raised: its user puts them back
         for param, value in zip(model.parameters(), values, strict=True):
             param.copy_(value)

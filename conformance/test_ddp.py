@@ -11,10 +11,8 @@ window of the module's optimizer, none in any other.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import pytest
-import torch
 
 from lightning_optimizer.conformance.data_parallel import (
     EVERY_SECOND_BATCH,
@@ -22,75 +20,24 @@ from lightning_optimizer.conformance.data_parallel import (
     Plan,
     assert_epoch,
 )
+from lightning_optimizer.conformance.epoch_checks import FORMS, assert_synced_ranks, run_plans
 from lightning_optimizer.conformance.ranks import RankPool
-from lightning_optimizer.conformance.scenarios import (
-    EPOCH,
-)
-from lightning_optimizer.spec import Cell, StepOutcome
+from lightning_optimizer.spec import Cell
 
-A, S = StepOutcome.ACCUMULATED, StepOutcome.STEPPED
-
-
-FORMS = {"closure": "closure form", "toggle": "toggle_model block, then step()"}
 SYNC_RULES = {
     "closure": "micro-steps that do not close a window must run their closure under no_sync(), and each that closes "
-    "one must sync [DDP-001]",
+    "one must sync, one gradient all-reduce [DDP-001]",
     "toggle": "toggle_model(sync_grad=False) must suppress the sync of every DDP module of the context, and "
-    "sync_grad=True must let it sync [TOGGLE-003]",
+    "sync_grad=True must let it sync, one gradient all-reduce [TOGGLE-003, DDP-001]",
 }
 
 
-def _plain_backward(plans: Sequence[Plan], cell: Cell) -> list[bool]:
-    """The second module's closure calls ``loss.backward()`` itself, outside 16-mixed (where the wrapper scales)."""
-    return [j > 0 and cell.precision != "16-mixed" for j in range(len(plans))]
-
-
-def _run(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) -> list[dict[str, Any]]:
-    return ranks.run(
-        "train_epoch_on_shards",
-        cell,
-        form=form,
-        modules=[plan.module for plan in plans],
-        make_optimizer_step=[list(plan.make_optimizer_step) for plan in plans],
-        sync_at=[sorted(plan.closing) for plan in plans],
-        plain_backward=_plain_backward(plans, cell),
-    )
-
-
-def _check_reduces(reduces: Sequence[Sequence[Any]], plan: Plan, what: str, rule: str) -> None:
-    """Reductions in each micro-step that closes a window, the same number in each, and in no other micro-step."""
-    by_batch = {batch_idx: count for batch_idx, count in reduces}
-    expected = sorted(plan.closing)
-    windows = ", ".join("{" + ", ".join(map(str, window)) + "}" for window in plan.windows)
-    assert sorted(by_batch) == expected, (
-        f"{what}: the process group reduced in batches {sorted(by_batch)}, expected in each batch that closes a "
-        f"window of its optimizer and only there, {expected} (windows {windows}); {rule}"
-    )
-    counts = sorted(set(by_batch.values()))
-    assert len(counts) == 1, (
-        f"{what}: the windows' syncs issued {by_batch} reducing operations by batch: each window of one module "
-        "costs the same sync, one gradient all-reduce [DDP-001]"
-    )
-
-
 def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) -> None:
-    results = _run(ranks, cell, form, plans)
-    label = FORMS[form]
-    modules = [f"module {plan.module!r}" for plan in plans]
-    for rank, result in enumerate(results):
-        for j, (plan, name) in enumerate(zip(plans, modules, strict=True)):
-            _check_reduces(result["reduces"][j], plan, f"{label}, {name}, rank {rank}", SYNC_RULES[form])
-    first, *others = results
-    for batch_idx in range(EPOCH):
-        for j, name in enumerate(modules):
-            for rank, result in enumerate(others, start=1):
-                pairs = zip(first["params"][batch_idx][j], result["params"][batch_idx][j], strict=True)
-                for i, (a, b) in enumerate(pairs):
-                    assert torch.equal(a, b), (
-                        f"{label}, {name}: parameter {i} differs between rank 0 and rank {rank} after batch "
-                        f"{batch_idx}; after every real step the ranks must hold identical parameters [DDP-002]"
-                    )
-    assert_epoch(cell, plans, first, label, "DDP [DDP-002]")
+    results = run_plans(ranks, "train_epoch_on_shards", cell, form, plans)
+    windows = {plan.module: plan.windows for plan in plans}
+    syncs = [[dict(reduces) for reduces in result["reduces"]] for result in results]
+    assert_synced_ranks(results, windows, syncs, FORMS[form], SYNC_RULES[form])
+    assert_epoch(cell, plans, results[0], FORMS[form], "DDP [DDP-002]")
 
 
 ONE_MODULE = (SCHEDULE_CUT_SHORT_KEPT_OPEN,)

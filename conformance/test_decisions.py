@@ -13,8 +13,7 @@ import gc
 import pickle
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from lightning_optimizer.conformance.assertions import param_values
 from lightning_optimizer.conformance.harness import (
     Batch,
     Halves,
+    PlannedFailure,
     assert_params_close,
     cell_device,
     cell_dtype,
@@ -33,32 +33,25 @@ from lightning_optimizer.conformance.harness import (
     mse,
     oracle_autocast,
     oracle_scaler,
-    oracle_step_done,
     refuses,
     tolerance_for,
 )
+from lightning_optimizer.conformance.optimizer_kinds import (
+    DeclaredEvaluatingSGD,
+    EvaluatingSGD,
+    KeywordsOnlySGD,
+    NoClosureSGD,
+    RecordingSGD,
+    TwoPassSAM,
+    closure_of,
+)
 from lightning_optimizer.conformance.oracles import WindowOracle, oracle_copy
-from lightning_optimizer.spec import Cell, GradScalerSettings, OptimizerWrapper, StepOutcome, TrainingContext
+from lightning_optimizer.conformance.plain_loop import clipper, real_step, scaled_backward, train_windows
+from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
 MIXED = ("16-mixed", "bf16-mixed")
 NOT_16 = ("64-true", "32-true", "bf16-mixed", "bf16-true")
-UNSET: Any = object()
-"""What a recording inner ``step`` sees for an argument it was not given."""
-
-
-def _closure(
-    context: TrainingContext, wrapper: OptimizerWrapper[Any], model: torch.nn.Module, batch: Batch, cell: Cell
-) -> Callable[[], torch.Tensor]:
-    """The closure form's closure: the forward under the context's autocast, ``wrapper.backward``, the loss."""
-
-    def closure() -> torch.Tensor:
-        with context.autocast():
-            loss = mse(model, batch, cell_device(cell), cell_dtype(cell))
-        wrapper.backward(loss)
-        return loss
-
-    return closure
 
 
 # -- REENT-001: a caught refusal (decision 20) -------------------------------------------------------------------
@@ -78,12 +71,12 @@ def test_a_caught_refusal_of_a_reentered_step_lets_the_outer_call_go_on(make_con
     b = context.wrap(torch.optim.SGD(model.b.parameters(), lr=0.1))
     b_before = param_values(model.b.parameters())
     refused: list[BaseException] = []
-    inner = _closure(context, a, model.a, batch, cell)
+    inner = closure_of(context, a, model.a, batch, cell)
 
     def closure() -> torch.Tensor:
         loss = inner()
         try:
-            b.step(_closure(context, b, model.b, batch, cell), make_optimizer_step=True)
+            b.step(closure_of(context, b, model.b, batch, cell), make_optimizer_step=True)
         except RuntimeError as error:
             refused.append(error)
         return loss
@@ -104,17 +97,6 @@ def test_a_caught_refusal_of_a_reentered_step_lets_the_outer_call_go_on(make_con
 # -- ERR-010: wrapped once while the context lives (decision 21) -------------------------------------------------
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 @pytest.mark.requirement("ERR-010")
 @pytest.mark.cells(precisions=("32-true",))
 @pytest.mark.varies(faults=("invalid argument",), wrappers=("1", "2"))
@@ -127,60 +109,28 @@ def test_an_optimizer_is_wrapped_once_while_its_context_lives(make_context: Make
     wrapper = first.wrap(sgd)
     with refuses(ValueError, "a second wrap() of the same optimizer by the same context", "ERR-010: one window each"):
         first.wrap(sgd)
-    wrapper.step(_closure(first, wrapper, model, batch, cell), make_optimizer_step=True)
+    wrapper.step(closure_of(first, wrapper, model, batch, cell), make_optimizer_step=True)
     assert wrapper.last_outcome is StepOutcome.STEPPED, "the refused second wrap() broke the first wrapper"
     second = make_context()
     alive = weakref.ref(first)
-    with _collector_paused():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
         del first, wrapper
         if alive() is not None:  # kept by its own reference cycles: still live until collected
             with refuses(ValueError, "wrap() by another context", "ERR-010: a context is live until collected"):
                 second.wrap(sgd)
-        gc.collect()
+    finally:
+        if enabled:
+            gc.enable()
+    gc.collect()
     assert alive() is None, "the context outlived every reference the check held (ERR-010: nothing else may keep it)"
     again = second.wrap(sgd)
-    again.step(_closure(second, again, model, batch, cell), make_optimizer_step=True)
+    again.step(closure_of(second, again, model, batch, cell), make_optimizer_step=True)
     assert again.last_outcome is StepOutcome.STEPPED
 
 
 # -- CLOS-005: a call without a closure, and what takes one (decision 22) ---------------------------------------
-
-
-class _Recording(torch.optim.SGD):
-    """An SGD whose ``step`` records whether it was given a ``closure`` argument."""
-
-    def __init__(self, params: Any) -> None:
-        super().__init__(params, lr=0.1)
-        self.given: list[bool] = []
-
-    def step(self, closure: Any = UNSET) -> Any:
-        self.given.append(closure is not UNSET)
-        return super().step(None if closure is UNSET else closure)
-
-
-class _KeywordsOnly(torch.optim.SGD):
-    """An SGD whose ``step`` takes only ``**kwargs``: ``step(closure=...)`` binds, so it gets one."""
-
-    def __init__(self, params: Any) -> None:
-        super().__init__(params, lr=0.1)
-        self.results: list[Any] = []
-
-    def step(self, **kwargs: Any) -> Any:  # type: ignore[override]
-        closure = kwargs.get("closure")
-        self.results.append(None if closure is None else closure())
-        return torch.optim.SGD.step(self)
-
-
-class _NoClosure(torch.optim.SGD):
-    """An SGD whose ``step`` takes no argument at all."""
-
-    def __init__(self, params: Any) -> None:
-        super().__init__(params, lr=0.1)
-        self.calls = 0
-
-    def step(self) -> None:  # type: ignore[override]
-        self.calls += 1
-        torch.optim.SGD.step(self)
 
 
 @pytest.mark.requirement("CLOS-005", "STEP-006")
@@ -194,7 +144,7 @@ def test_a_call_without_a_closure_hands_the_inner_step_none(make_context: MakeCo
     base = make_model(seed=8)
     oracle = oracle_copy(base, cell)
     model = context.prepare_module(base)
-    inner = _Recording(model.parameters())
+    inner = RecordingSGD(model.parameters(), lr=0.1)
     wrapper = context.wrap(inner)
     taken: list[bool] = []
     for batch_idx, batch in enumerate(batches):
@@ -221,11 +171,11 @@ def test_what_takes_a_closure_is_what_binds_closure(make_context: MakeContext, c
     context = make_context()
     model = context.prepare_module(Halves(9, 10))
     assert isinstance(model, Halves)
-    keywords, bare = _KeywordsOnly(model.a.parameters()), _NoClosure(model.b.parameters())
+    keywords, bare = KeywordsOnlySGD(model.a.parameters(), lr=0.1), NoClosureSGD(model.b.parameters(), lr=0.1)
     wa, wb = context.wrap(keywords), context.wrap(bare)
     with context.batch(0, is_last=True):
-        got = wa.step(_closure(context, wa, model.a, batch, cell), make_optimizer_step=True)
-        wb.step(_closure(context, wb, model.b, batch, cell), make_optimizer_step=True)
+        got = wa.step(closure_of(context, wa, model.a, batch, cell), make_optimizer_step=True)
+        wb.step(closure_of(context, wb, model.b, batch, cell), make_optimizer_step=True)
     assert len(keywords.results) == 1 and keywords.results[0] is got, (
         "an inner step(**kwargs) must get a closure whose first call returns the call's result (CLOS-005)"
     )
@@ -252,18 +202,14 @@ def test_copies_carry_no_hooks(make_context: MakeContext, cell: Cell, how: str) 
     )
     state = (context, model, wrapper)
     c2, m2, w2 = pickle.loads(pickle.dumps(state)) if how == "pickle" else copy.deepcopy(state)
-    w2.step(_closure(c2, w2, m2, batch, cell), make_optimizer_step=True)
+    w2.step(closure_of(c2, w2, m2, batch, cell), make_optimizer_step=True)
     assert w2.last_outcome is not None
     assert seen == [], f"the {how} copy called the original's hooks: {seen} (HOOK-005: copies carry no hooks)"
-    wrapper.step(_closure(context, wrapper, model, batch, cell), make_optimizer_step=True)
+    wrapper.step(closure_of(context, wrapper, model, batch, cell), make_optimizer_step=True)
     assert seen == ["before_backward", "after_step"], f"the original lost its hooks after a {how}: {seen}"
 
 
 # -- CTX-003: nested blocks, and a block left by an exception (decision 24) --------------------------------------
-
-
-class _Planned(Exception):
-    """Raised by the check inside a ``batch()`` block."""
 
 
 @pytest.mark.requirement("CTX-003", "AMP-003", "STEP-003")
@@ -307,9 +253,9 @@ def test_a_batch_left_by_an_exception_ends_its_iteration(make_context: MakeConte
                 wrapper.step(closure(batches[0], overflow=True), make_optimizer_step=True)
                 assert wrapper.last_outcome is StepOutcome.SKIPPED_NON_FINITE
             wrapper.step(closure(batches[0]))
-            raise _Planned
+            raise PlannedFailure
 
-    with pytest.raises(_Planned):
+    with pytest.raises(PlannedFailure):
         first_block()
     with context.batch(1):
         wrapper.step(closure(batches[1]))
@@ -366,18 +312,17 @@ def test_a_non_finite_window_is_clipped_as_the_recipe_clips_it(
 
     wrapper.step(closure, make_optimizer_step=True)
     assert wrapper.last_outcome is StepOutcome.SKIPPED_NON_FINITE
-    scaler, optimizer = oracle_scaler(cell), torch.optim.SGD(oracle.parameters(), lr=0.1)
-    assert scaler is not None
+    scaler, want = oracle_scaler(cell), list[torch.Tensor]()
     with oracle_autocast(cell):
         loss = loss_of(oracle)
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)
-    grads = [p for p in oracle.parameters() if p.grad is not None]
-    if algorithm == "norm":
-        torch.nn.utils.clip_grad_norm_(grads, clip)
-    else:
-        torch.nn.utils.clip_grad_value_(grads, clip)
-    want = [p.grad.detach().float().cpu() for p in grads if p.grad is not None]
+    scaled_backward(loss, scaler)
+    real_step(
+        torch.optim.SGD(oracle.parameters(), lr=0.1),
+        1,
+        scaler,
+        clip=clipper(algorithm, clip),
+        after_prepare=lambda params: want.extend(p.grad.detach().float().cpu() for p in params if p.grad is not None),
+    )
     assert len(seen) == 1, f"before_optimizer_step ran {len(seen)} times for one real step (HOOK-002)"
     for i, (got, expected) in enumerate(zip(seen[0], want, strict=True)):
         assert torch.allclose(got, expected, equal_nan=True, rtol=1e-3, atol=1e-6), (
@@ -423,7 +368,7 @@ def test_a_skipped_step_beside_an_accumulating_window_warns_as_torch(
     with context.batch(0):
         calls: list[Callable[[], object]] = [
             lambda: a.step(overflowing, make_optimizer_step=True),
-            lambda: b.step(_closure(context, b, model.b, batch, cell), make_optimizer_step=False),
+            lambda: b.step(closure_of(context, b, model.b, batch, cell), make_optimizer_step=False),
         ]
         for call in calls if first == "skip first" else calls[::-1]:
             call()
@@ -454,7 +399,7 @@ def test_a_state_torch_loads_the_wrapper_loads(make_context: MakeContext, cell: 
     context = make_context()
     model = context.prepare_module(make_model(seed=17))
     wrapper = context.wrap(torch.optim.Adam(model.parameters(), lr=0.01))
-    wrapper.step(_closure(context, wrapper, model, batch, cell), make_optimizer_step=True)
+    wrapper.step(closure_of(context, wrapper, model, batch, cell), make_optimizer_step=True)
     state = copy.deepcopy(wrapper.state_dict())
     state["state"][0]["exp_avg"] = torch.zeros(3, device=cell_device(cell))
     bare = torch.optim.Adam(copy.deepcopy(model).parameters(), lr=0.01)
@@ -477,7 +422,7 @@ def test_last_outcome_is_not_in_the_context_state(make_context: MakeContext, cel
     context = make_context()
     model = context.prepare_module(make_model(seed=19))
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
-    wrapper.step(_closure(context, wrapper, model, batch, cell), make_optimizer_step=True)
+    wrapper.step(closure_of(context, wrapper, model, batch, cell), make_optimizer_step=True)
     state = context.state_dict()
     fresh = make_context()
     fresh_model = fresh.prepare_module(make_model(seed=19))
@@ -515,7 +460,7 @@ def test_a_prepared_window_refuses_a_backward_over_other_parameters(make_context
     a = context.wrap(torch.optim.SGD(model.a.parameters(), lr=0.1))
     b = context.wrap(torch.optim.SGD(model.b.parameters(), lr=0.1))
     with context.batch(0, is_last=True):
-        _closure(context, a, model.a, batch, cell)()
+        closure_of(context, a, model.a, batch, cell)()
         a.unscale_gradients()
         with context.autocast():
             loss_b = mse(model.b, batch, cell_device(cell), cell_dtype(cell))
@@ -539,9 +484,9 @@ def test_a_second_unscale_gradients_prepares_nothing_again(make_context: MakeCon
     model = context.prepare_module(base)
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
     with context.batch(0):
-        wrapper.step(_closure(context, wrapper, model, batches[0], cell))
+        wrapper.step(closure_of(context, wrapper, model, batches[0], cell))
     with context.batch(1):
-        _closure(context, wrapper, model, batches[1], cell)()
+        closure_of(context, wrapper, model, batches[1], cell)()
         wrapper.unscale_gradients()
         once = [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
         wrapper.unscale_gradients()
@@ -550,45 +495,11 @@ def test_a_second_unscale_gradients_prepares_nothing_again(make_context: MakeCon
             assert torch.equal(x, y), f"a second unscale_gradients() changed gradient {i} (CLIP-002: prepared once)"
         wrapper.step()
     assert wrapper.last_outcome is StepOutcome.STEPPED
-    scaler, optimizer = oracle_scaler(cell), torch.optim.SGD(oracle.parameters(), lr=0.1)
-    for batch in batches:
-        with oracle_autocast(cell):
-            loss = mse(oracle, batch, cell_device(cell), cell_dtype(cell))
-        (loss / 2 if scaler is None else scaler.scale(loss / 2)).backward()
-    if scaler is not None:
-        scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(list(oracle.parameters()), clip)
-    if scaler is None:
-        optimizer.step()
-    else:
-        scaler.step(optimizer)
-    oracle_step_done(cell)
+    optimizer, clip_norm = torch.optim.SGD(oracle.parameters(), lr=0.1), clipper("norm", clip)
+    train_windows(
+        cell, oracle, optimizer, batches, [[0, 1]], oracle_scaler(cell), accumulate=2, factor=1.0, clip=clip_norm
+    )
     assert_params_close(model, oracle, cell, "a window prepared by two unscale_gradients() calls")
-
-
-class _Sam(torch.optim.SGD):
-    """A two-pass optimizer: its step evaluates the closure twice and steps on the second evaluation's gradients."""
-
-    def __init__(self, params: Any) -> None:
-        super().__init__(params, lr=0.1)
-        self.autocast: list[tuple[bool, torch.dtype]] = []
-
-    def step(self, closure: Any = None) -> Any:
-        assert closure is not None, "the two-pass optimizer needs its closure"
-        first = closure()
-        with torch.no_grad():
-            for group in self.param_groups:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        p.add_(p.grad, alpha=0.05)
-        closure()
-        with torch.no_grad():
-            for group in self.param_groups:
-                for p in group["params"]:
-                    if p.grad is not None:
-                        p.sub_(p.grad, alpha=0.05)
-        super().step()
-        return first
 
 
 @pytest.mark.requirement("CLOS-005", "CLIP-002", "CLOS-001")
@@ -603,8 +514,7 @@ def test_reevaluations_run_in_the_autocast_region_and_may_backward(make_context:
     batch = make_batches(1, seed=25)[0]
     context = make_context()
     model = context.prepare_module(make_model(seed=26))
-    sam = _Sam(model.parameters())
-    wrapper = context.wrap(sam)
+    wrapper = context.wrap(TwoPassSAM(model.parameters()))
     regions: list[tuple[bool, torch.dtype]] = []
     device_type = cell_device(cell).type
 
@@ -631,11 +541,6 @@ def test_reevaluations_run_in_the_autocast_region_and_may_backward(make_context:
 # -- PREC-001 and PREC-002: buffers (decision 30) ----------------------------------------------------------------
 
 
-def _batch_norm_model() -> torch.nn.Sequential:
-    """A linear layer, then BatchNorm (float running statistics, an integer ``num_batches_tracked``)."""
-    return torch.nn.Sequential(make_model(seed=27), torch.nn.BatchNorm1d(2))
-
-
 @pytest.mark.requirement("PREC-001", "PREC-002")
 @pytest.mark.varies(modules=("1 prepared module",))
 def test_prepare_module_casts_floating_buffers_only(make_context: MakeContext, cell: Cell) -> None:
@@ -645,7 +550,7 @@ def test_prepare_module_casts_floating_buffers_only(make_context: MakeContext, c
     """
     batch = make_batches(1, seed=28)[0]
     context = make_context()
-    base = _batch_norm_model()
+    base = torch.nn.Sequential(make_model(seed=27), torch.nn.BatchNorm1d(2))  # float statistics, an int count
     oracle = oracle_copy(base, cell)
     model = context.prepare_module(base)
     norm = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d)]
@@ -658,7 +563,7 @@ def test_prepare_module_casts_floating_buffers_only(make_context: MakeContext, c
         "buffers take the precision's parameter dtype, others keep theirs (PREC-001, PREC-002)"
     )
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
-    wrapper.step(_closure(context, wrapper, model, batch, cell), make_optimizer_step=True)
+    wrapper.step(closure_of(context, wrapper, model, batch, cell), make_optimizer_step=True)
     with oracle_autocast(cell):
         oracle(batch[0].to(cell_device(cell), cell_dtype(cell)))
     tol = tolerance_for(cell)
@@ -699,32 +604,11 @@ def test_wrap_refuses_a_frozen_parameter_of_another_dtype(make_context: MakeCont
 # -- CLOS-002 and HOOK-002: declared by attribute; hooks once per real step (decision 32) -------------------------
 
 
-class _Evaluating(torch.optim.SGD):
-    """An SGD whose ``step`` evaluates the closure three times and steps on the last evaluation's gradients."""
-
-    def step(self, closure: Any = None) -> Any:
-        assert closure is not None, "an optimizer that evaluates its closure needs one"
-        first = closure()
-        for _ in range(2):
-            closure()
-        super().step()
-        return first
-
-
-class _DeclaredOnClass(_Evaluating):
-    evaluates_closure = True
-
-
-def _declared_on_instance(params: Any) -> _Evaluating:
-    optimizer = _Evaluating(params, lr=0.1)
-    optimizer.evaluates_closure = True  # type: ignore[attr-defined]
-    return optimizer
-
-
 DECLARATIONS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
-    "class attribute": lambda params: _DeclaredOnClass(params, lr=0.1),
-    "instance attribute": _declared_on_instance,
+    "class attribute": lambda params: DeclaredEvaluatingSGD(params, evaluations=3, lr=0.1),
+    "instance attribute": lambda params: EvaluatingSGD(params, evaluations=3, declares=True, lr=0.1),
 }
+"""An optimizer that evaluates its closure three times, declaring ``evaluates_closure = True`` either way."""
 
 
 @pytest.mark.requirement("CLOS-002", "AMP-005")
@@ -781,7 +665,7 @@ def test_hooks_of_an_evaluating_optimizer_run_once_per_real_step(
         after_step=lambda w, outcome: events.append("after_step"),
     )
     cleared: list[bool] = []
-    inner = _closure(context, wrapper, model, batch, cell)
+    inner = closure_of(context, wrapper, model, batch, cell)
 
     def closure() -> torch.Tensor:
         cleared.append(all(p.grad is None or not p.grad.any() for p in model.parameters()))
@@ -841,24 +725,12 @@ def test_hooks_of_several_registrations_run_in_registration_order(make_context: 
             second.remove()
         tags = ("1", "3") if batch_idx >= 2 else ("1", "2", "3")
         with context.batch(batch_idx, is_last=batch_idx == 3):
-            wrapper.step(_closure(context, wrapper, model, batch, cell))
+            wrapper.step(closure_of(context, wrapper, model, batch, cell))
         want += expected(tags, real=batch_idx % 2 == 1)
     assert events == want, f"the hooks ran in the order {events}, expected {want} (HOOK-004: registration order)"
 
 
 # -- STEP-006: whatever the inner step returns (decision 34) -----------------------------------------------------
-
-
-class _Returning(torch.optim.SGD):
-    """An SGD whose ``step`` runs the closure it is handed, then returns ``returns`` instead of its result."""
-
-    returns: Any = None
-
-    def step(self, closure: Any = None) -> Any:
-        if closure is not None:
-            closure()
-        super().step()
-        return self.returns
 
 
 RETURNS: dict[str, Any] = {"another tensor": torch.ones(1), "a float": 2.5, "None": None, "an object": object()}
@@ -878,11 +750,9 @@ def test_step_returns_the_closure_result_whatever_the_inner_returns(
     batches = make_batches(3, seed=35)
     context = make_context(accumulate_grad_batches=2)
     model = context.prepare_module(make_model(seed=36))
-    inner = _Returning(model.parameters(), lr=0.1)
-    inner.returns = RETURNS[returns]
-    wrapper = context.wrap(inner)
+    wrapper = context.wrap(EvaluatingSGD(model.parameters(), returns=RETURNS[returns], lr=0.1))
     for batch_idx, flag in enumerate((False, None, True)):
-        closure = _closure(context, wrapper, model, batches[batch_idx], cell)
+        closure = closure_of(context, wrapper, model, batches[batch_idx], cell)
         results: list[torch.Tensor] = []
         with context.batch(batch_idx, is_last=batch_idx == 2):
 
@@ -897,18 +767,8 @@ def test_step_returns_the_closure_result_whatever_the_inner_returns(
             f"batch {batch_idx}: step() returned {got!r}, not the closure's first result, with an inner step that "
             f"returns {returns} (STEP-006)"
         )
-    _closure(context, wrapper, model, batches[0], cell)()
+    closure_of(context, wrapper, model, batches[0], cell)()
     assert wrapper.step(make_optimizer_step=True) is None, "STEP-006: None without a closure"
-
-
-class _EvaluatorReturning(_Evaluating):
-    """A declared evaluator whose ``step`` returns something else than its first evaluation's result."""
-
-    evaluates_closure = True
-
-    def step(self, closure: Any = None) -> Any:
-        super().step(closure)
-        return "the inner step's own value"
 
 
 @pytest.mark.requirement("STEP-006", "CLOS-002")
@@ -920,8 +780,8 @@ def test_an_evaluating_optimizer_step_returns_its_first_evaluation(make_context:
     batch = make_batches(1, seed=37)[0]
     context = make_context()
     model = context.prepare_module(make_model(seed=38))
-    wrapper = context.wrap(_EvaluatorReturning(model.parameters(), lr=0.1))
-    inner = _closure(context, wrapper, model, batch, cell)
+    wrapper = context.wrap(DeclaredEvaluatingSGD(model.parameters(), 3, "the inner step's own value", lr=0.1))
+    inner = closure_of(context, wrapper, model, batch, cell)
     results: list[torch.Tensor] = []
 
     def closure() -> torch.Tensor:
@@ -938,10 +798,6 @@ def test_an_evaluating_optimizer_step_returns_its_first_evaluation(make_context:
 # -- HOOK-003 and HOOK-004 against the blind broken implementations that survived --------------------------------
 
 
-class _Raised(Exception):
-    """Raised by a check's closure after its backward."""
-
-
 @pytest.mark.requirement("HOOK-003")
 @pytest.mark.features("hooks")
 @pytest.mark.varies(faults=("raising closure after its backward",), make_optimizer_step=("True", "False"))
@@ -953,14 +809,14 @@ def test_a_call_that_raises_runs_no_after_step(make_context: MakeContext, cell: 
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
     seen: list[StepOutcome] = []
     context.register_hooks(after_step=lambda w, outcome: seen.append(outcome))
-    inner = _closure(context, wrapper, model, batch, cell)
+    inner = closure_of(context, wrapper, model, batch, cell)
 
     def raising() -> torch.Tensor:
         inner()
-        raise _Raised
+        raise PlannedFailure
 
     for flag in (False, True):
-        with pytest.raises(_Raised):
+        with pytest.raises(PlannedFailure):
             wrapper.step(raising, make_optimizer_step=flag)
     assert seen == [], f"after_step ran for calls that raised, with {seen} (HOOK-003: a call that raises runs none)"
     wrapper.step(inner, make_optimizer_step=True)
@@ -983,5 +839,5 @@ def test_a_refused_registration_registers_nothing(make_context: MakeContext, cel
             before_optimizer_step=lambda w: seen.append("before_optimizer_step"),
             after_step="not callable",  # type: ignore[arg-type]
         )
-    wrapper.step(_closure(context, wrapper, model, batch, cell), make_optimizer_step=True)
+    wrapper.step(closure_of(context, wrapper, model, batch, cell), make_optimizer_step=True)
     assert seen == [], f"a refused register_hooks() call left hooks registered: {seen} (HOOK-004: nothing registered)"

@@ -5,13 +5,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import pytest
 import torch
 
-from lightning_optimizer.conformance.assertions import assert_same_grads, assert_unchanged, grads, snapshot
+from lightning_optimizer.conformance.assertions import assert_same_grads, assert_unchanged, grads, snapshot, state_diff
 from lightning_optimizer.conformance.harness import (
     LOSS_FACTOR,
     Halves,
@@ -65,14 +64,11 @@ def test_non_callable_closure(make_context: MakeContext, cell: Cell, closure: ob
     _assert_window_intact(model, wrapper, held, f"step(closure={closure!r})")
     model, wrapper, _ = _open_window(make_context, cell)
     wrapper.unscale_gradients()
-    prepared = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    prepared = grads(model.parameters())
     call = f"wrapper.step({closure!r}, make_optimizer_step=False) after unscale_gradients()"
     with refuses(TypeError, call, why + ", before the window's stage is"):
         wrapper.step(closure, make_optimizer_step=False)
-    for param, grad in zip(model.parameters(), prepared, strict=True):
-        assert grad is not None and param.grad is not None and torch.equal(param.grad, grad), (
-            f"{call} changed the prepared gradients"
-        )
+    assert_same_grads(grads(model.parameters()), prepared, f"{call} changed the prepared gradients")
     wrapper.step()
     assert wrapper.last_outcome is StepOutcome.STEPPED, f"after {call} the prepared window did not step"
 
@@ -158,23 +154,14 @@ def test_state_dict_of_another_layout(make_context: MakeContext, cell: Cell) -> 
         "ERR-005: a state dict for another parameter layout is refused and leaves the inner state unchanged",
     ):
         wrapper.load_state_dict(other.state_dict())
-    after = wrapper.optimizer.state_dict()
-    assert after["param_groups"] == before["param_groups"], "param_groups changed by a refused load"
-    for index, entry in before["state"].items():
-        for key, value in entry.items():
-            assert torch.equal(after["state"][index][key], value), f"state[{index}][{key!r}] changed by a refused load"
+    problem = state_diff(wrapper.optimizer.state_dict(), before)
+    assert problem is None, f"a refused load changed the inner state: {problem}"
 
 
-def _sgd_halves(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, Halves, Halves, dict[str, Any]]:
-    """A context (windows of two), ``Halves(41, 42)`` prepared, its oracle copy, and an SGD wrapper per half."""
-    context = make_context(accumulate_grad_batches=2)
-    base = Halves(41, 42)
-    oracle = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    assert isinstance(model, Halves) and isinstance(oracle, Halves)
-    halves = {"a": model.a, "b": model.b}
-    wrappers = {name: context.wrap(torch.optim.SGD(half.parameters(), lr=0.1)) for name, half in halves.items()}
-    return context, model, oracle, wrappers
+_BAD_STEP = (
+    "ERR-001, ERR-002: a closure that is not callable, or a make_optimizer_step that is not a bool or None, is "
+    "refused with TypeError before anything runs"
+)
 
 
 @pytest.mark.requirement("ERR-001", "ERR-002", "STEP-004")
@@ -188,17 +175,19 @@ def _sgd_halves(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext,
 )
 def test_bad_arguments_leave_both_windows(make_context: MakeContext, cell: Cell) -> None:
     """With two windows open, a refused ``step`` of either changes nothing of either window; both close on time."""
-    context, model, oracle, wrappers = _sgd_halves(make_context, cell)
+    context, base = make_context(accumulate_grad_batches=2), Halves(41, 42)
+    oracle, model = oracle_copy(base, cell), context.prepare_module(base)
+    assert isinstance(model, Halves) and isinstance(oracle, Halves)
     halves = {"a": model.a, "b": model.b}
+    wrappers = {name: context.wrap(torch.optim.SGD(half.parameters(), lr=0.1)) for name, half in halves.items()}
     batches = make_batches(2, seed=3)
-    device, dtype = cell_device(cell), cell_dtype(cell)
     calls: list[str] = []
 
     def closure_for(name: str, batch_idx: int) -> Callable[[], None]:
         def closure() -> None:
             calls.append(name)
             with context.autocast():
-                loss = mse(halves[name], batches[batch_idx], device, dtype) * LOSS_FACTOR
+                loss = mse(halves[name], batches[batch_idx], cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
             wrappers[name].backward(loss)
 
         return closure
@@ -218,23 +207,15 @@ def test_bad_arguments_leave_both_windows(make_context: MakeContext, cell: Cell)
             others_outcome = wrappers[other].last_outcome
             for what, arguments in bad:
                 calls.clear()
-                with refuses(
-                    TypeError,
-                    f"wrapper {name}'s step({what}) with both windows open",
-                    "ERR-001, ERR-002: a closure that is not callable, or a make_optimizer_step that is not a bool "
-                    "or None, is refused with TypeError before anything runs",
-                ):
+                with refuses(TypeError, f"wrapper {name}'s step({what}) with both windows open", _BAD_STEP):
                     wrappers[name].step(**arguments)
                 assert calls == [], f"wrapper {name}'s step({what}): a closure ran"
                 assert wrappers[other].last_outcome is others_outcome, (
                     f"wrapper {name}'s step({what}) changed wrapper {other}'s last_outcome from {others_outcome} to "
                     f"{wrappers[other].last_outcome}"
                 )
-            assert_unchanged(
-                model,
-                before,
-                f"wrapper {name}'s refused calls ({', '.join(what for what, _ in bad)}), with both windows open",
-            )
+            refused = ", ".join(what for what, _ in bad)
+            assert_unchanged(model, before, f"wrapper {name}'s refused calls ({refused}), with both windows open")
         for name in halves:
             wrappers[name].step(closure_for(name, 1))
             assert wrappers[name].last_outcome is StepOutcome.STEPPED, (
@@ -246,34 +227,16 @@ def test_bad_arguments_leave_both_windows(make_context: MakeContext, cell: Cell)
     assert_params_close(model, oracle, cell, "two windows that closed after refused calls")
 
 
-def _expect_value_error(what: str, call: Callable[[], object]) -> None:
-    try:
-        call()
-    except ValueError:
-        return
-    raise AssertionError(f"{what} was accepted; expected a ValueError")
-
-
-def _other_device(cell: Cell) -> torch.device | None:
-    """A device other than the cell's that this machine has, if any."""
-    if cell.device != "cpu":
-        return torch.device("cpu")
-    return torch.device("cuda") if torch.cuda.is_available() else None
-
-
 def _wrong_parameters(cell: Cell) -> list[tuple[str, torch.nn.Parameter]]:
-    """Floating-point parameters that a context of ``cell`` must refuse: other dtypes, another device."""
+    """Floating-point parameters that a context of ``cell`` must refuse: other dtypes, another device (if any)."""
     device, dtype = cell_device(cell), cell_dtype(cell)
-    wrong = [
-        (f"a {other} parameter on {device}", torch.nn.Parameter(torch.ones(3, device=device, dtype=other)))
-        for other in (torch.float64, torch.float32, torch.bfloat16)
-        if other != dtype
-    ]
-    other_device = _other_device(cell)
-    if other_device is not None:
-        parameter = torch.nn.Parameter(torch.ones(3, device=other_device, dtype=dtype))
-        wrong.append((f"a {dtype} parameter on {other_device}", parameter))
-    return wrong
+    wrong = [(device, other) for other in (torch.float64, torch.float32, torch.bfloat16) if other != dtype]
+    elsewhere = "cpu" if cell.device != "cpu" else "cuda" if torch.cuda.is_available() else None
+    wrong += [] if elsewhere is None else [(torch.device(elsewhere), dtype)]
+    return [(f"a {t} parameter on {d}", torch.nn.Parameter(torch.ones(3, device=d, dtype=t))) for d, t in wrong]
+
+
+_OFF_THE_CONTEXT = "ERR-007: a parameter off the context's device or dtype is refused with ValueError"
 
 
 @pytest.mark.requirement("ERR-007", "PROXY-003")
@@ -292,8 +255,8 @@ def test_parameters_off_the_context_device_or_dtype(make_context: MakeContext, c
             ("in a second group", [{"params": list(model.parameters())}, {"params": [parameter], "lr": 0.01}]),
         ]
         for where, param_groups in groups:
-            optimizer = torch.optim.SGD(param_groups, lr=0.1)
-            _expect_value_error(f"wrap of an optimizer holding {what} {where}", partial(context.wrap, optimizer))
+            with refuses(ValueError, f"wrap of an optimizer holding {what} {where}", _OFF_THE_CONTEXT):
+                context.wrap(torch.optim.SGD(param_groups, lr=0.1))
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
     inner = wrapper.optimizer
     groups_before = list(inner.param_groups)
@@ -307,7 +270,8 @@ def test_parameters_off_the_context_device_or_dtype(make_context: MakeContext, c
         ]
         for where, group in refused:
             shown = f"add_param_group of {what} {where}"
-            _expect_value_error(shown, partial(wrapper.add_param_group, group))
+            with refuses(ValueError, shown, _OFF_THE_CONTEXT):
+                wrapper.add_param_group(group)
             assert len(inner.param_groups) == len(groups_before) and all(
                 got is want and list(got["params"]) == params
                 for got, want, params in zip(inner.param_groups, groups_before, params_before, strict=True)

@@ -17,196 +17,29 @@ import copy
 import io
 import math
 import pickle
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import nullcontext
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import torch
 
-from lightning_optimizer.conformance.assertions import assert_same_grads, assert_same_values, grads, param_values
+from lightning_optimizer.conformance.assertions import assert_unchanged, snapshot
+from lightning_optimizer.conformance.failure_rigs import EAGER, GROWING, FailurePlan, Rig, run_epoch
 from lightning_optimizer.conformance.harness import (
-    LOSS_FACTOR,
     ON_FAILURE,
-    Batch,
-    FlakyAdam,
-    FlakySGD,
-    Halves,
     PlannedFailure,
-    assert_discard_note,
-    assert_params_close,
-    assert_same_state,
     cell_device,
     cell_dtype,
     failure_settings,
     make_batches,
-    make_model,
-    mse,
-    oracle_step_done,
     refuses,
 )
-from lightning_optimizer.conformance.oracles import oracle_copy
-from lightning_optimizer.conformance.plain_loop import (
-    clipper,
-    oracle_loss,
-    plain_scaler,
-    real_step,
-    scaled_backward,
-    update_scaler,
-)
-from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
+from lightning_optimizer.spec import Cell, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
 A, S, D = StepOutcome.ACCUMULATED, StepOutcome.STEPPED, StepOutcome.DISCARDED
-
-EAGER = ("cpu", "cuda")
-"""The checks that train windows against an oracle run on the eager devices: no rule here depends on the device,
-and on XLA every new graph compiles (the policy's construction check runs there too)."""
-
-SGD_LR = 10.0
-"""Large enough that a window's mean over a wrong length, or a micro-batch too many, moves the parameters far beyond
-every precision's tolerance."""
-ADAM_LR = 0.01
-
-
-_KINDS: dict[str, tuple[type[torch.optim.Optimizer], type[torch.optim.Optimizer], dict[str, Any]]] = {
-    "SGD": (FlakySGD, torch.optim.SGD, {"lr": SGD_LR}),
-    "SGD momentum": (FlakySGD, torch.optim.SGD, {"lr": SGD_LR, "momentum": 0.9}),
-    "Adam": (FlakyAdam, torch.optim.Adam, {"lr": ADAM_LR}),
-}
-"""The flaky optimizer of each kind, its plain twin for the oracle, and their hyper-parameters."""
-
-
-@dataclass
-class _Snapshot:
-    """Everything FAIL-002 says a failed call must leave as it was, read from outside the implementation."""
-
-    values: list[torch.Tensor]
-    grads: dict[str, list[torch.Tensor | None]]
-    flags: list[bool]
-    outcomes: dict[str, StepOutcome | None]
-    state: dict[str, Any] | None
-
-    @classmethod
-    def of(cls, rig: _Rig, *, state: bool) -> _Snapshot:
-        return cls(
-            param_values(list(rig.model.parameters())),
-            {name: grads(params) for name, params in rig.params.items()},
-            [p.requires_grad for p in rig.model.parameters()],
-            {name: wrapper.last_outcome for name, wrapper in rig.wrappers.items()},
-            copy.deepcopy(rig.context.state_dict()) if state else None,
-        )
-
-    def assert_unchanged(self, rig: _Rig, what: str, *, discarded: str | None = None) -> None:
-        """As before, except the window of wrapper ``discarded`` (every gradient ``None``, ``DISCARDED``)."""
-        now = _Snapshot.of(rig, state=False)
-        assert_same_values(now.values, self.values, what)
-        assert now.flags == self.flags, f"{what} changed requires_grad flags: {now.flags}, before {self.flags}"
-        for name, window in self.grads.items():
-            if name == discarded:
-                assert_same_grads(now.grads[name], [None] * len(window), f"{what}, wrapper {name}'s discarded window")
-                assert now.outcomes[name] is D, (
-                    f"{what}: wrapper {name}'s last_outcome is {now.outcomes[name]}, expected DISCARDED [FAIL-003]"
-                )
-                continue
-            assert_same_grads(now.grads[name], window, f"{what}, wrapper {name}'s window")
-            assert now.outcomes[name] is self.outcomes[name], (
-                f"{what}: wrapper {name}'s last_outcome is {now.outcomes[name]}, was {self.outcomes[name]}"
-            )
-        if self.state is not None and discarded is None:
-            assert_same_state(rig.context.state_dict(), self.state, f"{what}, context.state_dict()")
-
-
-class _Rig:
-    """A context, a ``Halves`` model, wrapper ``a`` (a flaky optimizer) on half ``a`` and, with ``two``, an SGD ``b``.
-
-    The oracle's copy of the model is taken before the context prepares it.
-    """
-
-    def __init__(self, make_context: MakeContext, cell: Cell, kind: str, *, two: bool, **settings: Any) -> None:
-        self.cell = cell
-        self.device, self.dtype = cell_device(cell), cell_dtype(cell)
-        self.context = make_context(**settings)
-        base = Halves(61, 62)
-        oracle = oracle_copy(base, cell)
-        model = self.context.prepare_module(base)
-        assert isinstance(model, Halves) and isinstance(oracle, Halves)
-        self.model, self.oracle = model, oracle
-        flaky, _, hyper = _KINDS[kind]
-        self.inner = flaky(model.a.parameters(), **hyper)
-        self.wrappers: dict[str, Any] = {"a": self.context.wrap(self.inner)}
-        self.halves: dict[str, torch.nn.Module] = {"a": model.a}
-        if two:
-            self.wrappers["b"] = self.context.wrap(torch.optim.SGD(model.b.parameters(), lr=SGD_LR))
-            self.halves["b"] = model.b
-        self.params = {name: list(half.parameters()) for name, half in self.halves.items()}
-
-    @property
-    def a(self) -> Any:
-        return self.wrappers["a"]
-
-    def loss(self, name: str, batch: Batch) -> torch.Tensor:
-        """Half ``name``'s loss on ``batch``, its forward under the context's autocast."""
-        with self.context.autocast():
-            return mse(self.halves[name], batch, self.device, self.dtype) * LOSS_FACTOR
-
-    def closure(self, name: str, batch: Batch, *, plain: bool = False, unscale: bool = False) -> Callable[[], Any]:
-        """``step(closure)``'s closure: the forward, ``wrapper.backward`` (``loss.backward()`` with ``plain``)."""
-        wrapper = self.wrappers[name]
-
-        def closure() -> torch.Tensor:
-            loss = self.loss(name, batch)
-            if plain:
-                loss.backward()
-            else:
-                wrapper.backward(loss)
-            if unscale:
-                wrapper.unscale_gradients()
-            return loss
-
-        return closure
-
-
-def _oracle_run(
-    cell: Cell,
-    oracle: Halves,
-    batches: Sequence[Batch],
-    plans: dict[str, tuple[torch.optim.Optimizer, Sequence[Sequence[int]]]],
-    *,
-    accumulate: int,
-    in_batch: bool,
-    clip: float | None = None,
-    settings: GradScalerSettings | None = None,
-) -> list[float]:
-    """The plain loop over each half's windows; the scale each backward pass used (16-mixed only).
-
-    Per batch, each half in order backpropagates if one of its windows holds the batch, and steps on the window's
-    mean (unscaled, clipped by norm) at its last batch; one ``GradScaler`` (torch's recipe, AMP-007), updated at the
-    end of each batch in which an optimizer stepped (``in_batch``) or after each real step (AMP-003).
-    """
-    scaler = plain_scaler(cell, settings)
-    clip_norm = None if clip is None else clipper("norm", clip)
-    halves = {"a": oracle.a, "b": oracle.b}
-    scales: list[float] = []
-    for batch_idx, batch in enumerate(batches):
-        stepped = False
-        for name, (optimizer, windows) in plans.items():
-            window = next((w for w in windows if batch_idx in w), None)
-            if window is None:
-                continue
-            scaled_backward(oracle_loss(halves[name], batch, cell), scaler, accumulate, scales=scales)
-            if batch_idx != window[-1]:
-                continue
-            real_step(optimizer, len(window), scaler, accumulate, clip=clip_norm)
-            stepped = True
-            if not in_batch:
-                update_scaler(scaler)
-            oracle_step_done(cell)
-        if stepped and in_batch:
-            update_scaler(scaler)
-    return scales
 
 
 # -- FAIL-001: the policy is a construction setting -----------------------------------------------------------
@@ -249,166 +82,103 @@ def test_failure_policy_is_a_construction_setting(
 # -- FAIL-002: a refused call, or one that fails before any backward wrote, changes nothing -------------------
 
 
-def _planted_hook(rig: _Rig, implementation: ImplementationInfo[Any]) -> Callable[[], Any] | None:
-    """A ``before_backward`` hook that raises, registered; its handle's ``remove`` (``None`` without hooks)."""
-    if "hooks" not in implementation.features:
-        return None
-
-    def before_backward(wrapper: Any, loss: torch.Tensor) -> None:
-        raise PlannedFailure("the before_backward hook fails (planted by the check)")
-
-    handle = rig.context.register_hooks(before_backward=before_backward)
-    return handle.remove
+def _raise(message: str) -> NoReturn:
+    raise PlannedFailure(message)
 
 
-def _failing_closures(
-    rig: _Rig, batch: Batch, implementation: ImplementationInfo[Any]
-) -> tuple[list[tuple[str, Callable[[], Any], type[BaseException]]], Callable[[], Any]]:
-    """Wrapper ``a``'s closures that fail before any backward writes into its window, and the one a hook fails."""
-    a, b = rig.wrappers["a"], rig.wrappers["b"]
-    outside = torch.zeros(3, device=rig.device, dtype=rig.dtype, requires_grad=True)
-
-    def raise_at_once() -> None:
-        raise PlannedFailure("the closure fails at once")
-
-    def forward_then_raise() -> None:
-        rig.loss("a", batch)
-        raise PlannedFailure("the closure fails after its forward pass")
-
-    def zero_grad_then_raise() -> None:
-        a.zero_grad()
-        b.zero_grad(set_to_none=False)
-        rig.loss("a", batch)
-        raise PlannedFailure("the closure fails after zero_grad() of both wrappers (both windows open: no-ops)")
-
-    def autograd_grad_then_raise() -> None:
-        loss = rig.loss("a", batch)
-        torch.autograd.grad(loss, rig.params["a"])
-        raise PlannedFailure("the closure fails after torch.autograd.grad, which writes no .grad")
-
-    def backward_elsewhere_then_raise() -> None:
-        a.backward((outside * 2.0).sum())
-        raise PlannedFailure("the closure fails after a backward that wrote no gradient of the window")
-
-    def reentering() -> None:
-        rig.loss("a", batch)
-        b.step(rig.closure("b", batch))
-
-    def hooked() -> None:
-        a.backward(rig.loss("a", batch))
-
-    failing: list[tuple[str, Callable[[], Any], type[BaseException]]] = [
-        ("a closure that raises at once", raise_at_once, PlannedFailure),
-        ("a closure that raises after its forward pass", forward_then_raise, PlannedFailure),
-        ("a closure that raises after zero_grad() of both wrappers", zero_grad_then_raise, PlannedFailure),
-        ("a closure that raises after torch.autograd.grad", autograd_grad_then_raise, PlannedFailure),
-        (
-            "a closure whose wrapper.backward wrote no gradient of the window",
-            backward_elsewhere_then_raise,
-            PlannedFailure,
+_BEFORE_ANY_BACKWARD: list[tuple[str, Callable[[Rig, int], object], type[BaseException]]] = [
+    ("a closure that raises at once", lambda rig, i: _raise("the closure fails at once"), PlannedFailure),
+    (
+        "a closure that raises after its forward pass",
+        lambda rig, i: (rig.loss("a", i), _raise("the closure fails after its forward pass")),
+        PlannedFailure,
+    ),
+    (
+        "a closure that raises after zero_grad() of both wrappers",
+        lambda rig, i: (
+            rig.wrappers["a"].zero_grad(),
+            rig.wrappers["b"].zero_grad(set_to_none=False),
+            rig.loss("a", i),
+            _raise("the closure fails after zero_grad() of both wrappers (both windows open: no-ops)"),
         ),
-        ("a closure that re-enters step()", reentering, RuntimeError),
+        PlannedFailure,
+    ),
+    (
+        "a closure that raises after torch.autograd.grad",
+        lambda rig, i: (
+            torch.autograd.grad(rig.loss("a", i), list(rig.halves["a"].parameters())),
+            _raise("the closure fails after torch.autograd.grad, which writes no .grad"),
+        ),
+        PlannedFailure,
+    ),
+    (
+        "a closure whose wrapper.backward wrote no gradient of the window",
+        lambda rig, i: (
+            rig.wrappers["a"].backward(
+                torch.zeros(3, device=cell_device(rig.cell), dtype=cell_dtype(rig.cell), requires_grad=True).sum()
+            ),
+            _raise("the closure fails after a backward that wrote no gradient of the window"),
+        ),
+        PlannedFailure,
+    ),
+    (
+        "a closure that re-enters step()",
+        lambda rig, i: (rig.loss("a", i), rig.wrappers["b"].step(rig.closure("b", i))),
+        RuntimeError,
+    ),
+    (
+        "a closure whose backward's before_backward hook raises",
+        lambda rig, i: rig.wrappers["a"].backward(rig.loss("a", i)),
+        PlannedFailure,
+    ),
+]
+"""Wrapper ``a``'s closures (given the rig and the batch) that fail before any backward writes into its window, and
+what they raise; the last fails in a ``before_backward`` hook (registered only where hooks are claimed)."""
+
+
+def _fail_before_any_backward(rig: Rig, on_failure: str, state: bool, hooks: bool) -> None:
+    """With both windows open, wrapper ``a``'s calls that fail before any backward wrote, then after one wrote."""
+    a = rig.wrappers["a"]
+    bad: list[tuple[str, dict[str, Any]]] = [
+        ("closure=3", {"closure": 3}),
+        ("make_optimizer_step='yes'", {"closure": rig.closure("a", 1), "make_optimizer_step": "yes"}),
     ]
-    if "hooks" in implementation.features:
-        failing.append(("a closure whose backward's before_backward hook raises", hooked, PlannedFailure))
-    return failing, hooked
-
-
-def _fail_with_both_windows_open(
-    rig: _Rig, implementation: ImplementationInfo[Any], batch: Batch, on_failure: str, state: bool
-) -> None:
-    """Wrapper ``a``'s failing and refused calls, both windows open: each changes nothing [FAIL-002].
-
-    Then a call whose closure ran ``loss.backward()`` before raising: discarded or restored [FAIL-003, FAIL-004].
-    """
-    a = rig.wrappers["a"]
-    failing, hooked = _failing_closures(rig, batch, implementation)
     for make_step in (False, True):
-        for what, closure, raised in failing:
+        for what, closure, raised in _BEFORE_ANY_BACKWARD[: 7 if hooks else 6]:
             call = f"wrapper a's step(make_optimizer_step={make_step}) with {what} (on_failure={on_failure!r})"
-            before = _Snapshot.of(rig, state=state)
-            remove = _planted_hook(rig, implementation) if closure is hooked else None
-            try:
-                with refuses(
-                    raised, call, "FAIL-002: the exception of a call that fails before any backward wrote propagates"
-                ):
-                    a.step(closure, make_optimizer_step=make_step)
-            finally:
-                if remove is not None:
-                    remove()
-            before.assert_unchanged(rig, f"{call}: it failed before any backward wrote (FAIL-002)")
-        refused: list[tuple[str, dict[str, Any]]] = [
-            ("closure=3", {"closure": 3}),
-            ("make_optimizer_step='yes'", {"closure": rig.closure("a", batch), "make_optimizer_step": "yes"}),
-        ]
-        for what, arguments in refused:
-            before = _Snapshot.of(rig, state=state)
-            with refuses(
-                TypeError,
-                f"wrapper a's step({what})",
-                "ERR-001, ERR-002: a bad argument is refused with TypeError before anything runs",
-            ):
-                a.step(**arguments)
-            before.assert_unchanged(rig, f"wrapper a's refused step({what}) (FAIL-002)")
-    # A plain loss.backward() writes into the window as a wrapper's backward does [FAIL-002].
-    before = _Snapshot.of(rig, state=state)
-
-    def plain_then_raise() -> None:
-        rig.loss("a", batch).backward()
-        raise PlannedFailure("the closure fails after loss.backward()")
-
+            why = "FAIL-002: the exception of a call that fails before any backward wrote propagates"
+            with rig.hook_raises("before_backward") if "hook" in what else nullcontext():
+                rig.fails(call, why, partial(a.step, partial(closure, rig, 1), make_step), raised=raised, state=state)
+        for what, arguments in bad:
+            why = "ERR-001, ERR-002: a bad argument is refused with TypeError before anything runs"
+            rig.fails(f"wrapper a's step({what}) (FAIL-002)", why, partial(a.step, **arguments), raised=TypeError)
     call = f"wrapper a's step() whose closure raises after loss.backward() (on_failure={on_failure!r})"
-    with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates") as error:
-        a.step(plain_then_raise, make_optimizer_step=False)
-    if on_failure == "discard":
-        before.assert_unchanged(rig, f"{call}: loss.backward() wrote into the window (FAIL-003)", discarded="a")
-        assert_discard_note(error.value, a.optimizer, (1, 2), call)
-    else:
-        before.assert_unchanged(rig, f"{call} (FAIL-004)")
+    plain = partial(a.step, rig.closure("a", 1, plain=True, fail=True), make_optimizer_step=False)
+    discarded = "a" if on_failure == "discard" else None
+    rig.fails(call, "CLOS-003: the closure's exception propagates", plain, discarded=discarded, held=1, state=state)
 
 
-def _fail_on_a_prepared_window(rig: _Rig, batch: Batch, on_failure: str) -> None:
-    """A window prepared by ``unscale_gradients()``: failed closing steps and refused calls change nothing.
-
-    The closing micro-step in the backward-then-step form, prepared by hand: the closing step's closure fails
-    before any backward, and the stage refuses what it forbids [FAIL-002, CLIP-002].
-    """
+def _fail_on_a_prepared_window(rig: Rig, on_failure: str) -> None:
+    """A prepared window: closing steps failing before any backward, and refused calls, change nothing [CLIP-002]."""
     a = rig.wrappers["a"]
-    a.backward(rig.loss("a", batch))
+    a.backward(rig.loss("a", 2))
     a.unscale_gradients()
-
-    def forward_then_raise_prepared() -> None:
-        rig.loss("a", batch)
-        raise PlannedFailure("the closing step's closure fails after its forward pass")
-
-    def backward_refused() -> None:
-        a.backward(rig.loss("a", batch))  # refused: the window is prepared (CLIP-002)
-
-    for what, closure, raised in (
-        ("a closure that raises after its forward pass", forward_then_raise_prepared, PlannedFailure),
-        ("a closure whose backward is refused", backward_refused, RuntimeError),
-    ):
+    refused_backward = ("a closure whose backward is refused", _BEFORE_ANY_BACKWARD[-1][1], RuntimeError)
+    for what, closure, raised in (_BEFORE_ANY_BACKWARD[1], refused_backward):
         for closing in (None, True):
             call = (
                 f"wrapper a's closing step(make_optimizer_step={closing}) of a window unscale_gradients() "
                 f"prepared, with {what} (on_failure={on_failure!r})"
             )
-            before = _Snapshot.of(rig, state=False)
-            with refuses(raised, call, "FAIL-002: the closure's exception propagates"):
-                a.step(closure, make_optimizer_step=closing)
-            before.assert_unchanged(rig, f"{call}: no backward wrote, the prepared window stays (FAIL-002)")
-    for what, refused_call in (
-        ("step(make_optimizer_step=False)", lambda: a.step(make_optimizer_step=False)),
+            failing = partial(a.step, partial(closure, rig, 2), make_optimizer_step=closing)
+            rig.fails(call, "FAIL-002: the closure's exception propagates", failing, raised=raised)
+    for what, refused in (
+        ("step(make_optimizer_step=False)", partial(a.step, make_optimizer_step=False)),
         ("zero_grad()", a.zero_grad),
     ):
-        before = _Snapshot.of(rig, state=False)
-        with refuses(
-            RuntimeError,
-            f"wrapper a's {what} after unscale_gradients(), before the closing step()",
-            "CLIP-002: a stage that forbids the call refuses it, changing nothing (FAIL-002)",
-        ):
-            refused_call()
-        before.assert_unchanged(rig, f"wrapper a's refused {what} on a prepared window (FAIL-002)")
+        call = f"wrapper a's {what} after unscale_gradients(), before the closing step()"
+        why = "CLIP-002: a stage that forbids the call refuses it, changing nothing (FAIL-002)"
+        rig.fails(call, why, refused, raised=RuntimeError)
 
 
 @pytest.mark.requirement("FAIL-002", "FAIL-003", "FAIL-004", "REENT-001", "ERR-001", "ERR-002", "CLIP-002")
@@ -448,71 +218,32 @@ def test_a_call_that_fails_before_any_backward_changes_nothing(
     ``"restore"``. Both windows then close on time and match the plain loop over the windows each policy leaves.
     """
     discard = on_failure == "discard"
-    rig = _Rig(make_context, cell, "SGD", two=True, accumulate_grad_batches=3, **failure_settings(on_failure))
+    rig = Rig(make_context, cell, make_batches(3, seed=21), accumulate_grad_batches=3, **failure_settings(on_failure))
     a, b = rig.wrappers["a"], rig.wrappers["b"]
-    batches = make_batches(3, seed=21)
-    state = "checkpointing" in implementation.features
     with rig.context.batch(0):
-        a.step(rig.closure("a", batches[0]))
-        b.step(rig.closure("b", batches[0]))
+        rig.call("a", 0)
+        rig.call("b", 0)
     with rig.context.batch(1):
-        _fail_with_both_windows_open(rig, implementation, batches[1], on_failure, state)
-        a.step(rig.closure("a", batches[1]))
-        b.step(rig.closure("b", batches[1]))
+        features = implementation.features
+        _fail_before_any_backward(rig, on_failure, "checkpointing" in features, "hooks" in features)
+        rig.call("a", 1)
+        rig.call("b", 1)
     with rig.context.batch(2):
-        _fail_on_a_prepared_window(rig, batches[2], on_failure)
+        _fail_on_a_prepared_window(rig, on_failure)
         a.step()
-        b.step(rig.closure("b", batches[2]))
+        rig.call("b", 2)
     assert a.last_outcome is S and b.last_outcome is S, (
         f"after the failed and refused calls the windows did not close on time: {a.last_outcome}, {b.last_outcome}"
     )
     a_window = (1, 2) if discard else (0, 1, 2)
-    plans: dict[str, tuple[torch.optim.Optimizer, Sequence[Sequence[int]]]] = {
-        "a": (torch.optim.SGD(rig.oracle.a.parameters(), lr=SGD_LR), [a_window]),
-        "b": (torch.optim.SGD(rig.oracle.b.parameters(), lr=SGD_LR), [(0, 1, 2)]),
-    }
-    _oracle_run(cell, rig.oracle, batches, plans, accumulate=3, in_batch=True)
-    assert_params_close(rig.model, rig.oracle, cell, f"the windows {a_window} and (0, 1, 2) ({on_failure})")
+    rig.train_oracle({"a": [a_window], "b": [(0, 1, 2)]})
+    rig.assert_oracle(f"the windows {a_window} and (0, 1, 2) ({on_failure})")
 
 
 # -- FAIL-003: a discarded window ---------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class _Discard:
-    """One epoch of wrapper ``a`` (and ``b``) in which one call of ``a`` fails after its window was written.
-
-    ``where``: ``"closure"`` (the closure raises after its backward), ``"hook"`` (``before_optimizer_step`` raises on
-    the prepared window), ``"inner"`` (the inner step raises), ``"prepared"`` (``unscale_gradients()``, then the
-    closing step's inner step raises), ``"prepared closure"`` (the closure runs its backward and
-    ``unscale_gradients()``, then raises). ``retry``: ``"same"`` (the call again, as planned), ``"skip"`` (the batch is
-    dropped), ``"accumulate"`` (the micro-batch again with ``make_optimizer_step=False``).
-    """
-
-    accumulate: int
-    kind: str
-    form: str
-    """``"closure"`` (``wrapper.backward``), ``"plain"`` (``loss.backward()``: the failing closure always, the others
-    outside 16-mixed) or ``"backward"`` (backward, then ``step()``)."""
-    where: str
-    batches: int
-    failing: int
-    held: int
-    """Micro-steps ``a``'s window held before the failing call."""
-    windows: tuple[tuple[int, ...], ...]
-    """``a``'s windows, by hand: the discarded one is gone, the next starts at the retry."""
-    outcomes: tuple[StepOutcome, ...]
-    """``a``'s ``last_outcome`` after each batch."""
-    schedule: dict[int, bool | None] = field(default_factory=dict)
-    in_batch: bool = True
-    retry: str = "same"
-    other: tuple[bool | None, ...] | None = None
-    """``b``'s ``make_optimizer_step`` per batch (called after ``a`` in each batch), or no ``b``."""
-    other_windows: tuple[tuple[int, ...], ...] = ()
-
-
 _DISCARDS = {
-    "closure-after-backward-2-wrappers": _Discard(
+    "closure-after-backward-2-wrappers": FailurePlan(
         3,
         "SGD momentum",
         "closure",
@@ -525,10 +256,10 @@ _DISCARDS = {
         other=(None,) * 6,
         other_windows=((0, 1, 2), (3, 4, 5)),
     ),
-    "plain-backward-cut-short": _Discard(
+    "plain-backward-cut-short": FailurePlan(
         4, "Adam", "plain", "closure", 7, 3, 3, ((3,), (4, 5, 6)), (A, A, A, S, A, A, S), schedule={3: True}
     ),
-    "inner-step-outside-batch-skipped": _Discard(
+    "inner-step-outside-batch-skipped": FailurePlan(
         2,
         "SGD momentum",
         "backward",
@@ -543,7 +274,7 @@ _DISCARDS = {
         other=(True,) * 4,
         other_windows=((0,), (1,), (2,), (3,)),
     ),
-    "hook-flushed": _Discard(
+    "hook-flushed": FailurePlan(
         3,
         "Adam",
         "closure",
@@ -556,7 +287,7 @@ _DISCARDS = {
         other=(False, False, False, False, None),
         other_windows=((0, 1, 2, 3, 4),),
     ),
-    "prepared-then-accumulated": _Discard(
+    "prepared-then-accumulated": FailurePlan(
         2,
         "SGD",
         "backward",
@@ -570,7 +301,7 @@ _DISCARDS = {
         other=(None,) * 4,
         other_windows=((0, 1), (2, 3)),
     ),
-    "prepared-in-closure-same-iteration": _Discard(
+    "prepared-in-closure-same-iteration": FailurePlan(
         1,
         "SGD momentum",
         "closure",
@@ -583,84 +314,11 @@ _DISCARDS = {
         other=(False, False, True),
         other_windows=((0, 1, 2),),
     ),
-    "closure-after-backward-outside-batch": _Discard(
+    "closure-after-backward-outside-batch": FailurePlan(
         3, "SGD", "closure", "closure", 5, 2, 2, ((2, 3, 4),), (A, A, A, A, S), in_batch=False
     ),
 }
-
-
-@dataclass
-class _DiscardRun:
-    """Wrapper ``a``'s calls in a :class:`_Discard` plan: the planned ones, and the one that fails."""
-
-    plan: _Discard
-    rig: _Rig
-    batches: list[Batch]
-    plain: bool
-    """The closures run ``loss.backward()`` (the plan's ``"plain"`` form, outside 16-mixed)."""
-
-    def call(self, batch_idx: int, *, make_step: bool | None = None, unscale: bool = False) -> None:
-        """The planned call of ``batch_idx`` (or with ``make_step``), its window prepared first with ``unscale``."""
-        a, plan, batch = self.rig.a, self.plan, self.batches[batch_idx]
-        make_step = plan.schedule.get(batch_idx) if make_step is None else make_step
-        if plan.form == "backward":
-            a.backward(self.rig.loss("a", batch))
-            if unscale:
-                a.unscale_gradients()
-            a.step(make_optimizer_step=make_step)
-        else:
-            a.step(self.rig.closure("a", batch, plain=self.plain, unscale=unscale), make_optimizer_step=make_step)
-
-    def fail(self, batch_idx: int) -> None:
-        """The call of ``batch_idx``, failing where the plan says, after its window was written."""
-        a, plan, batch = self.rig.a, self.plan, self.batches[batch_idx]
-        if plan.where in ("closure", "prepared closure"):
-
-            def closure() -> None:
-                loss = self.rig.loss("a", batch)
-                if plan.form == "plain":
-                    loss.backward()
-                else:
-                    a.backward(loss)
-                if plan.where == "prepared closure":
-                    a.unscale_gradients()
-                raise PlannedFailure("the closure fails after its backward")
-
-            a.step(closure, make_optimizer_step=plan.schedule.get(batch_idx))
-        elif plan.where == "hook":
-
-            def before_optimizer_step(wrapper: Any) -> None:
-                if wrapper is a:
-                    raise PlannedFailure("the before_optimizer_step hook fails")
-
-            handle = self.rig.context.register_hooks(before_optimizer_step=before_optimizer_step)
-            try:
-                self.call(batch_idx)
-            finally:
-                handle.remove()
-        else:
-            self.rig.inner.fail = True  # type: ignore[attr-defined]
-            try:
-                self.call(batch_idx, unscale=plan.where == "prepared")
-            finally:
-                self.rig.inner.fail = False  # type: ignore[attr-defined]
-
-    def fail_and_retry(self, batch_idx: int, what: str) -> None:
-        """The failing call discards ``a``'s window and only it [FAIL-003]; then the retry the plan makes."""
-        a, plan, rig = self.rig.a, self.plan, self.rig
-        prepared = plan.where in ("prepared", "prepared closure")
-        before = _Snapshot.of(rig, state=False)
-        with refuses(PlannedFailure, what, "CLOS-003, TXN-001, HOOK-004: the failure propagates") as raised:
-            self.fail(batch_idx)
-        before.assert_unchanged(rig, what, discarded="a")
-        assert_discard_note(raised.value, a.optimizer, (plan.held, plan.held + 1), what)
-        if prepared:
-            a.zero_grad()  # the discarded window is not prepared any more: zero_grad() is taken
-            assert_same_grads(grads(rig.params["a"]), [None] * len(rig.params["a"]), f"{what}, zero_grad()")
-        if plan.retry == "same":
-            self.call(batch_idx, unscale=prepared)
-        elif plan.retry == "accumulate":
-            self.call(batch_idx, make_step=False)
+"""Under the default policy: ``a``'s windows by hand (the discarded one is gone, the next starts at the retry)."""
 
 
 @pytest.mark.requirement("FAIL-003", "FAIL-002", "CLOS-003", "TXN-001", "HOOK-004", "STEP-004", "ACC-001", "AMP-003")
@@ -707,89 +365,46 @@ def test_a_discarded_window_is_gone_and_the_next_is_exact(make_context: MakeCont
     window is exact: the parameters match a plain loop over the windows left, worked out by hand.
     """
     plan = _DISCARDS[scenario]
-    sixteen = cell.precision == "16-mixed"
-    rig = _Rig(make_context, cell, plan.kind, two=plan.other is not None, accumulate_grad_batches=plan.accumulate)
+    kinds = (plan.kind,) if plan.other is None else (plan.kind, "SGD")
     batches = make_batches(plan.batches, seed=23)
-    run = _DiscardRun(plan, rig, batches, plain=plan.form == "plain" and not sixteen)
-    outcomes: list[StepOutcome | None] = []
-    for batch_idx in range(plan.batches):
-        last = batch_idx == plan.batches - 1
-        block: AbstractContextManager[None] = (
-            rig.context.batch(batch_idx, is_last=last) if plan.in_batch else nullcontext()
-        )
-        with block:
-            if batch_idx == plan.failing:
-                run.fail_and_retry(batch_idx, f"{scenario}: wrapper a's failed call in batch {batch_idx}")
-            else:
-                run.call(batch_idx)
-            outcomes.append(rig.a.last_outcome)
-            if plan.other is not None:
-                rig.wrappers["b"].step(rig.closure("b", batches[batch_idx]), make_optimizer_step=plan.other[batch_idx])
+    rig = Rig(make_context, cell, batches, kinds, accumulate_grad_batches=plan.accumulate)
+    outcomes = run_epoch(rig, plan, f"{scenario}: wrapper a's failed call in batch {plan.failing}")
     assert outcomes == list(plan.outcomes), (
         f"{scenario}: wrapper a's last_outcome after each batch {outcomes}, expected {list(plan.outcomes)} (the "
         f"windows {plan.windows}: the discarded window's length is 0, the next counts from its first micro-step)"
     )
-    _, plain_class, hyper = _KINDS[plan.kind]
-    plans: dict[str, tuple[torch.optim.Optimizer, Sequence[Sequence[int]]]] = {
-        "a": (plain_class(rig.oracle.a.parameters(), **hyper), plan.windows)
-    }
-    if plan.other is not None:
-        plans["b"] = (torch.optim.SGD(rig.oracle.b.parameters(), lr=SGD_LR), plan.other_windows)
-    _oracle_run(cell, rig.oracle, batches, plans, accumulate=plan.accumulate, in_batch=plan.in_batch)
-    model = rig.model if plan.other is not None else rig.model.a
-    want = rig.oracle if plan.other is not None else rig.oracle.a
-    assert_params_close(model, want, cell, f"{scenario}: after a discarded window, the windows {plan.windows}")
+    rig.train_oracle({"a": plan.windows, "b": plan.other_windows}, in_batch=plan.in_batch)
+    rig.assert_oracle(f"{scenario}: after a discarded window, the windows {plan.windows}")
 
 
 # -- FAIL-003, FAIL-004: the loss scaler's record of a failed window -----------------------------------------
 
-GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
-"""The scale doubles after every iteration in which an optimizer stepped and nothing overflowed, and halves after one
-that recorded an overflow: a found-inf the scaler kept of a failed window shows in the next scales."""
 
-
-def _b_fails_after_unscaling(rig: _Rig, batch: Batch, failing: str, on_failure: str, scales: list[float]) -> bool:
-    """Wrapper ``b``'s closing call fails after its window was unscaled; whether the restored window then stepped.
-
-    ``closure``: the closure backpropagates an infinite loss, unscales and raises. ``inner-step``: the window is
-    prepared by ``unscale_gradients()`` and the inner step raises; under ``"restore"`` the retry steps it here.
-    """
-    a, b = rig.wrappers["a"], rig.wrappers["b"]
+def _b_fails_after_unscaling(rig: Rig, failing: str, on_failure: str) -> bool:
+    """Wrapper ``b``'s closing call of batch 1 fails after its window was unscaled; whether it then stepped."""
+    b, discarded = rig.wrappers["b"], "b" if on_failure == "discard" else None
     if failing == "closure":
 
         def overflowing() -> None:
-            b.backward(rig.loss("b", batch) * math.inf)
+            b.backward(rig.loss("b", 1, record=False) * math.inf)
             b.unscale_gradients()
             raise PlannedFailure("the closure fails after unscaling an overflowing window")
 
-        before = _Snapshot.of(rig, state=False)
         call = f"wrapper b's closing step() whose closure unscaled an overflow, then raised ({on_failure})"
-        with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
-            b.step(overflowing)
-        before.assert_unchanged(rig, call, discarded="b" if on_failure == "discard" else None)
+        rig.fails(
+            call, "CLOS-003: the closure's exception propagates", partial(b.step, overflowing), discarded=discarded
+        )
         return False
-    loss = rig.loss("b", batch)
-    loss.register_hook(lambda grad: scales.append(float(grad)))
-    b.backward(loss)
+    b.backward(rig.loss("b", 1))
     b.unscale_gradients()
-    inner = b.optimizer
-
-    def raising(*args: Any, **kwargs: Any) -> None:
-        raise PlannedFailure("the inner step fails on purpose")
-
-    inner.step = raising
     call = "wrapper b's closing step() of a window unscale_gradients() prepared, its inner step raising"
-    try:
-        with refuses(PlannedFailure, call, "TXN-001: the inner step's exception propagates"):
-            b.step(make_optimizer_step=True)
-    finally:
-        del inner.step
-    if on_failure == "restore":
+    with rig.inner_fails("b"):
+        why = "TXN-001: the inner step's exception propagates"
+        rig.fails(call, why, partial(b.step, make_optimizer_step=True), discarded=discarded)
+    if discarded is None:
         b.step(make_optimizer_step=True)  # the prepared window is back: its step applies it
-        assert a.last_outcome is S and b.last_outcome is S, f"batch 1: {b.last_outcome} after the retry"
-        return True
-    assert b.last_outcome is StepOutcome.DISCARDED, f"the failed call left {b.last_outcome}, not DISCARDED"
-    return False
+        assert rig.wrappers["a"].last_outcome is S and b.last_outcome is S, f"batch 1: {b.last_outcome} after the retry"
+    return discarded is None
 
 
 @pytest.mark.requirement("FAIL-003", "FAIL-004", "AMP-003", "CLIP-002")
@@ -821,40 +436,26 @@ def test_a_failed_window_leaves_no_found_inf_behind(
     iteration's update sees finite steps alone: the scale grows as in the plain loop where ``b``'s failed attempt
     never ran, and every later backward uses the plain loop's scale.
     """
-    rig = _Rig(make_context, cell, "SGD", two=True, grad_scaler=GROWING, **failure_settings(on_failure))
+    rig = Rig(make_context, cell, make_batches(3, seed=25), grad_scaler=GROWING, **failure_settings(on_failure))
     a, b = rig.wrappers["a"], rig.wrappers["b"]
-    batches = make_batches(3, seed=25)
-    scales: list[float] = []
-
-    def recorded(name: str, batch: Batch) -> Callable[[], torch.Tensor]:
-        def closure() -> torch.Tensor:
-            loss = rig.loss(name, batch)
-            loss.register_hook(lambda grad: scales.append(float(grad)))
-            rig.wrappers[name].backward(loss)
-            return loss
-
-        return closure
-
-    for batch_idx, batch in enumerate(batches):
-        with rig.context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
-            a.step(recorded("a", batch))
-            if batch_idx == 1 and _b_fails_after_unscaling(rig, batch, failing, on_failure, scales):
+    for batch_idx in range(3):
+        with rig.context.batch(batch_idx, is_last=batch_idx == 2):
+            rig.call("a", batch_idx)
+            if batch_idx == 1 and _b_fails_after_unscaling(rig, failing, on_failure):
                 continue
-            b.step(recorded("b", batch))
+            rig.call("b", batch_idx)
             assert a.last_outcome is S and b.last_outcome is S, f"batch {batch_idx}: {a.last_outcome}, {b.last_outcome}"
-    plans: dict[str, tuple[torch.optim.Optimizer, Sequence[Sequence[int]]]] = {
-        "a": (torch.optim.SGD(rig.oracle.a.parameters(), lr=SGD_LR), [(0,), (1,), (2,)]),
-        "b": (torch.optim.SGD(rig.oracle.b.parameters(), lr=SGD_LR), [(0,), (1,), (2,)]),
-    }
-    want = _oracle_run(cell, rig.oracle, batches, plans, accumulate=1, in_batch=True, settings=GROWING)
+    windows = [(0,), (1,), (2,)]
+    want, _ = rig.train_oracle({"a": windows, "b": windows})
     assert want == [2.0**10] * 2 + [2.0**11] * 2 + [2.0**12] * 2, f"the plain loop's scales {want}"
     if failing == "inner-step" and on_failure == "discard":
         want = [*want[:3], want[3], *want[3:]]  # b's failed attempt backpropagated at batch 1's scale too
+    scales = [scale for _, scale in rig.scales]
     assert scales == want, (
         f"the backward passes were scaled by {scales}, the plain loop's by {want}: the failed window's overflow, "
         "which the loss scaler recorded when it was unscaled, was not forgotten (FAIL-003, FAIL-004)"
     )
-    assert_params_close(rig.model, rig.oracle, cell, f"after the failed overflowing window ({on_failure})")
+    rig.assert_oracle(f"after the failed overflowing window ({on_failure})")
 
 
 # -- FAIL-004: restore returns to the last successful call ---------------------------------------------------
@@ -863,104 +464,38 @@ CLIP = 2e-4
 """A norm the windows' gradients exceed: the preparation of a real step changes them in place."""
 
 
-@dataclass
-class _Restored:
-    """Failures of wrapper ``a``'s calls under ``"restore"``, each checked to leave everything as before [FAIL-004]."""
+def _fail_and_restore(rig: Rig, i: int, state: bool, hooks: bool) -> None:
+    """Batch ``i``'s failures of wrapper ``a``, each leaving everything as it was [FAIL-004], then its call."""
+    a, why = rig.wrappers["a"], "CLOS-003, TXN-001, HOOK-004: the failure propagates"
+    after_backward = partial(a.step, rig.closure("a", i, fail=True))
 
-    rig: _Rig
-    state: bool
-    """Whether the context's state is compared too (checkpointing claimed)."""
-    hooks: bool
+    def expect(what: str, failing: Callable[[], object], planted: Any = None, prepared: bool = False) -> None:
+        with planted or nullcontext():
+            rig.fails(f"batch {i}: {what}: under on_failure='restore'", why, failing, state=state and not prepared)
 
-    def expect(self, what: str, failing: Callable[[], Any], *, prepared: bool = False) -> None:
-        """``failing()`` raises the planted failure and leaves the rig as it was."""
-        before = _Snapshot.of(self.rig, state=self.state and not prepared)
-        with refuses(PlannedFailure, what, "CLOS-003, TXN-001, HOOK-004: the failure propagates"):
-            failing()
-        before.assert_unchanged(self.rig, f"{what}: under on_failure='restore' (FAIL-004)")
-
-    def after_backward(self, batch: Batch) -> Callable[[], None]:
-        """A closure that raises after its backward."""
-
-        def closure() -> None:
-            self.rig.wrappers["a"].backward(self.rig.loss("a", batch))
-            raise PlannedFailure("the closure fails after its backward")
-
-        return closure
-
-    def inner_fails(self, call: Callable[[], Any]) -> Callable[[], Any]:
-        """``call`` with the inner optimizer's step raising."""
-
-        def failing() -> None:
-            self.rig.inner.fail = True  # type: ignore[attr-defined]
-            try:
-                call()
-            finally:
-                self.rig.inner.fail = False  # type: ignore[attr-defined]
-
-        return failing
-
-    def hook_fails(self, call: Callable[[], Any]) -> Callable[[], Any]:
-        """``call`` with a ``before_optimizer_step`` hook that raises."""
-
-        def failing() -> None:
-            def before_optimizer_step(wrapper: Any) -> None:
-                raise PlannedFailure("the before_optimizer_step hook fails")
-
-            handle = self.rig.context.register_hooks(before_optimizer_step=before_optimizer_step)
-            try:
-                call()
-            finally:
-                handle.remove()
-
-        return failing
-
-    def batch(self, batch_idx: int, batch: Batch) -> None:
-        """Batch ``batch_idx``'s failures of wrapper ``a``, then its successful call."""
-        a, where = self.rig.wrappers["a"], f"batch {batch_idx}"
-        if batch_idx in (0, 1, 3, 6, 7):
-            self.expect(
-                f"{where}: a closure that raises after its backward", partial(a.step, self.after_backward(batch))
-            )
-        if batch_idx == 1:
-            self.expect(
-                f"{where}: a step cut short whose inner step raises",
-                self.inner_fails(partial(a.step, self.rig.closure("a", batch), make_optimizer_step=True)),
-            )
-        if batch_idx == 2 and self.hooks:
-            self.expect(
-                f"{where}: a closing step whose before_optimizer_step hook raises",
-                self.hook_fails(partial(a.step, self.rig.closure("a", batch))),
-            )
-        if batch_idx == 7:
-            a.zero_grad(set_to_none=False)  # a window is open: nothing happens [ZERO-002]
-            self.expect(
-                f"{where}: again, after zero_grad(set_to_none=False)", partial(a.step, self.after_backward(batch))
-            )
-        if batch_idx == 4:
-            a.backward(self.rig.loss("a", batch))
-            self.expect(
-                f"{where}: a step() cut short after its backward, whose inner step raises",
-                self.inner_fails(lambda: a.step(make_optimizer_step=True)),
-            )
-            a.step()
-        elif batch_idx == 8:
-            a.backward(self.rig.loss("a", batch))
-            a.unscale_gradients()
-            self.expect(
-                f"{where}: the closing step() of a prepared window, whose inner step raises",
-                self.inner_fails(a.step),
-                prepared=True,
-            )
-            with refuses(
-                RuntimeError,
-                "wrapper a's zero_grad() after unscale_gradients() and a failed closing step()",
-                "CLIP-002, FAIL-004: the restored window is still prepared; zero_grad() is refused",
-            ):
-                a.zero_grad()
-            a.step()
-        else:
-            a.step(self.rig.closure("a", batch))
+    if i in (0, 1, 3, 6, 7):
+        expect("a closure that raises after its backward", after_backward)
+    if i == 1:
+        cut_short = partial(a.step, rig.closure("a", i), make_optimizer_step=True)
+        expect("a step cut short whose inner step raises", cut_short, rig.inner_fails())
+    if i == 2 and hooks:
+        hook = rig.hook_raises("before_optimizer_step")
+        expect("a closing step whose before_optimizer_step hook raises", partial(a.step, rig.closure("a", i)), hook)
+    if i == 7:
+        a.zero_grad(set_to_none=False)  # a window is open: nothing happens [ZERO-002]
+        expect("again, after zero_grad(set_to_none=False)", after_backward)
+    if i in (4, 8):
+        a.backward(rig.loss("a", i))
+    if i == 4:
+        cut_short = partial(a.step, make_optimizer_step=True)
+        expect("a step() cut short after its backward, whose inner step raises", cut_short, rig.inner_fails())
+    if i == 8:
+        a.unscale_gradients()
+        expect("the closing step() of a prepared window, whose inner step raises", a.step, rig.inner_fails(), True)
+        call = "wrapper a's zero_grad() after unscale_gradients() and a failed closing step()"
+        why = "CLIP-002, FAIL-004: the restored window is still prepared; zero_grad() is refused"
+        rig.fails(call, why, a.zero_grad, raised=RuntimeError)
+    a.step() if i in (4, 8) else rig.call("a", i)
 
 
 @pytest.mark.requirement("FAIL-004", "CLOS-003", "TXN-001", "HOOK-004", "CLIP-001", "CLIP-002")
@@ -997,52 +532,22 @@ def test_restore_returns_to_the_last_successful_call(
     both outcomes and (where checkpointing is claimed) the context's state are as before the call. The windows are
     then the plain loop's, as if no call had failed.
     """
-    rig = _Rig(
-        make_context,
-        cell,
-        "SGD momentum",
-        two=True,
-        accumulate_grad_batches=3,
-        gradient_clip_val=CLIP,
-        on_failure="restore",
-    )
     batches = make_batches(9, seed=27)
-    failing = _Restored(rig, "checkpointing" in implementation.features, "hooks" in implementation.features)
-    for batch_idx, batch in enumerate(batches):
+    settings: dict[str, Any] = {"accumulate_grad_batches": 3, "gradient_clip_val": CLIP, "on_failure": "restore"}
+    rig = Rig(make_context, cell, batches, ("SGD momentum", "SGD"), **settings)
+    features = implementation.features
+    for batch_idx in range(len(batches)):
         with rig.context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
-            failing.batch(batch_idx, batch)
-            rig.wrappers["b"].step(rig.closure("b", batch))
+            _fail_and_restore(rig, batch_idx, "checkpointing" in features, "hooks" in features)
+            rig.call("b", batch_idx)
             closes, outcome = batch_idx % 3 == 2, rig.wrappers["a"].last_outcome
             assert outcome is (S if closes else A), f"batch {batch_idx}: wrapper a's last_outcome {outcome}"
     windows = [(0, 1, 2), (3, 4, 5), (6, 7, 8)]
-    plans: dict[str, tuple[torch.optim.Optimizer, Sequence[Sequence[int]]]] = {
-        "a": (torch.optim.SGD(rig.oracle.a.parameters(), lr=SGD_LR, momentum=0.9), windows),
-        "b": (torch.optim.SGD(rig.oracle.b.parameters(), lr=SGD_LR), windows),
-    }
-    _oracle_run(cell, rig.oracle, batches, plans, accumulate=3, in_batch=True, clip=CLIP)
-    assert_params_close(rig.model, rig.oracle, cell, "three clipped windows after failed calls, restored")
+    rig.train_oracle({"a": windows, "b": windows})
+    rig.assert_oracle("three clipped windows after failed calls, restored")
 
 
 # -- FAIL-006: states and copies carry the policy ------------------------------------------------------------
-
-
-def _policy_training(make_context: MakeContext, policy: str) -> tuple[TrainingContext, torch.nn.Module, Any]:
-    """A context of ``on_failure=policy`` (``accumulate_grad_batches=3``), its model and one SGD wrapper."""
-    context = make_context(accumulate_grad_batches=3, **failure_settings(policy))
-    model = context.prepare_module(make_model(seed=5))
-    return context, model, context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
-
-
-def _policy_micro_step(
-    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Batch, cell: Cell, **kw: Any
-) -> None:
-    """One ``step(closure)`` on ``batch``, with the keywords ``kw``."""
-
-    def closure() -> None:
-        with context.autocast():
-            wrapper.backward(mse(model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR)
-
-    wrapper.step(closure, **kw)
 
 
 def _saved(context: TrainingContext) -> dict[str, Any]:
@@ -1051,54 +556,6 @@ def _saved(context: TrainingContext) -> dict[str, Any]:
     torch.save(context.state_dict(), buffer)
     state: dict[str, Any] = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
     return state
-
-
-def _assert_refused_by_the_other_policy(
-    make_context: MakeContext, cell: Cell, batch: Batch, state: dict[str, Any], taken: str, other: str
-) -> None:
-    """A context of policy ``other``, its window open, refuses ``state``: its state, window and outcome unchanged."""
-    refusing, refusing_model, refusing_wrapper = _policy_training(make_context, other)
-    _policy_micro_step(refusing, refusing_model, refusing_wrapper, batch, cell)
-    before_state = copy.deepcopy(refusing.state_dict())
-    held = grads(list(refusing_model.parameters()))
-    with refuses(
-        ValueError,
-        f"load_state_dict of a {taken} into an on_failure={other!r} context",
-        "FAIL-006, CKPT-003: a state of the other failure policy is refused before anything changes",
-    ):
-        refusing.load_state_dict(copy.deepcopy(state))
-    what = f"after the refused load of a {taken}"
-    assert_same_state(refusing.state_dict(), before_state, f"{what}, context.state_dict()")
-    assert_same_grads(grads(list(refusing_model.parameters())), held, what)
-    assert refusing_wrapper.last_outcome is A, f"{what}: last_outcome {refusing_wrapper.last_outcome}"
-    assert refusing.on_failure == other, f"{what}: on_failure reads {refusing.on_failure!r}"
-
-
-def _assert_a_copy_keeps_the_policy(
-    whole: tuple[TrainingContext, torch.nn.Module, Any], how: str, policy: str, batch: Batch, cell: Cell
-) -> None:
-    """A ``pickle`` or ``deepcopy`` of the training state reads ``policy`` and acts on it; the original untouched."""
-    _, model, _ = whole
-    clone = pickle.loads(pickle.dumps(whole)) if how == "pickle" else copy.deepcopy(whole)
-    clone_context, clone_model, clone_wrapper = clone
-    assert clone_context.on_failure == policy, (
-        f"a {how} of an on_failure={policy!r} context reads {clone_context.on_failure!r} (FAIL-006)"
-    )
-    original = grads(list(model.parameters()))
-    window = grads(list(clone_model.parameters()))
-
-    def failing() -> None:
-        with clone_context.autocast():
-            loss = mse(clone_model, batch, cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
-        clone_wrapper.backward(loss)
-        raise PlannedFailure("the closure fails after its backward")
-
-    call = f"a failed call on a {how} of an on_failure={policy!r} training state"
-    with refuses(PlannedFailure, call, "CLOS-003: the closure's exception propagates"):
-        clone_wrapper.step(failing)
-    want: list[torch.Tensor | None] = [None] * len(window) if policy == "discard" else window
-    assert_same_grads(grads(list(clone_model.parameters())), want, f"{call} (FAIL-006: the copy's policy)")
-    assert_same_grads(grads(list(model.parameters())), original, f"{call}: the original's window")
 
 
 @pytest.mark.requirement("FAIL-006", "CKPT-003", "PICKLE-001", "FAIL-003", "FAIL-004")
@@ -1123,21 +580,36 @@ def test_states_and_copies_carry_the_failure_policy(
     original untouched.
     """
     batches = make_batches(3, seed=29)
-    pickling = "pickling" in implementation.features
+
+    def rig_of(policy: str) -> Rig:
+        return Rig(make_context, cell, batches, ("SGD",), accumulate_grad_batches=3, **failure_settings(policy))
+
     for policy, other in (("discard", "restore"), ("restore", "discard")):
-        context, model, wrapper = _policy_training(make_context, policy)
-        _policy_micro_step(context, model, wrapper, batches[0], cell)
-        open_state = _saved(context)
-        _policy_micro_step(context, model, wrapper, batches[1], cell, make_optimizer_step=True)
-        closed_state = _saved(context)
-        _policy_micro_step(context, model, wrapper, batches[2], cell)
+        rig = rig_of(policy)
+        rig.call("a", 0)
+        open_state = _saved(rig.context)
+        rig.call("a", 1, True)
+        closed_state = _saved(rig.context)
+        rig.call("a", 2)
         for taken, state in (("with a window open", open_state), ("with no window open", closed_state)):
-            fresh, _, _ = _policy_training(make_context, policy)
-            fresh.load_state_dict(copy.deepcopy(state))
-            assert fresh.on_failure == policy, f"a {policy!r} context reads {fresh.on_failure!r} after a load"
-            _assert_refused_by_the_other_policy(
-                make_context, cell, batches[1], state, f"{policy!r} state taken {taken}", other
+            fresh = rig_of(policy)
+            fresh.context.load_state_dict(copy.deepcopy(state))
+            assert fresh.context.on_failure == policy, f"a {policy!r} context reads {fresh.context.on_failure!r}"
+            refusing = rig_of(other)
+            refusing.call("a", 1)
+            call = f"load_state_dict of a {policy!r} state taken {taken} into an on_failure={other!r} context"
+            why = "FAIL-006, CKPT-003: a state of the other failure policy is refused before anything changes"
+            load = partial(refusing.context.load_state_dict, copy.deepcopy(state))
+            refusing.fails(call, why, load, raised=ValueError, state=True)
+            assert refusing.context.on_failure == other, f"{call}: on_failure reads {refusing.context.on_failure!r}"
+        for how in ("pickle", "deepcopy") if "pickling" in implementation.features else ():
+            clone = pickle.loads(pickle.dumps(rig)) if how == "pickle" else copy.deepcopy(rig)
+            assert clone.context.on_failure == policy, (
+                f"a {how} of an on_failure={policy!r} context reads {clone.context.on_failure!r} (FAIL-006)"
             )
-        if pickling:
-            for how in ("pickle", "deepcopy"):
-                _assert_a_copy_keeps_the_policy((context, model, wrapper), how, policy, batches[1], cell)
+            call = f"a failed call on a {how} of an on_failure={policy!r} training state (FAIL-006: the copy's policy)"
+            original = snapshot(rig.model)
+            failing = partial(clone.wrappers["a"].step, clone.closure("a", 1, fail=True))
+            discarded = "a" if policy == "discard" else None
+            clone.fails(call, "CLOS-003: the closure's exception propagates", failing, discarded=discarded)
+            assert_unchanged(rig.model, original, f"{call}: the original's window")

@@ -10,21 +10,22 @@ LBFGS's data-dependent loop recompiles on every evaluation under XLA (minutes pe
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 import torch
 
 from lightning_optimizer.conformance.assertions import (
     assert_same_grads,
+    assert_same_values,
+    assert_unchanged,
+    cloned,
     grads,
     last_outcome,
     param_values,
     requires_grad_flags,
+    snapshot,
     state_diff,
 )
 from lightning_optimizer.conformance.harness import (
@@ -32,6 +33,7 @@ from lightning_optimizer.conformance.harness import (
     REORDERED_TOLERANCES,
     Batch,
     Halves,
+    PlannedFailure,
     assert_params_close,
     cell_device,
     cell_dtype,
@@ -41,7 +43,9 @@ from lightning_optimizer.conformance.harness import (
     mse,
     refuses,
 )
+from lightning_optimizer.conformance.optimizer_kinds import closure_of, frozen
 from lightning_optimizer.conformance.oracles import oracle_copy
+from lightning_optimizer.conformance.plain_loop import ClipFunction, clipper, params_of, real_step, scaled_backward
 from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -54,93 +58,92 @@ norm summed in another order) stays far inside the tolerance, which it would not
 SGD_LR = 0.1
 
 
-class _Pair:
-    """A context with LBFGS on ``model.a`` and SGD on ``model.b``, and the plain-PyTorch oracle of both."""
+class _Lbfgs:
+    """A wrapped LBFGS and a bare one on the oracle's copy; on :class:`Halves`, LBFGS on ``a`` and SGD on ``b``.
+
+    The wrapper's closure zeroes by ``zeroing`` (``"none"``, ``"set_to_none"``, ``"zeros"``) and calls
+    ``wrapper.backward`` or ``loss.backward`` (``backward``). The bare LBFGS's closure zeroes, toggles ``b`` off and
+    clips (``clip``: the context's clipping) by hand.
+    """
 
     def __init__(
-        self, make_context: MakeContext, cell: Cell, clip: Callable[[Any], object] | None = None, **context_kwargs: Any
+        self,
+        make_context: MakeContext,
+        cell: Cell,
+        base: torch.nn.Module,
+        hyper: dict[str, Any] = LBFGS_HYPER,
+        clip: ClipFunction | None = None,
+        zeroing: str = "set_to_none",
+        backward: str = "wrapper",
+        **settings: Any,
     ) -> None:
-        self.cell = cell
-        self.device, self.dtype = cell_device(cell), cell_dtype(cell)
-        self.context = make_context(**context_kwargs)
-        base = Halves(31, 32)
-        oracle = oracle_copy(base, cell)
-        model = self.context.prepare_module(base)
-        assert isinstance(model, Halves) and isinstance(oracle, Halves)
-        self.model, self.oracle = model, oracle
-        self.lbfgs = self.context.wrap(torch.optim.LBFGS(model.a.parameters(), **LBFGS_HYPER))
-        self.sgd = self.context.wrap(torch.optim.SGD(model.b.parameters(), lr=SGD_LR))
-        self.oracle_lbfgs = torch.optim.LBFGS(oracle.a.parameters(), **LBFGS_HYPER)
-        self.oracle_sgd = torch.optim.SGD(oracle.b.parameters(), lr=SGD_LR)
-        self.clip: Callable[[Any], object] = clip or (lambda params: None)
-        """What the oracle does to its gradients right after each backward (the context's clipping)."""
-        self.evaluations: list[dict[str, bool]] = []
-        """The ``requires_grad`` flags seen at the start of each evaluation of the wrapper's LBFGS closure."""
+        self.cell, self.clip, self.zeroing, self.backward = cell, clip, zeroing, backward
+        self.device, self.dtype, self.halves = cell_device(cell), cell_dtype(cell), isinstance(base, Halves)
+        self.context = make_context(**settings)
+        self.oracle, self.model = cast(Any, oracle_copy(base, cell)), cast(Any, self.context.prepare_module(base))
+        lbfgs_params = (self.model.a if self.halves else self.model).parameters()
+        self.lbfgs = self.context.wrap(torch.optim.LBFGS(lbfgs_params, **hyper))
+        self.oracle_lbfgs = torch.optim.LBFGS((self.oracle.a if self.halves else self.oracle).parameters(), **hyper)
+        if self.halves:
+            self.sgd = self.context.wrap(torch.optim.SGD(self.model.b.parameters(), lr=SGD_LR))
+            self.oracle_sgd = torch.optim.SGD(self.oracle.b.parameters(), lr=SGD_LR)
+        self.evaluations: list[tuple[dict[str, bool], list[str]]] = []
+        """As each evaluation of the wrapper's closures begins: the flags, and the parameters with a gradient."""
+        self.oracle_evaluations = 0
 
-    def loss(self, model: Halves, batch: Batch) -> torch.Tensor:
-        """Both halves' loss: LBFGS sees ``b``'s term too, which must not reach ``b``'s gradients."""
-        return mse(model.a, batch, self.device, self.dtype) + mse(model.b, batch, self.device, self.dtype)
+    def loss(self, model: Any, batch: Batch) -> torch.Tensor:
+        """The model's loss; on halves both halves': LBFGS sees ``b``'s term, which must not reach ``b``."""
+        if self.halves:
+            return mse(model.a, batch, self.device, self.dtype) + mse(model.b, batch, self.device, self.dtype)
+        return mse(model, batch, self.device, self.dtype)
 
     def closure(self, batch: Batch) -> Callable[[], torch.Tensor]:
-        """The LBFGS closure for the wrapper: zero, forward, ``w.backward``, return the loss."""
+        """The wrapper's LBFGS closure: zero, forward, backward, return the loss."""
 
         def closure() -> torch.Tensor:
-            self.evaluations.append(requires_grad_flags(self.model))
-            self.lbfgs.zero_grad()
+            with_grads = [name for name, param in self.model.named_parameters() if param.grad is not None]
+            self.evaluations.append((requires_grad_flags(self.model), with_grads))
+            if self.zeroing != "none":
+                self.lbfgs.zero_grad(set_to_none=self.zeroing == "set_to_none")
             loss = self.loss(self.model, batch)
-            self.lbfgs.backward(loss)
+            self.lbfgs.backward(loss) if self.backward == "wrapper" else loss.backward()
             return loss
 
         return closure
 
-    def oracle_closure(self, batch: Batch) -> Callable[[], torch.Tensor]:
-        """The same closure for the bare LBFGS: ``b`` toggled off by hand, clipped right after the backward."""
+    def step(self, batch: Batch, what: str = "an LBFGS step", make_optimizer_step: bool | None = None) -> None:
+        """A step of the wrapper and of the bare LBFGS: the same loss returned; on halves, several evaluations."""
 
-        def closure() -> torch.Tensor:
+        def oracle_closure() -> torch.Tensor:
+            self.oracle_evaluations += 1
             self.oracle_lbfgs.zero_grad()
-            with _frozen(list(self.oracle.b.parameters())):
+            with frozen(self.oracle.b.parameters() if self.halves else ()):
                 loss = self.loss(self.oracle, batch)
                 loss.backward()
-            self.clip(list(self.oracle.a.parameters()))
+            if self.clip is not None:
+                self.clip(params_of(self.oracle_lbfgs))
             return loss
 
-        return closure
-
-    def lbfgs_step(self, batch: Batch, make_optimizer_step: bool | None = None) -> None:
-        """One LBFGS step of the wrapper and of the oracle; both return the same loss."""
-        start = len(self.evaluations)
+        start, tol = len(self.evaluations), REORDERED_TOLERANCES[self.cell.precision]
         got = self.lbfgs.step(self.closure(batch), make_optimizer_step=make_optimizer_step)
-        want = self.oracle_lbfgs.step(self.oracle_closure(batch))
-        tol = REORDERED_TOLERANCES[self.cell.precision]
-        torch.testing.assert_close(
-            got, want, rtol=tol.rtol, atol=tol.atol, msg="step must return what LBFGS's own step returns"
-        )
-        assert len(self.evaluations) - start > 1, "LBFGS was not allowed to evaluate the closure several times"
+        want, msg = self.oracle_lbfgs.step(oracle_closure), f"{what}: step must return what LBFGS's own step returns"
+        torch.testing.assert_close(got, want, rtol=tol.rtol, atol=tol.atol, msg=msg)
+        several = not self.halves or len(self.evaluations) - start > 1
+        assert several, "LBFGS was not allowed to evaluate the closure several times"
 
-    def sgd_closure(self, batch: Batch) -> Callable[[], None]:
-        """The SGD wrapper's closure on ``b``."""
-
-        def closure() -> None:
-            self.sgd.backward(mse(self.model.b, batch, self.device, self.dtype))
-
-        return closure
+    def sgd_step(self, batch: Batch, make_optimizer_step: bool) -> None:
+        """The SGD wrapper's call on ``b``."""
+        self.sgd.step(closure_of(self.context, self.sgd, self.model.b, batch, self.cell), make_optimizer_step)
 
     def oracle_sgd_window(self, batches: list[Batch]) -> None:
         """The bare SGD's step on the mean of ``batches``' gradients of ``b``, clipped as the context clips."""
-        self.oracle_sgd.zero_grad()
         for batch in batches:
-            mse(self.oracle.b, batch, self.device, self.dtype).backward()
-        with torch.no_grad():
-            for param in self.oracle.b.parameters():
-                assert param.grad is not None
-                param.grad /= len(batches)
-        self.clip(list(self.oracle.b.parameters()))
-        self.oracle_sgd.step()
-        self.oracle_sgd.zero_grad()
+            scaled_backward(mse(self.oracle.b, batch, self.device, self.dtype), None)
+        real_step(self.oracle_sgd, len(batches), None, clip=self.clip)
 
     def assert_toggled(self, what: str) -> None:
         """Every evaluation so far saw only ``a`` requiring grad; every flag is back to ``True`` now."""
-        for index, seen in enumerate(self.evaluations):
+        for index, (seen, _) in enumerate(self.evaluations):
             wrong = {name: flag for name, flag in seen.items() if flag != name.startswith("a.")}
             assert not wrong, (
                 f"{what}: in LBFGS evaluation {index} these flags were wrong (LBFGS's own parameters a.* must "
@@ -150,56 +153,37 @@ class _Pair:
         assert all(after.values()), f"{what}: flags not restored after the step: {after}"
 
 
-@contextmanager
-def _frozen(params: list[torch.Tensor]) -> Iterator[None]:
-    for param in params:
-        param.requires_grad_(False)
-    try:
-        yield
-    finally:
-        for param in params:
-            param.requires_grad_(True)
-
-
-def _alongside_sgd(
-    make_context: MakeContext, cell: Cell, clip: Callable[[Any], object] | None = None, **context_kwargs: Any
-) -> None:
+def _alongside_sgd(make_context: MakeContext, cell: Cell, clip: ClipFunction | None = None, **settings: Any) -> None:
     """LBFGS steps twice, first while the SGD wrapper's window is open; each step checked against the oracle."""
-    pair = _Pair(make_context, cell, clip, **context_kwargs)
+    pair = _Lbfgs(make_context, cell, Halves(31, 32), clip=clip, **settings)
     batches = make_batches(4, seed=5)
-    pair.sgd.step(pair.sgd_closure(batches[0]), make_optimizer_step=False)
-    sgd_window = grads(pair.model.b.parameters())
-    sgd_params = param_values(pair.model.b.parameters())
+    pair.sgd_step(batches[0], False)
+    sgd_window, sgd_params = grads(pair.model.b.parameters()), param_values(pair.model.b.parameters())
     assert last_outcome(pair.lbfgs) is None, f"LBFGS's last_outcome is {last_outcome(pair.lbfgs)} before its first step"
-
     for step, (batch, make_step) in enumerate(((batches[1], None), (batches[3], True))):
-        pair.lbfgs_step(batch, make_step)
+        pair.step(batch, f"LBFGS step (make_optimizer_step={make_step})", make_step)
         what = f"LBFGS step {step} (make_optimizer_step={make_step})"
         pair.assert_toggled(what)
         assert pair.lbfgs.last_outcome is S, f"{what}: LBFGS's last_outcome is {pair.lbfgs.last_outcome}"
         assert all(p.grad is None for p in pair.model.a.parameters()), f"{what}: LBFGS's gradients are not None"
         if step == 0:
             assert pair.sgd.last_outcome is A, (
-                f"{what} changed the SGD wrapper's last_outcome to {pair.sgd.last_outcome}"
+                f"{what} changed the SGD wrapper's last_outcome to {last_outcome(pair.sgd)}"
             )
+            b_now = pair.model.b.parameters()
             assert_same_grads(
-                grads(pair.model.b.parameters()),
-                sgd_window,
-                f"{what} changed the gradients of the SGD wrapper's open window",
+                grads(b_now), sgd_window, f"{what} changed the gradients of the SGD wrapper's open window"
             )
-            assert all(torch.equal(p, q) for p, q in zip(pair.model.b.parameters(), sgd_params, strict=True)), (
-                f"{what} changed the SGD wrapper's parameters"
-            )
-            pair.sgd.step(pair.sgd_closure(batches[2]), make_optimizer_step=True)
+            assert_same_values(param_values(pair.model.b.parameters()), sgd_params, f"{what}: the SGD wrapper's")
+            pair.sgd_step(batches[2], True)
             pair.oracle_sgd_window([batches[0], batches[2]])
             assert pair.sgd.last_outcome is S, f"the SGD wrapper's window did not step: {pair.sgd.last_outcome}"
             assert pair.lbfgs.last_outcome is S, (
-                f"the SGD wrapper's step changed LBFGS's last_outcome to {pair.lbfgs.last_outcome}"
+                f"the SGD wrapper's step changed LBFGS's last_outcome to {last_outcome(pair.lbfgs)}"
             )
     assert pair.sgd.last_outcome is S, f"LBFGS's step changed the SGD wrapper's last_outcome to {pair.sgd.last_outcome}"
-    assert_params_close(
-        pair.model, pair.oracle, cell, "two LBFGS steps beside an SGD window", REORDERED_TOLERANCES[cell.precision]
-    )
+    tol = REORDERED_TOLERANCES[cell.precision]
+    assert_params_close(pair.model, pair.oracle, cell, "two LBFGS steps beside an SGD window", tol)
 
 
 @pytest.mark.requirement("TOGGLE-001", "TOGGLE-002", "ZERO-001", "STEP-004", "STEP-006", "CLOS-001")
@@ -224,93 +208,8 @@ def test_lbfgs_beside_another_optimizer(make_context: MakeContext, cell: Cell) -
 @pytest.mark.varies(optimizer=("LBFGS", "SGD"), clipping=("norm", "value"), wrappers=("2",))
 def test_lbfgs_clips_every_evaluation(make_context: MakeContext, cell: Cell, algorithm: str, value: float) -> None:
     """With ``gradient_clip_val``, LBFGS uses each evaluation's gradients clipped, as a clip after each backward."""
-
-    def clip(params: Any) -> object:
-        if algorithm == "norm":
-            return torch.nn.utils.clip_grad_norm_(params, value)
-        return torch.nn.utils.clip_grad_value_(params, value)
-
+    clip = clipper(algorithm, value)
     _alongside_sgd(make_context, cell, clip, gradient_clip_val=value, gradient_clip_algorithm=algorithm)
-
-
-class _Boom(RuntimeError):
-    """The error a failing closure raises."""
-
-
-def _failing_closure(
-    pair: _Pair, batch: Batch, at: int | None, seen: list[list[torch.Tensor]]
-) -> Callable[[], torch.Tensor | None]:
-    """Raises after the backward of evaluation ``at``; with ``at=None`` every evaluation returns ``None``.
-
-    Each evaluation appends LBFGS's parameters as it begins to ``seen`` (cleared here).
-    """
-    evaluate = pair.closure(batch)
-    seen.clear()
-
-    def closure() -> torch.Tensor | None:
-        seen.append(param_values(pair.model.a.parameters()))
-        loss = evaluate()
-        if at is None:
-            return None
-        if len(seen) == at:
-            raise _Boom(f"evaluation {at} failed")
-        return loss
-
-    return closure
-
-
-def _failed_lbfgs_step(pair: _Pair, closure: Callable[[], torch.Tensor | None], at: int | None, what: str) -> str:
-    """The LBFGS wrapper's step with a failing ``closure``, which must raise; returns the step's description."""
-    if at is None:
-        try:
-            pair.lbfgs.step(closure)
-        except Exception:  # LBFGS's own float(None), or the wrapper's check: either is a failed step
-            pass
-        else:
-            raise AssertionError("an LBFGS step whose closure returned None did not raise")
-        return "an LBFGS step whose closure returned None"
-    with refuses(
-        _Boom,
-        f"the LBFGS wrapper's step(closure) whose closure {what}",
-        "CLOS-003: the exception of a closure that raises in any evaluation propagates out of step()",
-    ):
-        pair.lbfgs.step(closure)
-    return f"an LBFGS step whose closure {what}"
-
-
-@dataclass(frozen=True)
-class _Before:
-    """What a failed LBFGS step must leave as it was: parameters, gradients, LBFGS's state dict, flags."""
-
-    values: list[torch.Tensor]
-    held: list[torch.Tensor | None]
-    state: dict[str, Any]
-    flags: dict[str, bool]
-
-    @classmethod
-    def take(cls, pair: _Pair) -> _Before:
-        model = pair.model
-        state = copy.deepcopy(pair.lbfgs.optimizer.state_dict())
-        return cls(param_values(model.parameters()), grads(model.parameters()), state, requires_grad_flags(model))
-
-    def assert_unchanged(self, pair: _Pair, what: str) -> None:
-        """Every parameter, gradient (LBFGS's and the open SGD window's), LBFGS's state and every flag as taken."""
-        model = pair.model
-        for (name, param), value in zip(model.named_parameters(), self.values, strict=True):
-            assert torch.equal(param.detach(), value), f"after {what}: parameter {name!r} changed"
-        for (name, param), grad in zip(model.named_parameters(), self.held, strict=True):
-            assert_same_grads(
-                grads([param]),
-                [grad],
-                f"after {what}: the gradient of {name!r} is not what it was before the call "
-                f"({'LBFGS' if name.startswith('a.') else 'the open SGD window'})",
-            )
-        assert state_diff(pair.lbfgs.optimizer.state_dict(), self.state) is None, (
-            f"after {what}: LBFGS's state dict changed"
-        )
-        assert requires_grad_flags(model) == self.flags, (
-            f"after {what}: flags {requires_grad_flags(model)}, before the call {self.flags}"
-        )
 
 
 @pytest.mark.requirement("CLOS-003", "TOGGLE-002", "FAIL-005", "FAIL-002")
@@ -330,80 +229,47 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
     Under either failure policy (FAIL-005): LBFGS's parameters, gradients (those a backward left before the call
     included) and state are as before the call, and the SGD wrapper's open window is untouched (FAIL-002).
     """
-    pair = _Pair(make_context, cell, **failure_settings(on_failure))
+    pair = _Lbfgs(make_context, cell, Halves(31, 32), **failure_settings(on_failure))
     model = pair.model
     batches = make_batches(3, seed=7)
-    pair.lbfgs_step(batches[0])  # LBFGS has a history now, which a failed step must not extend
-    pair.sgd.step(pair.sgd_closure(batches[1]), make_optimizer_step=False)
+    pair.step(batches[0])  # LBFGS has a history now, which a failed step must not extend
+    pair.sgd_step(batches[1], False)
     pair.lbfgs.backward(mse(model.a, batches[2], pair.device, pair.dtype))  # gradients left from outside a step
-    before = _Before.take(pair)
-    seen: list[list[torch.Tensor]] = []
-    for at, what in ((1, "raised in its first evaluation"), (3, "raised in its third evaluation"), (None, "None")):
-        what = _failed_lbfgs_step(pair, _failing_closure(pair, batches[1], at, seen), at, what)
+    before, state = snapshot(model), cloned(pair.lbfgs.optimizer.state_dict())
+    for at, what in (
+        (1, "raised in its first evaluation"),
+        (3, "raised in its third evaluation"),
+        (0, "returned None"),
+    ):
+        seen: list[list[torch.Tensor]] = []  # LBFGS's parameters as each evaluation begins
+
+        def closure(at: int = at, seen: list[list[torch.Tensor]] = seen) -> torch.Tensor | None:
+            seen.append(param_values(model.a.parameters()))
+            loss = pair.closure(batches[1])()
+            if len(seen) == at:
+                raise PlannedFailure(f"evaluation {at} failed after its backward")
+            return loss if at else None
+
+        with refuses(  # returning None: LBFGS's own float(None), or the wrapper's check; either is a failed step
+            PlannedFailure if at else Exception,
+            f"the LBFGS wrapper's step(closure) whose closure {what}",
+            "CLOS-003: the exception of a closure that fails in any evaluation propagates out of step()",
+        ):
+            pair.lbfgs.step(closure)
         if at == 3:
             assert len(seen) == 3 and any(not torch.equal(p, q) for p, q in zip(seen[2], seen[0], strict=True)), (
                 "check precondition: LBFGS did not move the parameters before the third evaluation"
             )
-        before.assert_unchanged(pair, what)
+        what = f"after an LBFGS step whose closure {what} (LBFGS's window and the open SGD window)"
+        assert_unchanged(model, before, what)
+        assert state_diff(pair.lbfgs.optimizer.state_dict(), state) is None, f"{what}: LBFGS's state dict changed"
     pair.evaluations.clear()
-    pair.lbfgs_step(batches[2])
+    pair.step(batches[2])
     pair.assert_toggled("the retry after the failed steps")
-    pair.sgd.step(pair.sgd_closure(batches[0]), make_optimizer_step=True)
+    pair.sgd_step(batches[0], True)
     pair.oracle_sgd_window([batches[1], batches[0]])
-    assert_params_close(
-        model,
-        pair.oracle,
-        cell,
-        "the retry after failed LBFGS steps, and the SGD window",
-        REORDERED_TOLERANCES[cell.precision],
-    )
-
-
-def _lbfgs_pair(
-    make_context: MakeContext, cell: Cell, hyper: dict[str, Any]
-) -> tuple[torch.nn.Module, torch.nn.Module, Any, torch.optim.LBFGS]:
-    """A prepared model with a wrapped LBFGS, and the oracle's copy of it with a bare LBFGS of the same settings."""
-    context = make_context()
-    base = make_model()
-    oracle = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    wrapper: Any = context.wrap(torch.optim.LBFGS(model.parameters(), **hyper))
-    return model, oracle, wrapper, torch.optim.LBFGS(oracle.parameters(), **hyper)
-
-
-@dataclass
-class _Lone:
-    """A context with one wrapped LBFGS over a whole model, a bare LBFGS on a copy, and their closures on a batch."""
-
-    model: torch.nn.Module
-    oracle: torch.nn.Module
-    wrapper: Any
-    oracle_opt: torch.optim.LBFGS
-    closure: Callable[[], torch.Tensor]
-    """The wrapper's closure: zero, forward, ``w.backward``, the loss; each evaluation appends to ``evaluations``."""
-    oracle_closure: Callable[[], torch.Tensor]
-    evaluations: list[int]
-
-    @classmethod
-    def build(cls, make_context: MakeContext, cell: Cell, batch: Batch, **hyper: Any) -> _Lone:
-        model, oracle, wrapper, oracle_opt = _lbfgs_pair(make_context, cell, hyper)
-        device, dtype = cell_device(cell), cell_dtype(cell)
-        evaluations: list[int] = []
-
-        def closure() -> torch.Tensor:
-            evaluations.append(1)
-            wrapper.zero_grad()
-            loss = mse(model, batch, device, dtype)
-            wrapper.backward(loss)
-            return loss
-
-        def oracle_closure() -> torch.Tensor:
-            oracle_opt.zero_grad()
-            loss = mse(oracle, batch, device, dtype)
-            loss.backward()
-            return loss
-
-        return cls(model, oracle, wrapper, oracle_opt, closure, oracle_closure, evaluations)
+    what, tol = "the retry after failed LBFGS steps, and the SGD window", REORDERED_TOLERANCES[cell.precision]
+    assert_params_close(model, pair.oracle, cell, what, tol)
 
 
 @pytest.mark.requirement("CLOS-002")
@@ -413,21 +279,13 @@ class _Lone:
 def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> None:
     """``make_optimizer_step=False``, and ``accumulate_grad_batches=2``: ``ValueError`` before the closure runs."""
     batch = make_batches(1, seed=9)[0]
-    lone = _Lone.build(make_context, cell, batch, **LBFGS_HYPER)
-    model, oracle, wrapper = lone.model, lone.oracle, lone.wrapper
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    calls: list[int] = []
-
-    def refused() -> torch.Tensor:
-        calls.append(1)
-        loss = mse(model, batch, device, dtype)
-        wrapper.backward(loss)
-        return loss
-
+    lone = _Lbfgs(make_context, cell, make_model())
+    model, oracle, wrapper, calls = lone.model, lone.oracle, lone.lbfgs, lone.evaluations
     for make_step in (None, True):  # refused before the first step (no state yet) and after one (a history)
-        values, state = param_values(model.parameters()), copy.deepcopy(wrapper.optimizer.state_dict())
+        values, state = param_values(model.parameters()), cloned(wrapper.optimizer.state_dict())
+        calls.clear()
         try:
-            wrapper.step(refused, make_optimizer_step=False)
+            wrapper.step(lone.closure(batch), make_optimizer_step=False)
         except ValueError:
             pass
         else:
@@ -436,13 +294,10 @@ def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> N
                 f"ValueError before the closure runs (it ran {len(calls)} times)"
             )
         assert calls == [], "the closure ran before LBFGS with make_optimizer_step=False was refused"
-        assert all(torch.equal(p, v) for p, v in zip(model.parameters(), values, strict=True)), (
-            "a refused step(make_optimizer_step=False) changed a parameter"
-        )
+        assert_same_values(param_values(model.parameters()), values, "a refused step(make_optimizer_step=False)")
         assert all(p.grad is None for p in model.parameters()), "a refused step left gradients"
         assert state_diff(wrapper.optimizer.state_dict(), state) is None, "a refused step changed LBFGS's state"
-        wrapper.step(lone.closure, make_optimizer_step=make_step)
-        lone.oracle_opt.step(lone.oracle_closure)
+        lone.step(batch, f"step(make_optimizer_step={make_step}) after the refused one", make_step)
         assert wrapper.last_outcome is S, f"step(make_optimizer_step={make_step}): {wrapper.last_outcome}"
     assert_params_close(
         model, oracle, cell, "two LBFGS steps after refused accumulating steps", REORDERED_TOLERANCES[cell.precision]
@@ -450,8 +305,9 @@ def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> N
 
     accumulating = make_context(accumulate_grad_batches=2)
     lbfgs_model = accumulating.prepare_module(make_model())
+    calls.clear()
     try:
-        accumulating.wrap(torch.optim.LBFGS(lbfgs_model.parameters())).step(refused)
+        accumulating.wrap(torch.optim.LBFGS(lbfgs_model.parameters())).step(lone.closure(batch))
     except ValueError:
         pass
     else:
@@ -466,17 +322,15 @@ def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> N
 def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell) -> None:
     """A non-callable closure or a non-bool ``make_optimizer_step``: ``TypeError``; LBFGS never starts a step."""
     batch = make_batches(1, seed=9)[0]
-    lone = _Lone.build(make_context, cell, batch, **LBFGS_HYPER)
-    model, oracle, wrapper, closure, calls = lone.model, lone.oracle, lone.wrapper, lone.closure, lone.evaluations
+    lone = _Lbfgs(make_context, cell, make_model())
+    model, oracle, wrapper, closure, calls = lone.model, lone.oracle, lone.lbfgs, lone.closure(batch), lone.evaluations
     inner_steps: list[int] = []
     wrapper.optimizer.register_step_pre_hook(lambda *args: inner_steps.append(1))
     device, dtype = cell_device(cell), cell_dtype(cell)
 
-    wrapper.step(closure)
-    lone.oracle_opt.step(lone.oracle_closure)
+    lone.step(batch, "an LBFGS step")
     wrapper.backward(mse(model, batch, device, dtype))  # gradients left from outside a step
-    values, held = param_values(model.parameters()), grads(model.parameters())
-    state = copy.deepcopy(wrapper.optimizer.state_dict())
+    before, state = snapshot(model), cloned(wrapper.optimizer.state_dict())
     bad: list[tuple[str, dict[str, Any]]] = [
         ("closure=3", {"closure": 3}),
         ("closure='loss'", {"closure": "loss"}),
@@ -497,13 +351,9 @@ def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell)
             wrapper.step(**arguments)
         assert calls == [], f"step({what}): the closure ran before the argument was refused"
         assert inner_steps == [], f"step({what}): LBFGS's step started before the argument was refused"
-        assert all(torch.equal(p, v) for p, v in zip(model.parameters(), values, strict=True)), (
-            f"step({what}) changed a parameter"
-        )
-        assert_same_grads(grads(model.parameters()), held, f"step({what}) changed a gradient")
+        assert_unchanged(model, before, f"step({what})")
         assert state_diff(wrapper.optimizer.state_dict(), state) is None, f"step({what}) changed LBFGS's state"
-    wrapper.step(closure)
-    lone.oracle_opt.step(lone.oracle_closure)
+    lone.step(batch, "an LBFGS step after refused arguments")
     assert_params_close(
         model, oracle, cell, "an LBFGS step after refused arguments", REORDERED_TOLERANCES[cell.precision]
     )
@@ -515,17 +365,12 @@ def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell)
 @pytest.mark.varies(optimizer=("LBFGS",), wrappers=("1",))
 def test_lbfgs_evaluates_the_closure_itself(make_context: MakeContext, cell: Cell) -> None:
     """LBFGS steps as a bare LBFGS does with the same closure, and returns what LBFGS returns."""
-    lone = _Lone.build(make_context, cell, make_batches(1)[0], lr=0.5, max_iter=5)
-    model, oracle, evaluations = lone.model, lone.oracle, lone.evaluations
-    for _ in range(2):
-        got = lone.wrapper.step(lone.closure)
-        want = lone.oracle_opt.step(lone.oracle_closure)
-        tol = REORDERED_TOLERANCES[cell.precision]
-        torch.testing.assert_close(
-            got, want, rtol=tol.rtol, atol=tol.atol, msg="step must return what LBFGS's own step returns"
-        )
-    assert len(evaluations) > 2, "LBFGS was not allowed to evaluate the closure several times"
-    assert_params_close(model, oracle, cell, "two LBFGS steps", REORDERED_TOLERANCES[cell.precision])
+    batch = make_batches(1)[0]
+    lone = _Lbfgs(make_context, cell, make_model(), {"lr": 0.5, "max_iter": 5})
+    for step in range(2):
+        lone.step(batch, f"LBFGS step {step}")
+    assert len(lone.evaluations) > 2, "LBFGS was not allowed to evaluate the closure several times"
+    assert_params_close(lone.model, lone.oracle, cell, "two LBFGS steps", REORDERED_TOLERANCES[cell.precision])
     lbfgs_context = make_context(accumulate_grad_batches=2)
     lbfgs_model = lbfgs_context.prepare_module(make_model())
     lbfgs = torch.optim.LBFGS(lbfgs_model.parameters())
@@ -534,7 +379,7 @@ def test_lbfgs_evaluates_the_closure_itself(make_context: MakeContext, cell: Cel
         "wrap(LBFGS) in a context with accumulate_grad_batches=2, then its step(closure)",
         "CLOS-002: an LBFGS cannot accumulate, so wrap refuses it when accumulate_grad_batches > 1",
     ):
-        lbfgs_context.wrap(lbfgs).step(lone.closure)
+        lbfgs_context.wrap(lbfgs).step(lone.closure(batch))
 
 
 _EVALUATION_CASES: tuple[tuple[int, int, str | None, str], ...] = (
@@ -546,60 +391,6 @@ _EVALUATION_CASES: tuple[tuple[int, int, str | None, str], ...] = (
 )
 """One evaluation per step (max_iter=1: only a stale gradient can leak in), then several, with a short history
 (the curvature pairs of earlier steps dropped) and a line search (evaluations at trial points)."""
-
-
-def _lbfgs_evaluations_case(
-    make_context: MakeContext, cell: Cell, zeroing: str, hyper: dict[str, Any], backward: str
-) -> None:
-    """Three LBFGS steps of the wrapper and of a bare LBFGS, a stale gradient left on the parameters before each."""
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    tol = REORDERED_TOLERANCES[cell.precision]
-    case = f"LBFGS({hyper}), closure with {backward}.backward and zeroing {zeroing!r}"
-    model, oracle, wrapper, oracle_opt = _lbfgs_pair(make_context, cell, hyper)
-    stale = make_batches(1, seed=12)[0]
-    seen: list[list[str]] = []
-    """For each evaluation of the wrapper's closure, the parameters that had a gradient when it began."""
-    oracle_evaluations: list[int] = []
-
-    def closure(batch: Batch) -> torch.Tensor:
-        seen.append([name for name, param in model.named_parameters() if param.grad is not None])
-        if zeroing != "none":
-            wrapper.zero_grad(set_to_none=zeroing == "set_to_none")
-        loss = mse(model, batch, device, dtype)
-        if backward == "wrapper":
-            wrapper.backward(loss)
-        else:
-            loss.backward()
-        return loss
-
-    def oracle_closure(batch: Batch) -> torch.Tensor:
-        oracle_evaluations.append(1)
-        oracle_opt.zero_grad()
-        loss = mse(oracle, batch, device, dtype)
-        loss.backward()
-        return loss
-
-    for step, batch in enumerate(make_batches(3, seed=11)):
-        seen.clear()
-        oracle_evaluations.clear()
-        mse(model, stale, device, dtype).backward()  # a stale gradient, left from outside any step
-        assert all(p.grad is not None for p in model.parameters()), "check precondition: no stale gradient"
-        got = wrapper.step(lambda batch=batch: closure(batch))
-        want = oracle_opt.step(lambda batch=batch: oracle_closure(batch))
-        what = f"{case}, step {step}"
-        with_grads = [(index, names) for index, names in enumerate(seen) if names]
-        assert not with_grads, (
-            f"{what}: LBFGS evaluations began with gradients on the parameters (evaluation, parameters): "
-            f"{with_grads}; each evaluation must begin from None, the stale gradient and the previous "
-            "evaluation's gone"
-        )
-        assert len(seen) == len(oracle_evaluations), (
-            f"{what}: LBFGS evaluated the closure {len(seen)} times, the bare LBFGS {len(oracle_evaluations)} times"
-        )
-        torch.testing.assert_close(
-            got, want, rtol=tol.rtol, atol=tol.atol, msg=f"{what}: step must return what LBFGS's own step returns"
-        )
-        assert_params_close(model, oracle, cell, what, tol)
 
 
 @pytest.mark.requirement("CLOS-004")
@@ -621,4 +412,24 @@ def test_lbfgs_evaluations_see_only_their_own_gradients(make_context: MakeContex
     """
     for max_iter, history_size, line_search_fn, backward in _EVALUATION_CASES:
         hyper = {"lr": 0.5, "max_iter": max_iter, "history_size": history_size, "line_search_fn": line_search_fn}
-        _lbfgs_evaluations_case(make_context, cell, zeroing, hyper, backward)
+        case = f"LBFGS({hyper}), closure with {backward}.backward and zeroing {zeroing!r}"
+        lone = _Lbfgs(make_context, cell, make_model(), hyper, zeroing=zeroing, backward=backward)
+        stale = make_batches(1, seed=12)[0]
+        for step, batch in enumerate(make_batches(3, seed=11)):
+            lone.evaluations.clear()
+            lone.oracle_evaluations = 0
+            mse(lone.model, stale, cell_device(cell), cell_dtype(cell)).backward()  # left from outside any step
+            assert all(p.grad is not None for p in lone.model.parameters()), "check precondition: no stale gradient"
+            what = f"{case}, step {step}"
+            lone.step(batch, what)
+            with_grads = [(index, names) for index, (_, names) in enumerate(lone.evaluations) if names]
+            assert not with_grads, (
+                f"{what}: LBFGS evaluations began with gradients on the parameters (evaluation, parameters): "
+                f"{with_grads}; each evaluation must begin from None, the stale gradient and the previous "
+                "evaluation's gone"
+            )
+            assert len(lone.evaluations) == lone.oracle_evaluations, (
+                f"{what}: LBFGS evaluated the closure {len(lone.evaluations)} times, the bare LBFGS "
+                f"{lone.oracle_evaluations} times"
+            )
+            assert_params_close(lone.model, lone.oracle, cell, what, REORDERED_TOLERANCES[cell.precision])

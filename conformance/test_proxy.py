@@ -7,12 +7,11 @@ import math
 import re
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
 import torch
-from torch.amp.grad_scaler import GradScaler
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler, StepLR
 
 from lightning_optimizer.conformance.harness import (
     Halves,
@@ -22,12 +21,11 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     mse,
-    oracle_autocast,
-    oracle_step_done,
     run_steps,
+    scaler_settings,
 )
 from lightning_optimizer.conformance.oracles import WindowOracle, oracle_copy
-from lightning_optimizer.conformance.plain_loop import real_step
+from lightning_optimizer.conformance.plain_loop import PlainWindows, oracle_loss, plain_scaler
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -37,9 +35,28 @@ SMALL_SCALE = GradScalerSettings(init_scale=2.0**4)
 """Under 16-mixed: a loss scale that keeps the fp16 gradients of the small model finite (no step is skipped)."""
 
 
-def _finite_scaling(cell: Cell) -> dict[str, Any]:
-    """The factory's loss-scaler argument that keeps every step of these checks taken (16-mixed cells only)."""
-    return {"grad_scaler": SMALL_SCALE} if cell.precision == "16-mixed" else {}
+class QuetzalSGD(torch.optim.SGD):
+    """An SGD whose class name no wrapper can take from elsewhere: a user's own optimizer subclass."""
+
+
+_KINDS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+    "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1),
+    "SGD momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "SGD foreach": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True),
+    "Adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+    "Adam foreach": lambda ps: torch.optim.Adam(ps, lr=0.01, foreach=True),
+    "Adam fused": lambda ps: torch.optim.Adam(ps, lr=0.01, fused=True),
+    "AdamW": lambda ps: torch.optim.AdamW(ps, lr=0.01),
+    "QuetzalSGD": lambda ps: QuetzalSGD(ps, lr=0.1),
+    "LBFGS": lambda ps: torch.optim.LBFGS(ps, lr=0.5),
+    "SGD two groups": lambda ps: torch.optim.SGD(
+        list[dict[str, Any]]([{"params": [ps[0]]}, {"params": [ps[1]], "lr": 0.4, "momentum": 0.5}]),
+        lr=1.0,
+        momentum=0.9,
+    ),
+    "SGD nesterov": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.8, nesterov=True),
+}
+"""The inner optimizers of these checks, by name, each built on the parameters given."""
 
 
 def _wrapped_adam(make_context: MakeContext, **kwargs: Any) -> tuple[TrainingContext, torch.nn.Module, Any]:
@@ -100,7 +117,9 @@ def test_step_hooks_fire_on_real_steps(make_context: MakeContext, cell: Cell) ->
     Under 16-mixed a small initial scale keeps every step finite; ``test_step_hooks_do_not_fire_on_skipped_steps``
     plants overflows.
     """
-    context, model, wrapper = _wrapped_adam(make_context, accumulate_grad_batches=2, **_finite_scaling(cell))
+    context, model, wrapper = _wrapped_adam(
+        make_context, accumulate_grad_batches=2, **scaler_settings(cell, SMALL_SCALE)
+    )
     fired: list[str] = []
     wrapper.register_step_pre_hook(lambda optimizer, args, kwargs: fired.append("pre"))
     wrapper.register_step_post_hook(lambda optimizer, args, kwargs: fired.append("post"))
@@ -122,33 +141,16 @@ def test_scheduler_follows_real_steps_without_warnings(make_context: MakeContext
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=1.0))
     # The wrapper is a torch.optim.Optimizer at run time [PROXY-001]; the protocol cannot say so statically.
     target = cast(torch.optim.Optimizer, wrapper) if built_on == "wrapper" else wrapper.optimizer
-    device, dtype = cell_device(cell), cell_dtype(cell)
     batches = make_batches(6)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        scheduler = torch.optim.lr_scheduler.StepLR(target, step_size=1, gamma=0.5)
+        scheduler = StepLR(target, step_size=1, gamma=0.5)
         for batch_idx, batch in enumerate(batches):
             with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
-
-                def closure(batch: Any = batch) -> torch.Tensor:
-                    with context.autocast():
-                        loss = mse(model, batch, device, dtype)
-                    wrapper.backward(loss)
-                    return loss
-
-                wrapper.step(closure)
+                wrapper.step(_batch_closure(context, model, wrapper, batch, cell))
                 if batch_idx % 2 == 1:
                     scheduler.step()
     assert wrapper.param_groups[0]["lr"] == pytest.approx(0.125), "three real steps should halve the lr three times"
-
-
-class QuetzalSGD(torch.optim.SGD):
-    """An SGD whose class name no wrapper can take from elsewhere: a user's own optimizer subclass."""
-
-
-def _named_as_a_word(name: str, text: str) -> int:
-    """How often ``name`` appears in ``text`` as a whole identifier (not inside a longer one)."""
-    return len(re.findall(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text))
 
 
 @pytest.mark.requirement("PROXY-005")
@@ -162,30 +164,12 @@ def test_repr_names_the_inner_class_beyond_the_wrapper_class(make_context: MakeC
     assert inner_name == "QuetzalSGD", f"wrapper.optimizer is a {inner_name}, not the QuetzalSGD that was wrapped"
     rendered = repr(wrapper)
     assert rendered != object.__repr__(wrapper), f"repr(wrapper) is the default object repr: {rendered}"
-    if wrapper_name == inner_name:  # the wrapper's class took the inner's name: any mention of it will do
-        named = _named_as_a_word(inner_name, rendered) >= 1
-    else:
-        named = _named_as_a_word(inner_name, rendered.replace(wrapper_name, " ")) >= 1
-    assert named, (
+    # Where the wrapper's class took the inner's name, any mention of it will do; else one beside the wrapper's name.
+    beyond = rendered if wrapper_name == inner_name else rendered.replace(wrapper_name, " ")
+    assert re.search(rf"(?<![A-Za-z0-9_]){re.escape(inner_name)}(?![A-Za-z0-9_])", beyond), (
         f"repr(wrapper) does not name the inner optimizer's class {inner_name!r} beyond the wrapper class's own "
         f"name {wrapper_name!r}: {rendered}"
     )
-
-
-def _inner_kinds(
-    cell: Cell, implementation: ImplementationInfo[Any]
-) -> dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]]:
-    kinds: dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]] = {
-        "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1),
-        "SGD foreach": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True),
-        "Adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
-        "AdamW": lambda ps: torch.optim.AdamW(ps, lr=0.01),
-        "QuetzalSGD": lambda ps: QuetzalSGD(ps, lr=0.1),
-    }
-    lbfgs = "closure_evaluating_optimizers" in implementation.features
-    if lbfgs and cell.precision in ("64-true", "32-true"):  # where LBFGS under 16-mixed is refused is left open
-        kinds["LBFGS"] = lambda ps: torch.optim.LBFGS(ps, lr=0.5)
-    return kinds
 
 
 @pytest.mark.requirement("PROXY-001", "PROXY-002")
@@ -199,11 +183,13 @@ def test_every_kind_is_an_instance_of_its_own_class(
 
     LBFGS is among them when the implementation claims closure-evaluating optimizers.
     """
-    for name, build in _inner_kinds(cell, implementation).items():
+    lbfgs = "closure_evaluating_optimizers" in implementation.features
+    lbfgs &= cell.precision in ("64-true", "32-true")  # where LBFGS under 16-mixed is refused is left open
+    for name in ["SGD", "SGD foreach", "Adam", "AdamW", "QuetzalSGD"] + ["LBFGS"] * lbfgs:
         context = make_context()
         model = context.prepare_module(make_model())
         first, last = list(model.parameters())[:2], list(model.parameters())[2:]
-        inner = build(first)
+        inner = _KINDS[name](first)
         wrapper: Any = context.wrap(inner)
         other: Any = context.wrap(torch.optim.SGD(last, lr=0.1))
         assert wrapper.optimizer is inner, f"{name}: wrapper.optimizer is not the optimizer that was wrapped"
@@ -224,10 +210,15 @@ def test_every_kind_is_an_instance_of_its_own_class(
         assert wrapper.param_groups[1]["params"] == [extra], f"{name}: the added group is not the inner's second"
 
 
-def _batch_closure(context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Any, cell: Cell) -> Any:
+def _batch_closure(
+    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Any, cell: Cell, factor: float = 1.0
+) -> Callable[[], torch.Tensor]:
+    """A closure: the loss on ``batch`` under the context's autocast, times ``factor``, through ``wrapper.backward``."""
+
     def closure() -> torch.Tensor:
         with context.autocast():
             loss = mse(model, batch, cell_device(cell), cell_dtype(cell))
+        loss = loss if factor == 1.0 else loss * factor
         wrapper.backward(loss)
         return loss
 
@@ -238,13 +229,6 @@ _ADDED_GROUP: dict[str, dict[str, Any]] = {
     "SGD momentum": {"lr": 0.3, "momentum": 0.5, "weight_decay": 0.1, "dampening": 0.2},
     "Adam": {"lr": 0.05, "betas": (0.5, 0.8), "weight_decay": 0.1, "eps": 1e-6},
 }
-
-
-def _first_layer_optimizer(kind: str, model: torch.nn.Module) -> torch.optim.Optimizer:
-    first = list(model.parameters())[:2]
-    if kind == "Adam":
-        return torch.optim.Adam(first, lr=0.01)
-    return torch.optim.SGD(first, lr=0.1, momentum=0.9)
 
 
 @pytest.mark.cells(devices=_NOT_XLA)
@@ -258,11 +242,11 @@ def _first_layer_optimizer(kind: str, model: torch.nn.Module) -> torch.optim.Opt
 @pytest.mark.parametrize("kind", ["SGD momentum", "Adam"])
 def test_added_group_keeps_its_hyper_parameters(make_context: MakeContext, cell: Cell, kind: str) -> None:
     """A group added through the wrapper is the inner's, with its own lr and the rest, and steps with them."""
-    context = make_context(accumulate_grad_batches=2, **_finite_scaling(cell))
+    context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, SMALL_SCALE))
     base = make_model()
     oracle_model = oracle_copy(base, cell)
     model = context.prepare_module(base)
-    wrapper = context.wrap(_first_layer_optimizer(kind, model))
+    wrapper = context.wrap(_KINDS[kind](list(model.parameters())[:2]))
     hyper = _ADDED_GROUP[kind]
     added = list(model.parameters())[2:]
     wrapper.add_param_group({"params": added, **hyper})
@@ -276,11 +260,10 @@ def test_added_group_keeps_its_hyper_parameters(make_context: MakeContext, cell:
 
     batches = make_batches(5)
     outcomes = run_steps(context, model, wrapper, batches, cell, lambda i: True if i == 0 else None)
-    oracle_optimizer = _first_layer_optimizer(kind, oracle_model)
+    oracle_optimizer = _KINDS[kind](list(oracle_model.parameters())[:2])
     oracle_optimizer.add_param_group({"params": list(oracle_model.parameters())[2:], **hyper})
     oracle = WindowOracle(oracle_model, oracle_optimizer, cell, 2)
-    if oracle.scaler is not None:
-        oracle.scaler = GradScaler(cell_device(cell).type, **SMALL_SCALE.as_kwargs())
+    oracle.scaler = plain_scaler(cell, SMALL_SCALE)
     oracle.train_windows(batches, [[0], [1], [2, 3], [4]])  # True at 0, then windows of 2 and the flushed last
     assert oracle.stepped == [True] * 4, f"the oracle skipped a window: {oracle.stepped}"
     stepped, accumulated = StepOutcome.STEPPED, StepOutcome.ACCUMULATED
@@ -322,17 +305,10 @@ def test_assignments_reach_only_their_inner_optimizer(make_context: MakeContext,
 )
 def test_step_hooks_fire_only_on_their_wrappers_real_steps(make_context: MakeContext, cell: Cell) -> None:
     """Two wrappers' hooks: each fires on its own wrapper's real steps, during the call, never on the other's."""
-    context = make_context(accumulate_grad_batches=2, **_finite_scaling(cell))
+    context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, SMALL_SCALE))
     model = context.prepare_module(make_model())
-    params = list(model.parameters())
-    wrappers: dict[str, Any] = {
-        "A": context.wrap(torch.optim.Adam(params[:2], lr=0.01)),
-        "B": context.wrap(torch.optim.SGD(params[2:])),
-    }
-    fired: list[str] = []
-    for name, wrapper in wrappers.items():
-        wrapper.register_step_pre_hook(lambda optimizer, args, kwargs, name=name: fired.append(f"{name} pre"))
-        wrapper.register_step_post_hook(lambda optimizer, args, kwargs, name=name: fired.append(f"{name} post"))
+    params, fired = list(model.parameters()), list[str]()
+    wrappers = _hooked(context, {"A": torch.optim.Adam(params[:2], lr=0.01), "B": torch.optim.SGD(params[2:])}, fired)
     # A follows the schedule (windows {0, 1}, {2, 3}); B steps at 0 and 3 and accumulates at 1 and 2 ({1, 2, 3}).
     schedule_b: dict[int, bool | None] = {0: True, 1: False, 2: False, 3: True}
     steps_a, steps_b = {1, 3}, {0, 3}
@@ -350,56 +326,29 @@ def test_step_hooks_fire_only_on_their_wrappers_real_steps(make_context: MakeCon
                 )
 
 
-def _two_group_sgd(model: torch.nn.Module) -> torch.optim.SGD:
-    first = list(model.parameters())[:2]
-    groups: list[dict[str, Any]] = [{"params": [first[0]]}, {"params": [first[1]], "lr": 0.4, "momentum": 0.5}]
-    return torch.optim.SGD(groups, lr=1.0, momentum=0.9)
-
-
-def _last_layer_nesterov(model: torch.nn.Module) -> torch.optim.SGD:
-    return torch.optim.SGD(list(model.parameters())[2:], lr=0.05, momentum=0.8, nesterov=True)
-
-
-def _inverse_step(step: int) -> float:
-    return 1.0 / (step + 1)
-
-
 def _two_scheduled_optimizers_oracle(
     oracle_model: torch.nn.Module, batches: list[Any], steps: dict[str, set[int]], cell: Cell
 ) -> None:
     """The plain loop of the two-schedulers check: A and B step (and their schedulers with them) at ``steps``.
 
-    Two plain optimizers and schedulers; under 16-mixed one plain GradScaler, updated at the end of each batch in
-    which an optimizer stepped. In A's backward B's parameters do not take gradients, and back.
+    Two plain optimizers and schedulers; under 16-mixed one plain GradScaler, updated at the end of each batch (each
+    has a step of A or B). In A's backward B's parameters do not take gradients, and back.
     """
-    oracle_a, oracle_b = _two_group_sgd(oracle_model), _last_layer_nesterov(oracle_model)
-    oracle_scheds = {
-        "A": torch.optim.lr_scheduler.StepLR(oracle_a, step_size=1, gamma=0.5),
-        "B": torch.optim.lr_scheduler.LambdaLR(oracle_b, _inverse_step),
-    }
-    oracles = {"A": oracle_a, "B": oracle_b}
-    scaler = None if cell.precision != "16-mixed" else GradScaler(cell_device(cell).type, **SMALL_SCALE.as_kwargs())
-    windows = {"A": 0, "B": 0}
-    device, dtype = cell_device(cell), cell_dtype(cell)
+    params = list(oracle_model.parameters())
+    a, b = _KINDS["SGD two groups"](params[:2]), _KINDS["SGD nesterov"](params[2:])
+    schedulers = [StepLR(a, step_size=1, gamma=0.5), LambdaLR(b, lambda step: 1.0 / (step + 1))]
+    loop = PlainWindows(cell, [a, b], plain_scaler(cell, SMALL_SCALE))
     for batch_idx, batch in enumerate(batches):
-        for name, optimizer in oracles.items():
-            other = oracles["B" if name == "A" else "A"]
-            others = [p for group in other.param_groups for p in group["params"]]
+        for index, (name, others) in enumerate((("A", params[2:]), ("B", params[:2]))):
             for param in others:
                 param.requires_grad_(False)
-            with oracle_autocast(cell):
-                loss = mse(oracle_model, batch, device, dtype)
-            (loss if scaler is None else scaler.scale(loss)).backward()
+            loop.backward(index, oracle_loss(oracle_model, batch, cell, factor=1.0))
             for param in others:
                 param.requires_grad_(True)
-            windows[name] += 1
             if batch_idx in steps[name]:
-                real_step(optimizer, windows[name], scaler)  # the window's mean, unscaled, stepped, cleared
-                oracle_scheds[name].step()
-                windows[name] = 0
-        if scaler is not None:
-            scaler.update()  # every batch has a step of A or B
-        oracle_step_done(cell)
+                loop.step(index)  # the window's mean, unscaled, stepped, cleared
+                schedulers[index].step()
+        loop.update()
 
 
 @pytest.mark.cells(devices=_NOT_XLA)
@@ -414,11 +363,13 @@ def _two_scheduled_optimizers_oracle(
 )
 def test_schedulers_of_two_wrappers_with_two_groups(make_context: MakeContext, cell: Cell) -> None:
     """Two SGD wrappers, schedulers on A (two groups; on the wrapper) and B's inner: no warning, every lr followed."""
-    context = make_context(accumulate_grad_batches=2, **_finite_scaling(cell))
+    context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, SMALL_SCALE))
     base = make_model()
     oracle_model = oracle_copy(base, cell)
     model = context.prepare_module(base)
-    opt_a, opt_b = context.wrap(_two_group_sgd(model)), context.wrap(_last_layer_nesterov(model))
+    params = list(model.parameters())
+    opt_a = context.wrap(_KINDS["SGD two groups"](params[:2]))
+    opt_b = context.wrap(_KINDS["SGD nesterov"](params[2:]))
     # A follows the schedule: windows {0, 1}, {2, 3}, {4} (flushed). B: {0} (True), {1, 2} (cut short), {3}, {4}.
     schedule_b: dict[int, bool | None] = {0: True, 1: False, 2: True, 3: None, 4: None}
     steps = {"A": {1, 3, 4}, "B": {0, 2, 3, 4}}
@@ -426,8 +377,8 @@ def test_schedulers_of_two_wrappers_with_two_groups(make_context: MakeContext, c
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         # The wrapper is a torch.optim.Optimizer at run time [PROXY-001]; the protocol cannot say so statically.
-        sched_a = torch.optim.lr_scheduler.StepLR(cast(torch.optim.Optimizer, opt_a), step_size=1, gamma=0.5)
-        sched_b = torch.optim.lr_scheduler.LambdaLR(opt_b.optimizer, _inverse_step)
+        sched_a = StepLR(cast(torch.optim.Optimizer, opt_a), step_size=1, gamma=0.5)
+        sched_b = LambdaLR(opt_b.optimizer, lambda step: 1.0 / (step + 1))
         for batch_idx, batch in enumerate(batches):
             with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
                 for name, wrapper, make_step, scheduler in (
@@ -446,71 +397,18 @@ def test_schedulers_of_two_wrappers_with_two_groups(make_context: MakeContext, c
     assert_params_close(model, oracle_model, cell, "two wrappers with LR schedulers, A with two parameter groups")
 
 
-@dataclass(frozen=True)
-class _SchedulerRun:
-    """A run of calls, a scheduler stepped after each: the window length, each call's argument, the real calls."""
-
-    accumulate_grad_batches: int
-    make_optimizer_step: tuple[bool | None, ...]
-    real: frozenset[int]
-    """The calls that take a real step (worked out by hand from the accumulation rule)."""
-    built_after: int = 0
-    """How many calls run before the scheduler is built."""
-
-    @property
-    def id(self) -> str:
-        return (
-            f"k={self.accumulate_grad_batches}, calls {list(self.make_optimizer_step)}, built after {self.built_after}"
-        )
-
-
-_SCHEDULER_RUNS = (
-    _SchedulerRun(1, (None, None, None), frozenset({0, 1, 2})),
-    _SchedulerRun(2, (None,) * 4, frozenset({1, 3})),
-    _SchedulerRun(3, (None, True, None, None, None, None), frozenset({1, 2, 5})),
-    _SchedulerRun(1, (False, False, True, None), frozenset({2, 3})),
-    _SchedulerRun(2, (None,) * 5, frozenset({1, 3, 4}), built_after=2),
+_SCHEDULER_RUNS: tuple[tuple[int, tuple[bool | None, ...], set[int], int], ...] = (
+    (1, (None, None, None), {0, 1, 2}, 0),
+    (2, (None,) * 4, {1, 3}, 0),
+    (3, (None, True, None, None, None, None), {1, 2, 5}, 0),
+    (1, (False, False, True, None), {2, 3}, 0),
+    (2, (None,) * 5, {1, 3, 4}, 2),
 )
-"""Inside ``batch()``: a first call that steps (no warning anywhere), windows of two, one of three cut short by
+"""Runs of calls, a scheduler stepped after each: ``accumulate_grad_batches``, each call's ``make_optimizer_step``,
+the calls that take a real step (worked out by hand from the accumulation rule), the calls run before the scheduler
+is built. Inside ``batch()``: a first call that steps (no warning anywhere), windows of two, one of three cut short by
 ``True`` (the schedule then closes batch 2 alone), accumulation by ``False``, and a scheduler built after a real step
 whose first step follows an accumulating call (the last window flushed by the epoch's last batch)."""
-
-
-def _warnings_of(caught: list[warnings.WarningMessage]) -> list[tuple[str, str]]:
-    return [(type(w.message).__name__ if isinstance(w.message, Warning) else "str", str(w.message)) for w in caught]
-
-
-def _shown(caught: list[tuple[str, str]]) -> list[str]:
-    """Warnings as a failure shows them: the category and the message's first words."""
-    return [
-        f"{category}: {message[:60]}..." if len(message) > 60 else f"{category}: {message}"
-        for category, message in caught
-    ]
-
-
-def _plain_scheduler_warnings(run: _SchedulerRun, built_on: str) -> tuple[list[list[tuple[str, str]]], list[float]]:
-    """The plain-PyTorch oracle: per call, what a bare SGD and the same scheduler on it warn, and the lr after it.
-
-    The bare optimizer's ``step`` runs where the object the scheduler patched has its ``step`` called: on the real
-    calls for the inner optimizer, on every call for the wrapper (whose own ``step`` the scheduler patched).
-    """
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    per_call: list[list[tuple[str, str]]] = []
-    lrs: list[float] = []
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for call in range(len(run.make_optimizer_step)):
-            start = len(caught)
-            if call == run.built_after:
-                scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
-            if built_on == "wrapper" or call in run.real:
-                optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
-            per_call.append(_warnings_of(caught[start:]))
-            lrs.append(optimizer.param_groups[0]["lr"])
-    return per_call, lrs
 
 
 @pytest.mark.cells(devices=_NOT_XLA)
@@ -532,87 +430,61 @@ def test_scheduler_warns_after_accumulating_calls_as_torch_does(
     inner optimizer, that is a first scheduler step after an accumulating call; built on the wrapper, never.
     """
     batches = make_batches(6)
-    for run in _SCHEDULER_RUNS:
-        context = make_context(accumulate_grad_batches=run.accumulate_grad_batches, **_finite_scaling(cell))
+    for k, makes, real, built_after in _SCHEDULER_RUNS:
+        run = f"k={k}, calls {list(makes)}, built after {built_after}"
+        context = make_context(accumulate_grad_batches=k, **scaler_settings(cell, SMALL_SCALE))
         model = context.prepare_module(make_model())
         wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=1.0))
         # The wrapper is a torch.optim.Optimizer at run time [PROXY-001]; the protocol cannot say so statically.
         target = cast(torch.optim.Optimizer, wrapper) if built_on == "wrapper" else wrapper.optimizer
-        calls = len(run.make_optimizer_step)
-        per_call: list[list[tuple[str, str]]] = []
-        lrs: list[float] = []
-        outcomes: list[StepOutcome | None] = []
-        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+        bare = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        outcomes, lrs, per_call = [], [], []
+        scheduler: LRScheduler | None = None
+        plain: LRScheduler | None = None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            for call, make_step in enumerate(run.make_optimizer_step):
+            for call, make_step in enumerate(makes):
                 start = len(caught)
-                if call == run.built_after:
-                    scheduler = torch.optim.lr_scheduler.StepLR(target, step_size=1, gamma=0.5)
-                with context.batch(call, is_last=call == calls - 1):
+                if call == built_after:
+                    scheduler = StepLR(target, step_size=1, gamma=0.5)
+                with context.batch(call, is_last=call == len(makes) - 1):
                     closure = _batch_closure(context, model, wrapper, batches[call], cell)
                     wrapper.step(closure, make_optimizer_step=make_step)
                     outcomes.append(wrapper.last_outcome)
                     if scheduler is not None:
                         scheduler.step()
-                per_call.append(_warnings_of(caught[start:]))
-                lrs.append(wrapper.param_groups[0]["lr"])
-        want_outcomes = [StepOutcome.STEPPED if call in run.real else StepOutcome.ACCUMULATED for call in range(calls)]
-        assert outcomes == want_outcomes, f"{run.id}: the calls took {outcomes}, expected {want_outcomes}"
-        want, want_lrs = _plain_scheduler_warnings(run, built_on)
-        for call, (got_warnings, want_warnings) in enumerate(zip(per_call, want, strict=True)):
+                middle = len(caught)
+                if call == built_after:
+                    plain = StepLR(bare, step_size=1, gamma=0.5)
+                if built_on == "wrapper" or call in real:
+                    bare.step()
+                if plain is not None:
+                    plain.step()
+                parts = (caught[start:middle], caught[middle:])
+                per_call.append([[(w.category.__name__, str(w.message)) for w in part] for part in parts])
+                lrs.append((wrapper.param_groups[0]["lr"], bare.param_groups[0]["lr"]))
+        want = [StepOutcome.STEPPED if call in real else StepOutcome.ACCUMULATED for call in range(len(makes))]
+        assert outcomes == want, f"{run}: the calls took {outcomes}, expected {want}"
+        for call, (got_warnings, want_warnings) in enumerate(per_call):
             assert got_warnings == want_warnings, (
-                f"{run.id}, scheduler built on the {built_on}: call {call} ({outcomes[call]}) and the scheduler's "
-                f"step warned {_shown(got_warnings)}; plain PyTorch, whose optimizer steps only where the patched "
-                f"step runs, warns {_shown(want_warnings)}"
+                f"{run}, scheduler built on the {built_on}: call {call} ({outcomes[call]}) and the scheduler's "
+                f"step warned {got_warnings}; plain PyTorch, whose optimizer steps only where the patched "
+                f"step runs, warns {want_warnings}"
             )
-        assert lrs == pytest.approx(want_lrs), f"{run.id}: the lr after each call was {lrs}, plain PyTorch's {want_lrs}"
+        got_lrs, want_lrs = zip(*lrs, strict=True)
+        assert got_lrs == pytest.approx(want_lrs), f"{run}: the lr after each call was {got_lrs}, torch's {want_lrs}"
 
-
-_SKIP_KINDS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
-    "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1),
-    "Adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
-    "Adam foreach": lambda ps: torch.optim.Adam(ps, lr=0.01, foreach=True),
-    "Adam fused": lambda ps: torch.optim.Adam(ps, lr=0.01, fused=True),
-}
-"""Under 16-mixed ``GradScaler`` does not call a non-fused optimizer's ``step`` on an overflow; a fused one's it calls
-(with ``found_inf``, its kernel skipping inside): a wrapper must keep that step's hooks from firing."""
 
 _K, _A, _S = StepOutcome.SKIPPED_NON_FINITE, StepOutcome.ACCUMULATED, StepOutcome.STEPPED
 
 
-def _hooked(wrapper: Any, name: str, fired: list[str]) -> None:
-    wrapper.register_step_pre_hook(lambda optimizer, args, kwargs: fired.append(f"{name} pre"))
-    wrapper.register_step_post_hook(lambda optimizer, args, kwargs: fired.append(f"{name} post"))
-
-
-def _hooks_for(name: str, outcome: StepOutcome | None) -> list[str]:
-    return [f"{name} pre", f"{name} post"] if outcome is StepOutcome.STEPPED else []
-
-
-def _overflowing_loss(context: TrainingContext, model: torch.nn.Module, batch: Any, cell: Cell, infinite: bool) -> Any:
-    with context.autocast():
-        loss = mse(model, batch, cell_device(cell), cell_dtype(cell))
-    return loss * math.inf if infinite else loss
-
-
-def _hooked_halves(
-    make_context: MakeContext, cell: Cell, kind: str, fired: list[str]
-) -> tuple[TrainingContext, dict[str, Any], dict[str, torch.nn.Module]]:
-    """A context, its wrappers ``"A"`` (a ``kind`` on ``Halves(3, 4).a``) and ``"B"`` (SGD on ``.b``), and the halves.
-
-    Each wrapper's step hooks record ``"<name> pre"`` and ``"<name> post"`` in ``fired``.
-    """
-    pair = make_context(**_finite_scaling(cell))
-    halves = pair.prepare_module(Halves(3, 4))
-    assert isinstance(halves, Halves)
-    wrappers: dict[str, Any] = {
-        "A": pair.wrap(_SKIP_KINDS[kind](halves.a.parameters())),
-        "B": pair.wrap(torch.optim.SGD(halves.b.parameters(), lr=0.1)),
-    }
-    for name, each in wrappers.items():
-        _hooked(each, name, fired)
-    return pair, wrappers, {"A": halves.a, "B": halves.b}
+def _hooked(context: TrainingContext, inners: dict[str, torch.optim.Optimizer], fired: list[str]) -> dict[str, Any]:
+    """Each optimizer wrapped by ``context``, its step hooks recording ``"<name> pre"`` and ``"<name> post"``."""
+    wrappers: dict[str, Any] = {name: context.wrap(inner) for name, inner in inners.items()}
+    for name, wrapper in wrappers.items():
+        wrapper.register_step_pre_hook(lambda *_, name=name: fired.append(f"{name} pre"))
+        wrapper.register_step_post_hook(lambda *_, name=name: fired.append(f"{name} post"))
+    return wrappers
 
 
 @pytest.mark.cells(devices=_NOT_XLA, precisions=("16-mixed",))
@@ -630,7 +502,9 @@ def _hooked_halves(
     wrappers=("1", "2"),
     loss_scale=("backed off",),
 )
-@pytest.mark.parametrize("kind", list(_SKIP_KINDS), ids=["sgd", "adam", "foreach", "fused"])
+# Under 16-mixed ``GradScaler`` does not call a non-fused optimizer's ``step`` on an overflow; a fused one's it calls
+# (with ``found_inf``, its kernel skipping inside): a wrapper must keep that step's hooks from firing.
+@pytest.mark.parametrize("kind", ["SGD", "Adam", "Adam foreach", "Adam fused"], ids=["sgd", "adam", "foreach", "fused"])
 def test_step_hooks_do_not_fire_on_skipped_steps(make_context: MakeContext, cell: Cell, kind: str) -> None:
     """Overflows planted in some windows: the wrapper's step hooks fire on exactly the calls that report ``STEPPED``.
 
@@ -639,11 +513,10 @@ def test_step_hooks_do_not_fire_on_skipped_steps(make_context: MakeContext, cell
     overflowing in its first and last windows; then two wrappers stepping every call in the backward-then-step
     form, the first overflowing twice in a row while the other (SGD) steps.
     """
-    context = make_context(accumulate_grad_batches=3, **_finite_scaling(cell))
+    context = make_context(accumulate_grad_batches=3, **scaler_settings(cell, SMALL_SCALE))
     model = context.prepare_module(make_model())
-    wrapper: Any = context.wrap(_SKIP_KINDS[kind](model.parameters()))
     fired: list[str] = []
-    _hooked(wrapper, "A", fired)
+    wrapper = _hooked(context, {"A": _KINDS[kind](model.parameters())}, fired)["A"]
     # Windows {0, 1, 2} (overflows at 1), {3, 4} (cut short by True), {5} (the schedule), {6, 7} (flushed; overflows).
     infinite, make_step, calls = {1, 7}, {4: True}, 8
     want = [_A, _A, _K, _A, _S, _S, _A, _K]
@@ -651,23 +524,22 @@ def test_step_hooks_do_not_fire_on_skipped_steps(make_context: MakeContext, cell
     batches = make_batches(calls)
     for batch_idx, batch in enumerate(batches):
         with context.batch(batch_idx, is_last=batch_idx == calls - 1):
-
-            def closure(batch: Any = batch, blow_up: bool = batch_idx in infinite) -> Any:
-                loss = _overflowing_loss(context, model, batch, cell, blow_up)
-                wrapper.backward(loss)
-                return loss
-
             fired.clear()
+            factor = math.inf if batch_idx in infinite else 1.0
+            closure = _batch_closure(context, model, wrapper, batch, cell, factor)
             wrapper.step(closure, make_optimizer_step=make_step.get(batch_idx))
             outcomes.append(wrapper.last_outcome)
-            assert fired == _hooks_for("A", want[batch_idx]), (
+            assert fired == ["A pre", "A post"] * (want[batch_idx] is _S), (
                 f"{kind}, batch {batch_idx} (expected {want[batch_idx].value}, reported {wrapper.last_outcome}; "
                 f"overflows at batches {sorted(infinite)}): the step hooks fired as {fired}; they fire on a step "
                 "taken, never on a skipped or accumulating call"
             )
     assert outcomes == want, f"check precondition: {kind}'s calls took {outcomes}, overflowing at {sorted(infinite)}"
 
-    pair, wrappers, halves_of = _hooked_halves(make_context, cell, kind, fired)
+    pair = make_context(**scaler_settings(cell, SMALL_SCALE))
+    halves: Any = pair.prepare_module(Halves(3, 4))
+    inners = {"A": _KINDS[kind](halves.a.parameters()), "B": torch.optim.SGD(halves.b.parameters(), lr=0.1)}
+    wrappers, halves_of = _hooked(pair, inners, fired), {"A": halves.a, "B": halves.b}
     infinite_a = {1, 2}
     expected = {"A": [_S, _K, _K, _S, _S], "B": [_S] * 5}
     seen: dict[str, list[StepOutcome | None]] = {"A": [], "B": []}
@@ -675,12 +547,12 @@ def test_step_hooks_do_not_fire_on_skipped_steps(make_context: MakeContext, cell
         with pair.batch(batch_idx):
             for name, each in wrappers.items():
                 fired.clear()
-                blow_up = name == "A" and batch_idx in infinite_a
-                each.backward(_overflowing_loss(pair, halves_of[name], batch, cell, blow_up))
+                factor = math.inf if name == "A" and batch_idx in infinite_a else 1.0
+                _batch_closure(pair, halves_of[name], each, batch, cell, factor)()  # backward, then step()
                 each.step()
                 seen[name].append(each.last_outcome)
                 want_now = expected[name][batch_idx]
-                assert fired == _hooks_for(name, want_now), (
+                assert fired == [f"{name} pre", f"{name} post"] * (want_now is _S), (
                     f"{kind} as A beside an SGD B, batch {batch_idx}: {name}.step() (expected {want_now.value}, "
                     f"reported {each.last_outcome}) fired the hooks as {fired}; only {name}'s fire, and only on a "
                     f"step taken (A overflows at batches {sorted(infinite_a)})"

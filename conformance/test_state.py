@@ -8,14 +8,21 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from lightning_optimizer.conformance.assertions import assert_same_grads, assert_unchanged, grads, snapshot
+from lightning_optimizer.conformance.assertions import (
+    assert_same_grads,
+    assert_same_values,
+    assert_unchanged,
+    grads,
+    snapshot,
+)
 from lightning_optimizer.conformance.checkpointing import (
     EPOCH,
     GROWTH,
@@ -42,6 +49,7 @@ from lightning_optimizer.conformance.harness import (
     scaler_settings,
     tolerance_for,
 )
+from lightning_optimizer.conformance.plain_loop import params_of
 from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -60,13 +68,11 @@ def _assert_same_scales(got: list[float], want: list[float], what: str) -> None:
 
 def _assert_identical(got: list[torch.Tensor], want: list[torch.Tensor], what: str, cell: Cell | None = None) -> None:
     """Bit for bit; on XLA, which compiles a resumed run into other graphs, to the cell's tolerance."""
-    if cell is not None and cell.device == "xla":
-        tol = tolerance_for(cell)
-        for i, (a, b) in enumerate(zip(got, want, strict=True)):
-            assert torch.allclose(a.double(), b.double(), rtol=tol.rtol, atol=tol.atol), f"{what}: parameter {i}"
-        return
+    if cell is None or cell.device != "xla":
+        return assert_same_values(got, want, what)
+    tol = tolerance_for(cell)
     for i, (a, b) in enumerate(zip(got, want, strict=True)):
-        assert torch.equal(a, b), f"{what}: parameter {i} differs by {(a.double() - b.double()).abs().max().item():.3g}"
+        assert torch.allclose(a.double(), b.double(), rtol=tol.rtol, atol=tol.atol), f"{what}: parameter {i}"
 
 
 @pytest.mark.requirement("CKPT-001")
@@ -244,26 +250,50 @@ GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
 
 
 def _loss_of(
-    forward: Callable[[torch.Tensor], torch.Tensor],
-    batch: tuple[torch.Tensor, torch.Tensor],
-    cell: Cell,
-    *,
-    infinite: bool = False,
-    scales: list[torch.Tensor] | None = None,
+    forward: Callable[..., torch.Tensor], batch_idx: int, cell: Cell, infinite: bool, scales: list[float] | None
 ) -> torch.Tensor:
-    """The batch's mean squared error; under 16-mixed infinite when asked, and its loss scale recorded in ``scales``.
+    """Batch ``batch_idx``'s mean squared error; under 16-mixed infinite when asked, its loss scale kept in ``scales``.
 
     The gradient that reaches the loss in its backward pass is the factor the loss was multiplied by: its scale.
     """
-    device, dtype = cell_device(cell), cell_dtype(cell)
-    x, y = (t.to(device=device, dtype=dtype) for t in batch)
-    loss = torch.nn.functional.mse_loss(forward(x).to(dtype), y)
-    if cell.precision == "16-mixed":
-        if infinite:
-            loss = loss * math.inf
-        if scales is not None:
-            loss.register_hook(lambda grad: scales.append(grad.detach().clone()))
+    x, y = (t.to(device=cell_device(cell), dtype=cell_dtype(cell)) for t in _COPY_BATCHES[batch_idx])
+    loss = torch.nn.functional.mse_loss(forward(x).to(y.dtype), y)
+    if cell.precision == "16-mixed" and infinite:
+        loss = loss * math.inf
+    if cell.precision == "16-mixed" and scales is not None:
+        loss.register_hook(lambda grad: scales.append(float(grad)))
     return loss
+
+
+def _run_plan(
+    context: TrainingContext,
+    model: torch.nn.Module,
+    wrappers: list[Any],
+    plan: Mapping[int, Sequence[bool | None]],
+    cell: Cell,
+    *,
+    overflow: tuple[int, int] | None = (0, 0),
+    scales: list[float] | None = None,
+) -> list[list[StepOutcome | None]]:
+    """Per batch of ``plan`` in ``batch()``, each wrapper's ``step(closure)`` with its ``make_optimizer_step``.
+
+    Under 16-mixed the loss of batch ``overflow[0]`` for wrapper ``overflow[1]`` is infinite (by default A's first).
+    Returns each batch's outcomes.
+    """
+    outcomes: list[list[StepOutcome | None]] = []
+    for batch_idx, steps in plan.items():
+        with context.batch(batch_idx):
+            for index, (wrapper, make_step) in enumerate(zip(wrappers, steps, strict=True)):
+
+                def closure(wrapper: Any = wrapper, at: tuple[int, int] = (batch_idx, index)) -> torch.Tensor:
+                    with context.autocast():
+                        loss = _loss_of(model, at[0], cell, infinite=at == overflow, scales=scales)
+                    wrapper.backward(loss)
+                    return loss
+
+                wrapper.step(closure, make_optimizer_step=make_step)
+        outcomes.append([wrapper.last_outcome for wrapper in wrappers])
+    return outcomes
 
 
 def _growing_sgd(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, Any]:
@@ -273,60 +303,27 @@ def _growing_sgd(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext
 
 
 _COPY_BATCHES = make_batches(8, seed=6)
-_ORIGINAL_OVERFLOWS = 3
-"""Under 16-mixed, the batch of the original's run whose loss is infinite (it closes the window {2, 3})."""
 _ORIGINAL_SCALES = [2.0**9] * 2 + [2.0**10] * 2 + [2.0**9] * 2
 """Under 16-mixed, the factor of the original's backward passes, batches 0..5, worked by hand from ``GROWING``:
 the window {0, 1} steps (growth), {2, 3} overflows (back-off), {4, 5} steps; the scale (``2**10``, ``2**11``,
 ``2**10``) over ``accumulate_grad_batches=2`` [AMP-007]."""
 
 
-def _original_batches(
-    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batches: range, cell: Cell, scales: list[Any]
-) -> None:
-    """The original's run over ``batches``: each a ``step(closure)`` by the schedule, its loss scales in ``scales``."""
-    for batch_idx in batches:
-        with context.batch(batch_idx):
-
-            def closure(batch_idx: int = batch_idx) -> torch.Tensor:
-                with context.autocast():
-                    loss = _loss_of(
-                        model, _COPY_BATCHES[batch_idx], cell, infinite=batch_idx == _ORIGINAL_OVERFLOWS, scales=scales
-                    )
-                wrapper.backward(loss)
-                return loss
-
-            wrapper.step(closure)
-
-
-def _uninterrupted_original(make_context: MakeContext, cell: Cell, batches: range) -> torch.nn.Module:
-    """The model of an original that ran ``batches`` with no copy taken of it."""
-    context, model, wrapper = _growing_sgd(make_context, cell)
-    _original_batches(context, model, wrapper, batches, cell, [])
-    return model
-
-
 def _copy_of(
-    wrapper: Any, how: str, names: list[str], model: torch.nn.Module, cell: Cell
-) -> tuple[list[torch.Tensor], list[torch.Tensor], Callable[..., Any]]:
+    wrapper: Any, how: str, model: torch.nn.Module, cell: Cell
+) -> tuple[list[torch.Tensor], list[float], Callable[..., Any]]:
     """A copy of ``wrapper``: its parameters, the loss scales its recorded steps used, and a function that steps it.
 
     The copy's model is the original's module run on the copy's parameters (``torch.func.functional_call``).
     """
     clone = pickle.loads(pickle.dumps(wrapper)) if how == "pickle" else copy.deepcopy(wrapper)
-    copied = [p for group in clone.param_groups for p in group["params"]]
-    copy_scales: list[torch.Tensor] = []
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = torch.func.functional_call(model, dict(zip(names, copied, strict=True)), (x,))
-        return out
+    copied, copy_scales = params_of(clone), list[float]()
+    forward = partial(torch.func.functional_call, model, dict(zip(dict(model.named_parameters()), copied, strict=True)))
 
     def copy_step(batch_idx: int, make_optimizer_step: bool, *, infinite: bool = False, record: bool = False) -> Any:
         def closure() -> torch.Tensor:
             with oracle_autocast(cell):
-                loss = _loss_of(
-                    forward, _COPY_BATCHES[batch_idx], cell, infinite=infinite, scales=copy_scales if record else None
-                )
+                loss = _loss_of(forward, batch_idx, cell, infinite=infinite, scales=copy_scales if record else None)
             clone.backward(loss)
             return loss
 
@@ -352,59 +349,51 @@ def test_copy_and_original_overflow_and_grow_apart(make_context: MakeContext, ce
     """A copy taken mid-window and its original step, overflow and grow apart: neither changes the other."""
     sixteen = cell.precision == "16-mixed"
     context, model, wrapper = _growing_sgd(make_context, cell)
-    scales: list[torch.Tensor] = []
-    _original_batches(context, model, wrapper, range(3), cell, scales)  # the window {0, 1} steps, {2, 3} is open
-    own = [p for group in wrapper.param_groups for p in group["params"]]
-    taken_params, taken_grads = params(model), grads(own, to_cpu=True)
-    taken_state = copy.deepcopy(context.state_dict())
-    names = [name for name, _ in model.named_parameters()]
-    copied, copy_scales, copy_step = _copy_of(wrapper, how, names, model, cell)
+    scales: list[float] = []
+    # The original's run: the window {2, 3} closes on an infinite loss (batch 3).
+    _run_plan(context, model, [wrapper], dict.fromkeys(range(3), (None,)), cell, overflow=(3, 0), scales=scales)
+    taken, taken_state = snapshot(model), copy.deepcopy(context.state_dict())  # the window {0, 1} stepped
+    copied, copy_scales, copy_step = _copy_of(wrapper, how, model, cell)
     # A twin copy taken at the same moment, which never sees the original train: the copy must end like it.
-    twin_copied, twin_scales, twin_step = _copy_of(wrapper, how, names, model, cell)
+    twin_copied, twin_scales, twin_step = _copy_of(wrapper, how, model, cell)
 
     # The copy accumulates, overflows (16-mixed: its scale backs off), then steps twice (and may grow).
     outcomes = [copy_step(3, False, record=True), copy_step(4, True, infinite=sixteen)]
     outcomes += [copy_step(5, True), copy_step(6, True), copy_step(7, False, record=True)]
-    for batch_idx, make_step, infinite, record in ((3, False, False, True), (4, True, sixteen, False)):
+    for batch_idx, make_step, infinite, record in (
+        *((3, False, False, True), (4, True, sixteen, False), (5, True, False, False)),
+        *((6, True, False, False), (7, False, False, True), (0, True, False, True)),
+    ):
         twin_step(batch_idx, make_step, infinite=infinite, record=record)
-    for batch_idx, make_step, record in ((5, True, False), (6, True, False), (7, False, True), (0, True, True)):
-        twin_step(batch_idx, make_step, record=record)
     skipped = StepOutcome.SKIPPED_NON_FINITE if sixteen else StepOutcome.STEPPED
     want = [StepOutcome.ACCUMULATED, skipped, StepOutcome.STEPPED, StepOutcome.STEPPED, StepOutcome.ACCUMULATED]
     assert outcomes == want, f"the {how} copy's calls took {outcomes}, expected {want}"
     what = f"after the {how} copy stepped, overflowed and grew"
-    _assert_identical(params(model), taken_params, f"{what}, the original's parameters")
-    assert_same_grads(grads(own, to_cpu=True), taken_grads, f"{what}, the original's open window")
+    assert_unchanged(model, taken, f"{what}, the original's parameters and open window")
     assert_same_state(context.state_dict(), taken_state, f"{what}, the original's context.state_dict()")
 
     # The other way round: the original closes its window on an infinite loss, then steps again.
-    copy_params, copy_grads = [p.detach().cpu().clone() for p in copied], grads(copied, to_cpu=True)
-    _original_batches(context, model, wrapper, range(3, 6), cell, scales)
-    what = f"after the original overflowed and stepped, the {how} copy's"
-    _assert_identical([p.detach().cpu() for p in copied], copy_params, f"{what} parameters")
-    assert_same_grads(grads(copied, to_cpu=True), copy_grads, f"{what} open window")
+    copy_taken = snapshot(copied)
+    _run_plan(context, model, [wrapper], dict.fromkeys(range(3, 6), (None,)), cell, overflow=(3, 0), scales=scales)
+    assert_unchanged(copied, copy_taken, f"after the original overflowed and stepped, the {how} copy's parameters")
     copy_step(0, True, record=True)
     if sixteen:
-        got, seen = [float(s) for s in scales], [float(s) for s in copy_scales]
-        assert got == _ORIGINAL_SCALES, (
-            f"the original's backward passes were scaled by {got}; by the settings {GROWING} and its own overflow "
+        assert scales == _ORIGINAL_SCALES, (
+            f"the original's backward passes were scaled by {scales}; by the settings {GROWING} and its own overflow "
             f"alone they are {_ORIGINAL_SCALES}: its {how} copy's overflow or growth reached it"
         )
-        assert seen[0] == _ORIGINAL_SCALES[2], (
-            f"the {how} copy's first backward pass was scaled by {seen[0]}, the original's scale when it was copied "
-            f"is {_ORIGINAL_SCALES[2]}"
+        assert copy_scales[0] == _ORIGINAL_SCALES[2], (
+            f"the {how} copy's first backward pass was scaled by {copy_scales[0]}, the original's scale when it was "
+            f"copied is {_ORIGINAL_SCALES[2]}"
         )
-        twin = [float(s) for s in twin_scales]
-        assert seen == twin, (
-            f"the {how} copy's loss scales were {seen}, those of a copy taken at the same moment that never saw the "
-            f"original train are {twin}: the original's steps and overflow reached the copy"
+        assert copy_scales == twin_scales, (
+            f"the {how} copy's loss scales were {copy_scales}, those of a copy taken at the same moment that never saw "
+            f"the original train are {twin_scales}: the original's steps and overflow reached the copy"
         )
-    _assert_identical(
-        [p.detach().cpu() for p in copied],
-        [p.detach().cpu() for p in twin_copied],
-        f"the {how} copy, next to a copy taken at the same moment that never saw the original train",
-    )
-    without = _uninterrupted_original(make_context, cell, range(6))
+    what = f"the {how} copy, next to a copy taken at the same moment that never saw the original train"
+    _assert_identical(copied, twin_copied, what)
+    without_context, without, without_wrapper = _growing_sgd(make_context, cell)
+    _run_plan(without_context, without, [without_wrapper], dict.fromkeys(range(6), (None,)), cell, overflow=(3, 0))
     _assert_identical(params(model), params(without), f"the original, next to a {how} copy, and a run without", cell)
 
 
@@ -429,17 +418,8 @@ def test_copy_of_either_of_two_wrappers_continues_it(make_context: MakeContext, 
         "A": context.wrap(torch.optim.SGD(groups, lr=0.1, momentum=0.9)),
         "B": context.wrap(torch.optim.Adam([last_weight, last_bias], lr=0.01)),
     }
-    for batch_idx, make_b in ((0, True), (1, False)):  # A's window {0, 1} and B's {1} stay open; B stepped at 0
-        with context.batch(batch_idx):
-            for wrapper, make_step in ((wrappers["A"], None), (wrappers["B"], make_b)):
-
-                def closure(wrapper: Any = wrapper, batch_idx: int = batch_idx) -> torch.Tensor:
-                    with context.autocast():
-                        loss = _loss_of(model, _COPY_BATCHES[batch_idx], cell)
-                    wrapper.backward(loss)
-                    return loss
-
-                wrapper.step(closure, make_optimizer_step=make_step)
+    # A's window {0, 1} and B's {1} stay open; B stepped at 0.
+    _run_plan(context, model, list(wrappers.values()), {0: (None, True), 1: (None, False)}, cell, overflow=None)
     copies = {
         name: pickle.loads(pickle.dumps(w)) if how == "pickle" else copy.deepcopy(w) for name, w in wrappers.items()
     }
@@ -454,50 +434,30 @@ def test_copy_of_either_of_two_wrappers_continues_it(make_context: MakeContext, 
         assert clone.last_outcome is original.last_outcome is StepOutcome.STEPPED, (
             f"{name} and its {how} copy closed their windows as {original.last_outcome} and {clone.last_outcome}"
         )
-        mine = [p.detach().cpu() for group in clone.param_groups for p in group["params"]]
-        theirs = [p.detach().cpu() for group in original.param_groups for p in group["params"]]
-        _assert_identical(mine, theirs, f"the {how} copy of {name} closed its open window otherwise than {name}", cell)
+        what = f"the {how} copy of {name} closed its open window otherwise than {name}"
+        _assert_identical(params_of(clone), params_of(original), what, cell)
 
 
-_REFUSED_LOAD_SCALER = GradScalerSettings(init_scale=2.0**8)
-"""The loss scaler of ``test_refused_load_after_an_overflow_changes_nothing``'s contexts (16-mixed)."""
+_LAYERS_SCALER = GradScalerSettings(init_scale=2.0**8)
+"""The loss scaler of the contexts of A (SGD with momentum on the first layer) and B (Adam on the rest) (16-mixed)."""
+
+
+def _layer_optimizers(model: torch.nn.Module) -> list[torch.optim.Optimizer]:
+    """A (SGD with momentum on the first layer) and B (Adam on the rest), in wrapping order."""
+    first, rest = list(model.parameters())[:2], list(model.parameters())[2:]
+    return [torch.optim.SGD(first, lr=0.1, momentum=0.9), torch.optim.Adam(rest, lr=0.01)]
 
 
 def _sgd_and_adam(
     make_context: MakeContext, cell: Cell, sizes: tuple[int, ...] = (4, 8, 2), third: bool = False
 ) -> tuple[TrainingContext, torch.nn.Module, list[Any]]:
-    """A context (windows of two) with SGD momentum on the first layer, Adam on the rest, and a third SGD if asked."""
-    context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, _REFUSED_LOAD_SCALER))
+    """A context (windows of two) with A and B wrapped (:func:`_layer_optimizers`), and a third SGD if asked."""
+    context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, _LAYERS_SCALER))
     model = context.prepare_module(make_model(sizes=sizes))
-    first, last = list(model.parameters())[:2], list(model.parameters())[2:]
-    wrappers: list[Any] = [context.wrap(torch.optim.SGD(first, lr=0.1, momentum=0.9))]
-    wrappers.append(context.wrap(torch.optim.Adam(last, lr=0.01)))
+    wrappers: list[Any] = [context.wrap(inner) for inner in _layer_optimizers(model)]
     if third:
         wrappers.append(context.wrap(torch.optim.SGD(context.prepare_module(make_model(seed=2)).parameters())))
     return context, model, wrappers
-
-
-def _run_plan(
-    context: TrainingContext,
-    model: torch.nn.Module,
-    wrappers: Any,
-    plan: Mapping[int, tuple[bool, ...]],
-    cell: Cell,
-    scales: Any,
-) -> None:
-    """Per batch of ``plan`` each wrapper's ``step(closure)`` with its ``make_optimizer_step``; A's first overflows."""
-    for batch_idx, steps in plan.items():
-        with context.batch(batch_idx):
-            for index, (wrapper, make_step) in enumerate(zip(wrappers, steps, strict=False)):
-
-                def closure(wrapper: Any = wrapper, index: int = index, batch_idx: int = batch_idx) -> torch.Tensor:
-                    with context.autocast():
-                        infinite = batch_idx == 0 and index == 0  # A's first step overflows
-                        loss = _loss_of(model, _COPY_BATCHES[batch_idx], cell, infinite=infinite, scales=scales)
-                    wrapper.backward(loss)
-                    return loss
-
-                wrapper.step(closure, make_optimizer_step=make_step)
 
 
 @pytest.mark.cells(devices=_NOT_XLA)
@@ -512,24 +472,23 @@ def _run_plan(
 )
 def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContext, cell: Cell) -> None:
     """After an overflow, with two windows open, states for other layouts are refused and change nothing at all."""
-    settings = _REFUSED_LOAD_SCALER
+    settings = _LAYERS_SCALER
     sixteen = cell.precision == "16-mixed"
 
     # A's window {0} overflows (16-mixed: skipped, the scale backs off); then A's {1} and B's {0, 1} stay open.
-    opening = {0: (True, False), 1: (False, False)}
     closing = {2: (True, True)}
     context, model, wrappers = _sgd_and_adam(make_context, cell)
-    _run_plan(context, model, wrappers, opening, cell, None)
+    _run_plan(context, model, wrappers, _OPENING, cell)
     held, state = grads(model.parameters(), to_cpu=True), copy.deepcopy(context.state_dict())
     inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in wrappers]
 
     one = make_context(accumulate_grad_batches=2, **scaler_settings(cell, settings))
     one_model = one.prepare_module(make_model())
     one_wrapper = one.wrap(torch.optim.SGD(one_model.parameters(), lr=0.1))
-    _run_plan(one, one_model, [one_wrapper], {0: (False,)}, cell, None)
+    _run_plan(one, one_model, [one_wrapper], {0: (False,)}, cell)
     wide, wide_model, wide_wrappers = _sgd_and_adam(make_context, cell, sizes=(4, 8, 5, 2))
     # A's window closed, B's open: its shapes show
-    _run_plan(wide, wide_model, wide_wrappers, {0: (True, False)}, cell, None)
+    _run_plan(wide, wide_model, wide_wrappers, {0: (True, False)}, cell)
     others = {
         "one optimizer": one,
         "B's parameters of other shapes": wide,
@@ -547,19 +506,18 @@ def test_refused_load_after_an_overflow_changes_nothing(make_context: MakeContex
         for index, wrapper in enumerate(wrappers):
             assert_same_state(wrapper.optimizer.state_dict(), inner_states[index], f"a refused load ({what})")
 
-    scales: list[torch.Tensor] = []
-    _run_plan(context, model, wrappers, closing, cell, scales)
+    scales: list[float] = []
+    _run_plan(context, model, wrappers, closing, cell, scales=scales)
     outcomes = [wrapper.last_outcome for wrapper in wrappers]
     assert outcomes == [StepOutcome.STEPPED] * 2, f"after the refused loads, the windows closed as {outcomes}"
     if sixteen:
         backed_off = settings.init_scale * settings.backoff_factor
-        got = [float(scale) for scale in scales]
-        assert got == [backed_off / 2] * 2, (
-            f"after the refused loads the backward passes were scaled by {got}; the scale had backed off to "
+        assert scales == [backed_off / 2] * 2, (
+            f"after the refused loads the backward passes were scaled by {scales}; the scale had backed off to "
             f"{backed_off} after the overflow, and each loss is divided by accumulate_grad_batches=2 (AMP-007)"
         )
     twin_context, twin_model, twin_wrappers = _sgd_and_adam(make_context, cell)
-    _run_plan(twin_context, twin_model, twin_wrappers, {**opening, **closing}, cell, None)
+    _run_plan(twin_context, twin_model, twin_wrappers, {**_OPENING, **closing}, cell)
     _assert_identical(params(model), params(twin_model), "after refused loads, against a run without them", cell)
 
 
@@ -596,47 +554,9 @@ def test_resume_two_wrappers_with_a_growing_scale(make_context: MakeContext, cel
         _assert_same_scales(got.scales, want.scales[2 * (done + 1) :], what)
 
 
-_BEFORE_WRAP_SCALER = GradScalerSettings(init_scale=2.0**8)
 _OPENING: dict[int, tuple[bool | None, ...]] = {0: (True, False), 1: (False, False)}
 """A's window {0} overflows (16-mixed: skipped, the scale backs off); then A's {1} and B's {0, 1} stay open."""
 _CLOSING: dict[int, tuple[bool | None, ...]] = {2: (True, True), 3: (None, None)}
-
-
-def _layer_optimizers(model: torch.nn.Module) -> list[Callable[[], torch.optim.Optimizer]]:
-    """Builders of A (SGD with momentum on the first layer) and B (Adam on the last), in wrapping order."""
-    first, last = list(model.parameters())[:2], list(model.parameters())[2:]
-    return [lambda: torch.optim.SGD(first, lr=0.1, momentum=0.9), lambda: torch.optim.Adam(last, lr=0.01)]
-
-
-def _run_layers(
-    context: TrainingContext,
-    model: torch.nn.Module,
-    wrappers: list[Any],
-    plan: Mapping[int, tuple[bool | None, ...]],
-    cell: Cell,
-) -> list[list[StepOutcome | None]]:
-    """The batches of ``plan``, each wrapper stepping as ``plan`` says; under 16-mixed A's loss at batch 0 overflows.
-
-    Returns each batch's outcomes.
-    """
-    outcomes: list[list[StepOutcome | None]] = []
-    for batch_idx, steps in plan.items():
-        with context.batch(batch_idx):
-            for index, (wrapper, make_step) in enumerate(zip(wrappers, steps, strict=True)):
-
-                def closure(
-                    wrapper: Any = wrapper,
-                    batch: Any = _COPY_BATCHES[batch_idx],
-                    infinite: bool = batch_idx == index == 0,
-                ) -> torch.Tensor:
-                    with context.autocast():
-                        loss = _loss_of(model, batch, cell, infinite=infinite)
-                    wrapper.backward(loss)
-                    return loss
-
-                wrapper.step(closure, make_optimizer_step=make_step)
-        outcomes.append([wrapper.last_outcome for wrapper in wrappers])
-    return outcomes
 
 
 @pytest.mark.cells(devices=_NOT_XLA)
@@ -658,27 +578,22 @@ def test_state_loaded_before_its_optimizers_are_wrapped_is_refused(make_context:
     layout (``ValueError``) that leaves parameters, gradients, the context's state and the wrapped optimizer's state
     as they were. Then the second is wrapped, the load succeeds, and the run continues as the uninterrupted one.
     """
-    settings = scaler_settings(cell, _BEFORE_WRAP_SCALER)
-    context = make_context(accumulate_grad_batches=2, **settings)
-    model = context.prepare_module(make_model())
-    wrappers: list[Any] = [context.wrap(build()) for build in _layer_optimizers(model)]
-    opened = _run_layers(context, model, wrappers, _OPENING, cell)
+    context, model, wrappers = _sgd_and_adam(make_context, cell)
+    opened = _run_plan(context, model, wrappers, _OPENING, cell)
     first = StepOutcome.SKIPPED_NON_FINITE if cell.precision == "16-mixed" else StepOutcome.STEPPED
     acc = StepOutcome.ACCUMULATED
     assert opened == [[first, acc], [acc, acc]], f"check precondition: the saving run's first batches took {opened}"
     saved_state = copy.deepcopy(context.state_dict())
     saved_model = copy.deepcopy(model.state_dict())
     saved_optimizers = [copy.deepcopy(w.optimizer.state_dict()) for w in wrappers]
-    _run_layers(context, model, wrappers, _CLOSING, cell)
+    _run_plan(context, model, wrappers, _CLOSING, cell)
 
-    fresh = make_context(accumulate_grad_batches=2, **settings)
+    fresh = make_context(accumulate_grad_batches=2, **scaler_settings(cell, _LAYERS_SCALER))
     fresh_model = fresh.prepare_module(make_model(seed=1))
     fresh_model.load_state_dict(saved_model)
-    builders = _layer_optimizers(fresh_model)
     fresh_wrappers: list[Any] = []
-    for wrapped in range(len(builders)):
-        values, held = params(fresh_model), grads(fresh_model.parameters(), to_cpu=True)
-        state = copy.deepcopy(fresh.state_dict())
+    for wrapped, inner in enumerate(_layer_optimizers(fresh_model)):
+        before, state = snapshot(fresh_model), copy.deepcopy(fresh.state_dict())
         inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in fresh_wrappers]
         what = "before any optimizer is wrapped" if wrapped == 0 else f"with {wrapped} of its 2 optimizers wrapped"
         with refuses(
@@ -689,17 +604,15 @@ def test_state_loaded_before_its_optimizers_are_wrapped_is_refused(make_context:
         ):
             fresh.load_state_dict(saved_state)
         after = f"after the refused load {what}"
-        _assert_identical(params(fresh_model), values, f"{after}, the parameters")
-        assert_same_grads(grads(fresh_model.parameters(), to_cpu=True), held, after)
+        assert_unchanged(fresh_model, before, after)
         assert_same_state(fresh.state_dict(), state, f"{after}, the context's state_dict()")
         for index, wrapper in enumerate(fresh_wrappers):
             assert_same_state(wrapper.optimizer.state_dict(), inner_states[index], f"{after}, optimizer {index}")
-        inner = builders[wrapped]()
         inner.load_state_dict(saved_optimizers[wrapped])
         fresh_wrappers.append(fresh.wrap(inner))
 
     fresh.load_state_dict(saved_state)
-    _run_layers(fresh, fresh_model, fresh_wrappers, _CLOSING, cell)
+    _run_plan(fresh, fresh_model, fresh_wrappers, _CLOSING, cell)
     outcomes = [wrapper.last_outcome for wrapper in fresh_wrappers]
     assert outcomes == [StepOutcome.STEPPED] * 2, f"after the refused loads and the load, the windows took {outcomes}"
     _assert_identical(

@@ -40,19 +40,6 @@ def check_factory() -> None:
 """
 
 
-def _search_root(module_name: str) -> Path | None:
-    """The folder to add to MYPYPATH so that mypy finds ``module_name``; ``None`` when it is installed."""
-    module = sys.modules[module_name]
-    file = getattr(module, "__file__", None)
-    if file is None:
-        return None
-    path = Path(file)
-    depth = module_name.count(".") + (1 if path.name == "__init__.py" else 0)
-    root = path.parents[depth]
-    installed = {Path(p) for p in sys.path if "site-packages" in p or "__editable__" in p}
-    return None if root in installed else root
-
-
 @pytest.mark.requirement("SURFACE-001", "SURFACE-002")
 @pytest.mark.varies(optimizer=("SGD", "Adam"))
 def test_static_surface(implementation: ImplementationInfo[Any], pytestconfig: pytest.Config, tmp_path: Path) -> None:
@@ -66,10 +53,12 @@ def test_static_surface(implementation: ImplementationInfo[Any], pytestconfig: p
         not_applicable("the static check needs the record behind a function named conformance_info")
     snippet = tmp_path / "check_static_surface.py"
     snippet.write_text(SNIPPET.format(module=module), encoding="utf-8")
-    env = dict(os.environ)
-    root = _search_root(module)
-    if root is not None:
-        env["MYPYPATH"] = str(root)
+    # MYPYPATH gets the folder that holds the module, unless it is installed.
+    env, file = dict(os.environ), getattr(sys.modules[module], "__file__", None)
+    if file is not None:
+        root = Path(file).parents[module.count(".") + (Path(file).name == "__init__.py")]
+        if root not in {Path(p) for p in sys.path if "site-packages" in p or "__editable__" in p}:
+            env["MYPYPATH"] = str(root)
     store = getattr(pytestconfig, "cache", None)
     cache = store.mkdir("mypy") if store is not None else tmp_path / "mypy-cache"
     command = [sys.executable, "-m", "mypy", "--strict", "--config-file=", f"--cache-dir={cache}"]

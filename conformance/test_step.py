@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
 import torch
-from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.conformance.assertions import assert_unchanged, snapshot
+from lightning_optimizer.conformance.assertions import assert_grads_close, assert_unchanged, last_outcome, snapshot
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     REORDERED_TOLERANCES,
-    Tolerance,
     assert_discard_note,
     assert_params_close,
     cell_device,
@@ -28,9 +26,11 @@ from lightning_optimizer.conformance.harness import (
     oracle_step_done,
     refuses,
     run_steps,
-    tolerance_for,
+    scaler_settings,
 )
+from lightning_optimizer.conformance.optimizer_kinds import RecordingSGD, closure_of
 from lightning_optimizer.conformance.oracles import WindowOracle, expected_outcomes, oracle_copy
+from lightning_optimizer.conformance.plain_loop import plain_scaler
 from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -44,23 +44,23 @@ def _setup(
     cell: Cell,
     accumulate_grad_batches: int = 1,
     settings: dict[str, Any] | None = None,
+    kind: type[torch.optim.SGD] = torch.optim.SGD,
     **sgd: Any,
 ) -> tuple[TrainingContext, torch.nn.Module, Any, WindowOracle]:
-    """A context (with ``settings`` for the factory), its prepared model and wrapped SGD, and the oracle's copy."""
+    """A context (``settings`` for the factory), its prepared model, wrapped ``kind``, and the oracle's copy.
+
+    The oracle steps a plain SGD; under 16-mixed its GradScaler has the factory's ``grad_scaler`` settings.
+    """
     context = make_context(accumulate_grad_batches=accumulate_grad_batches, **(settings or {}))
     base = make_model()
-    reference_model = oracle_copy(base, cell)
+    oracle_model = oracle_copy(base, cell)
     model = context.prepare_module(base)
     hyper = {"lr": 0.1, "momentum": 0.9} | sgd
-    wrapper = context.wrap(torch.optim.SGD(model.parameters(), **hyper))
-    return (
-        context,
-        model,
-        wrapper,
-        WindowOracle(
-            reference_model, torch.optim.SGD(reference_model.parameters(), **hyper), cell, accumulate_grad_batches
-        ),
+    oracle = WindowOracle(
+        oracle_model, torch.optim.SGD(oracle_model.parameters(), **hyper), cell, accumulate_grad_batches
     )
+    oracle.scaler = plain_scaler(cell, (settings or {}).get("grad_scaler"))
+    return context, model, context.wrap(kind(model.parameters(), **hyper)), oracle
 
 
 @pytest.mark.requirement("STEP-001", "STEP-004")
@@ -200,18 +200,9 @@ def test_plain_backward_gives_the_same_mean(make_context: MakeContext, cell: Cel
 @pytest.mark.varies(step_kwargs=("without gradients",), window=("k >= 2 micro-steps",))
 def test_kwargs_reach_the_inner_step(make_context: MakeContext, cell: Cell) -> None:
     """Keyword arguments of ``step`` reach the inner optimizer's ``step`` on a real step."""
-
-    class RecordingSGD(torch.optim.SGD):
-        calls: list[dict[str, Any]]
-
-        def step(self, closure: Any = None, **kwargs: Any) -> Any:
-            self.calls.append(kwargs)
-            return super().step(closure)
-
     context = make_context(accumulate_grad_batches=2)
     model = context.prepare_module(make_model())
     inner = RecordingSGD(model.parameters(), lr=0.1)
-    inner.calls = []
     wrapper = context.wrap(inner)
     for batch_idx in range(2):
         with context.batch(batch_idx):
@@ -290,36 +281,6 @@ def test_closure_runs_once_per_call(make_context: MakeContext, cell: Cell) -> No
     assert calls == [0, 1, 2, 3], f"closure calls per batch: {calls}"
 
 
-def _closure_on(
-    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Any, cell: Cell
-) -> Callable[[], torch.Tensor]:
-    """A closure: the model's loss on ``batch`` under the context's autocast, passed to ``wrapper.backward``."""
-    device, dtype = cell_device(cell), cell_dtype(cell)
-
-    def closure() -> torch.Tensor:
-        with context.autocast():
-            loss = mse(model, batch, device, dtype)
-        wrapper.backward(loss)
-        return loss
-
-    return closure
-
-
-def _raising_closures(
-    context: TrainingContext, model: torch.nn.Module, wrapper: Any, batch: Any, cell: Cell
-) -> tuple[Callable[[], None], Callable[[], None]]:
-    """Closures that raise: ``failing`` before any backward, ``failing_after_backward`` after one of ``batch``."""
-
-    def failing() -> None:
-        raise RuntimeError("boom from the closure")
-
-    def failing_after_backward() -> None:
-        _closure_on(context, model, wrapper, batch, cell)()
-        raise RuntimeError("boom from the closure")
-
-    return failing, failing_after_backward
-
-
 @pytest.mark.requirement("CLOS-003", "TOGGLE-002", "FAIL-002", "FAIL-003", "FAIL-004")
 @pytest.mark.parametrize("on_failure", ON_FAILURE)
 @pytest.mark.varies(
@@ -337,15 +298,18 @@ def test_closure_that_raises_changes_nothing(make_context: MakeContext, cell: Ce
     make new windows. Parameters and flags never change; training then matches the plain loop over the windows
     each policy leaves.
     """
-    context, model, wrapper, oracle = _setup(
-        make_context, cell, accumulate_grad_batches=2, settings=failure_settings(on_failure)
-    )
-    discard = on_failure == "discard"
-    batches = make_batches(4)
-    failing, failing_after_backward = _raising_closures(context, model, wrapper, batches[3], cell)
-    wrapper.step(_closure_on(context, model, wrapper, batches[0], cell))
-    before = snapshot(model)
-    held = 1
+    context, model, wrapper, oracle = _setup(make_context, cell, 2, failure_settings(on_failure))
+    discard, batches = on_failure == "discard", make_batches(4)
+
+    def failing() -> None:
+        raise RuntimeError("boom from the closure")
+
+    def failing_after_backward() -> None:
+        closure_of(context, wrapper, model, batches[3], cell)()
+        failing()
+
+    wrapper.step(closure_of(context, wrapper, model, batches[0], cell))
+    before, held = snapshot(model), 1
     for raising in (failing, failing_after_backward):
         for make_step in (True, None, False):
             outcome = wrapper.last_outcome
@@ -356,9 +320,7 @@ def test_closure_that_raises_changes_nothing(make_context: MakeContext, cell: Ce
                 match="boom from the closure",
             ) as raised:
                 wrapper.step(raising, make_optimizer_step=make_step)
-            what = (
-                f"after a closure raised ({raising.__name__}, make_optimizer_step={make_step}, on_failure={on_failure})"
-            )
+            what = f"after a closure raised ({raising.__name__}, make_optimizer_step={make_step}, {on_failure=})"
             if discard and raising is failing_after_backward:
                 # A call that fails after its backward wrote into the window discards it (FAIL-003).
                 assert_unchanged(model, replace(before, grads=[None] * len(before.grads)), what)
@@ -370,17 +332,15 @@ def test_closure_that_raises_changes_nothing(make_context: MakeContext, cell: Ce
                 continue
             assert_unchanged(model, before, what)
             assert wrapper.last_outcome is outcome, (
-                f"{what}: last_outcome changed from {outcome} to {wrapper.last_outcome}"
+                f"{what}: last_outcome changed from {outcome} to {last_outcome(wrapper)}"
             )
     # Under "discard" the window of batch 0 is gone: the next calls make the windows [1, 2] and [3, 0].
     order, windows = ((1, 2, 3, 0), [[1, 2], [3, 0]]) if discard else ((1, 2, 3), [[0, 1], [2, 3]])
     for batch_idx in order:
-        wrapper.step(_closure_on(context, model, wrapper, batches[batch_idx], cell))
+        wrapper.step(closure_of(context, wrapper, model, batches[batch_idx], cell))
     assert wrapper.last_outcome is S, f"the window {windows[-1]} did not close on time: {wrapper.last_outcome}"
     oracle.train_windows(batches, windows)
-    assert_params_close(
-        model, oracle.model, cell, f"training after a closure raised mid-window (on_failure={on_failure})"
-    )
+    assert_params_close(model, oracle.model, cell, f"training after a closure raised mid-window ({on_failure=})")
 
 
 @pytest.mark.requirement("BWD-001")
@@ -410,29 +370,6 @@ SCALER_SETTINGS = GradScalerSettings(init_scale=2.0**10)
 stay finite, so every real step is taken; their oracles build a plain ``GradScaler`` with the same settings."""
 
 
-def _scaled_context(make_context: MakeContext, cell: Cell, **kwargs: Any) -> TrainingContext:
-    """A context for ``cell``; under 16-mixed its loss scaler gets :data:`SCALER_SETTINGS`."""
-    if cell.precision == "16-mixed":
-        kwargs["grad_scaler"] = SCALER_SETTINGS
-    return make_context(**kwargs)
-
-
-def _settings_scaler(cell: Cell) -> GradScaler | None:
-    """The oracle's plain ``GradScaler`` with :data:`SCALER_SETTINGS` under 16-mixed, ``None`` otherwise."""
-    if cell.precision != "16-mixed":
-        return None
-    return GradScaler(cell_device(cell).type, **SCALER_SETTINGS.as_kwargs())
-
-
-def _settings_oracle(
-    cell: Cell, model: torch.nn.Module, optimizer: torch.optim.Optimizer, accumulate_grad_batches: int
-) -> WindowOracle:
-    """A :class:`WindowOracle` whose 16-mixed scaler has :data:`SCALER_SETTINGS`."""
-    oracle = WindowOracle(model, optimizer, cell, accumulate_grad_batches)
-    oracle.scaler = _settings_scaler(cell)
-    return oracle
-
-
 Backward = Callable[..., None]
 LossOf = Callable[[bool], torch.Tensor]
 """Computes the check's loss on one model: per element (``True``) or its mean (``False``)."""
@@ -443,110 +380,27 @@ def _twice(backward: Backward, loss: torch.Tensor, *first: Any, **first_kwargs: 
     backward(loss)  # needs the graph that the first call retained
 
 
-def _with_create_graph(backward: Backward, loss: torch.Tensor) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch warns that create_graph=True makes a reference cycle
-        backward(loss, create_graph=True)
-
-
-def _backward_forms(gradient: torch.Tensor) -> dict[str, Callable[[Backward, list[torch.Tensor], LossOf], None]]:
-    """Each call form of ``backward``, by how it reads, as a function of (backward, parameters, loss)."""
-    return {
-        "(per_element_loss, gradient)": lambda bw, params, loss: bw(loss(True), gradient),
-        "(per_element_loss, gradient=gradient)": lambda bw, params, loss: bw(loss(True), gradient=gradient),
-        "(loss, retain_graph=True) then (loss)": lambda bw, params, loss: _twice(bw, loss(False), retain_graph=True),
-        "(loss, None, True) then (loss)": lambda bw, params, loss: _twice(bw, loss(False), None, True),
-        "(loss, create_graph=True)": lambda bw, params, loss: _with_create_graph(bw, loss(False)),
-        "(loss, inputs=[first parameter])": lambda bw, params, loss: bw(loss(False), inputs=[params[0]]),
-        "(loss, None, None, False, [last parameter])": lambda bw, params, loss: bw(
-            loss(False), None, None, False, [params[-1]]
-        ),
-    }
-
-
-def _take_grads(model: torch.nn.Module) -> list[torch.Tensor | None]:
-    """The parameters' gradients, each parameter's ``grad`` set back to ``None``."""
-    grads = []
-    for param in model.parameters():
-        grads.append(param.grad)
-        param.grad = None
-    return grads
-
-
-def _squared_error_of(
-    net: torch.nn.Module, autocast: Callable[[], Any], x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype
-) -> LossOf:
+def _squared_error(
+    net: torch.nn.Module, autocast: Callable[[], Any], x: torch.Tensor, y: torch.Tensor, per_element: bool
+) -> torch.Tensor:
     """The squared error of ``net`` on ``(x, y)``, its forward under ``autocast()``: per element or its mean."""
-
-    def loss(per_element: bool) -> torch.Tensor:
-        with autocast():
-            squared: torch.Tensor = (net(x).to(dtype) - y) ** 2
-        return squared if per_element else squared.mean()
-
-    return loss
+    with autocast():
+        squared: torch.Tensor = (net(x).to(y.dtype) - y) ** 2
+    return squared if per_element else squared.mean()
 
 
-def _scaled_backward_of(scaler: GradScaler | None) -> Backward:
-    """The oracle's ``loss.backward(*args, **kwargs)``, of ``scaler.scale(loss)`` under 16-mixed."""
-
-    def oracle_backward(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        (loss if scaler is None else scaler.scale(loss)).backward(*args, **kwargs)
-
-    return oracle_backward
-
-
-def _assert_form_grads(
-    form: str,
-    names: list[str],
-    got: list[torch.Tensor | None],
-    want: list[torch.Tensor | None],
-    scale: float,
-    tolerance: Tolerance,
-) -> None:
-    """The gradients of ``wrapper.backward<form>`` are those of ``loss.backward<form>``, parameter by parameter.
-
-    Present where those are, with a graph of their own under ``create_graph``, and equal once divided by the scale.
-    """
-    for name, got_grad, want_grad in zip(names, got, want, strict=True):
-        what = f"after wrapper.backward{form}, parameter {name!r}"
-        if want_grad is None or got_grad is None:
-            assert got_grad is None and want_grad is None, (
-                f"{what} has {'no' if got_grad is None else 'a'} gradient; loss.backward{form} gives "
-                f"{'none' if want_grad is None else 'one'}"
-            )
-            continue
-        if "create_graph" in form:
-            assert got_grad.requires_grad, f"{what}: the gradient has no graph of its own (create_graph lost)"
-
-        def message(text: str, what: str = what) -> str:
-            return f"{what} differs from loss.backward{form}: {text}"
-
-        torch.testing.assert_close(
-            got_grad.detach().cpu() / scale,
-            want_grad.detach().cpu() / scale,
-            rtol=tolerance.rtol,
-            atol=tolerance.atol,
-            msg=message,
-        )
-
-
-def _assert_backward_frees_the_graph(who: str, backward: Backward, loss_of: LossOf, net: torch.nn.Module) -> None:
-    """A second ``backward(loss)`` through one graph raises: the first, without ``retain_graph``, freed it.
-
-    ``net``'s gradients are then set back to ``None``.
-    """
-    loss = loss_of(False)
-    backward(loss)
-    try:
-        backward(loss)
-    except RuntimeError:
-        pass
-    else:
-        raise AssertionError(
-            f"a second {who}(loss) through the same graph did not raise: the first call without retain_graph "
-            "kept the graph, where loss.backward() frees it"
-        )
-    _take_grads(net)
+BACKWARD_FORMS: dict[str, Callable[[Backward, list[torch.Tensor], LossOf, torch.Tensor], None]] = {
+    "(per_element_loss, gradient)": lambda bw, params, loss, gradient: bw(loss(True), gradient),
+    "(per_element_loss, gradient=gradient)": lambda bw, params, loss, gradient: bw(loss(True), gradient=gradient),
+    "(loss, retain_graph=True) then (loss)": lambda bw, params, loss, _: _twice(bw, loss(False), retain_graph=True),
+    "(loss, None, True) then (loss)": lambda bw, params, loss, _: _twice(bw, loss(False), None, True),
+    "(loss, create_graph=True)": lambda bw, params, loss, _: bw(loss(False), create_graph=True),
+    "(loss, inputs=[first parameter])": lambda bw, params, loss, _: bw(loss(False), inputs=[params[0]]),
+    "(loss, None, None, False, [last parameter])": lambda bw, params, loss, _: bw(
+        loss(False), None, None, False, [params[-1]]
+    ),
+}
+"""Each call form of ``backward``, by how it reads, as a function of (backward, parameters, loss, gradient)."""
 
 
 @pytest.mark.requirement("BWD-001")
@@ -554,66 +408,60 @@ def _assert_backward_frees_the_graph(who: str, backward: Backward, loss_of: Loss
     backward_args=("gradient", "retain_graph", "create_graph", "inputs", "positional", "graph freed"),
     loss_scale=("initial", "settings given to the factory"),
 )
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")  # torch: a reference cycle
 def test_backward_call_forms(make_context: MakeContext, cell: Cell) -> None:
     """``w.backward`` does what ``loss.backward`` does in every call form, after scaling the loss under 16-mixed."""
-    context = _scaled_context(make_context, cell)
-    base = make_model()
-    oracle = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
-    scaler = _settings_scaler(cell)
-    scale = 1.0 if scaler is None else SCALER_SETTINGS.init_scale
+    context, model, wrapper, oracle = _setup(make_context, cell, 1, scaler_settings(cell, SCALER_SETTINGS), momentum=0)
+    scaler, scale = oracle.scaler, 1.0 if oracle.scaler is None else SCALER_SETTINGS.init_scale
     device, dtype = cell_device(cell), cell_dtype(cell)
     x, y = (t.to(device=device, dtype=dtype) for t in make_batches(1)[0])
     gradient = torch.randn(y.shape, generator=torch.Generator().manual_seed(5)).to(device=device, dtype=dtype)
-    names = [name for name, _ in model.named_parameters()]
-    tolerance = tolerance_for(cell)
+    autocast = partial(oracle_autocast, cell)
 
-    def loss_of(net: torch.nn.Module, autocast: Callable[[], Any]) -> LossOf:
-        return _squared_error_of(net, autocast, x, y, dtype)
+    def oracle_backward(loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        (loss if scaler is None else scaler.scale(loss)).backward(*args, **kwargs)
 
-    oracle_backward = _scaled_backward_of(scaler)
-    results = []
-    for form, run in _backward_forms(gradient).items():
-        try:
-            run(wrapper.backward, list(model.parameters()), loss_of(model, context.autocast))
-        except Exception as exc:
-            raise AssertionError(f"wrapper.backward{form} raised {exc!r}, where loss.backward{form} runs") from exc
-        run(oracle_backward, list(oracle.parameters()), loss_of(oracle, lambda: oracle_autocast(cell)))
-        results.append((form, _take_grads(model), _take_grads(oracle)))
+    sides: list[tuple[str, Backward, torch.nn.Module, LossOf]] = [
+        ("wrapper.backward", wrapper.backward, model, partial(_squared_error, model, context.autocast, x, y)),
+        (
+            "the oracle's loss.backward",
+            oracle_backward,
+            oracle.model,
+            partial(_squared_error, oracle.model, autocast, x, y),
+        ),
+    ]
+    results: list[tuple[str, list[Any], list[Any]]] = []
+    for form, run in BACKWARD_FORMS.items():
+        for who, backward, net, loss_fn in sides:
+            try:
+                run(backward, list(net.parameters()), loss_fn, gradient)
+            except Exception as exc:
+                raise AssertionError(f"{who}{form} raised {exc!r}, where loss.backward{form} runs") from exc
+        results.append((form, [p.grad for p in model.parameters()], [p.grad for p in oracle.model.parameters()]))
+        model.zero_grad(set_to_none=True)
+        oracle.model.zero_grad(set_to_none=True)
     oracle_step_done(cell)  # on XLA: every form's gradients, both sides, in one graph before they are read
     for form, got, want in results:
-        _assert_form_grads(form, names, got, want, scale, tolerance)
-    _assert_backward_frees_the_graph("wrapper.backward", wrapper.backward, loss_of(model, context.autocast), model)
-    _assert_backward_frees_the_graph(
-        "the oracle's loss.backward (check precondition)",
-        oracle_backward,
-        loss_of(oracle, lambda: oracle_autocast(cell)),
-        oracle,
-    )
-
-
-class _RecordingSGD(torch.optim.SGD):
-    """SGD that records the keyword arguments of every call of its ``step``."""
-
-    def __init__(self, params: Any, **hyper: Any) -> None:
-        super().__init__(params, **hyper)
-        self.calls: list[dict[str, Any]] = []
-
-    def step(self, closure: Any = None, **kwargs: Any) -> Any:
-        """Record ``kwargs``, then step as SGD does."""
-        self.calls.append(dict(kwargs))
-        return super().step(closure)
-
-
-class _Marker:
-    """A closure's result that nothing else could return."""
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-    def __repr__(self) -> str:
-        return f"<the result of closure {self.index}>"
+        what, present = f"after wrapper.backward{form}", [g is not None for g in got]
+        assert present == [g is not None for g in want], (
+            f"{what}: parameters with a gradient {present}, with loss.backward{form} {[g is not None for g in want]}"
+        )
+        pairs = [(g, w) for g, w in zip(got, want, strict=True) if g is not None and w is not None]
+        assert "create_graph" not in form or all(g.requires_grad for g, _ in pairs), (
+            f"{what}: a gradient has no graph of its own (create_graph lost)"
+        )
+        assert_grads_close(
+            [g / scale for g, _ in pairs],
+            [w / scale for _, w in pairs],
+            cell,
+            f"{what} vs loss.backward{form}, of the parameters with one",
+        )
+    for who, backward, net, loss_fn in sides:  # without retain_graph, the first call frees the graph
+        loss = loss_fn(False)
+        backward(loss)
+        with refuses(RuntimeError, f"a second {who}(loss) through one graph", "BWD-001: as loss.backward() frees it"):
+            backward(loss)
+        net.zero_grad(set_to_none=True)
 
 
 @pytest.mark.requirement("STEP-005", "STEP-006", "STEP-004")
@@ -628,23 +476,16 @@ class _Marker:
 )
 def test_kwargs_and_result_with_gradients(make_context: MakeContext, cell: Cell) -> None:
     """With gradients: ``kwargs`` reach the inner step once per real step; ``step`` returns the closure's result."""
-    context = _scaled_context(make_context, cell, accumulate_grad_batches=2)
-    base = make_model()
-    reference_model = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    inner = _RecordingSGD(model.parameters(), lr=0.1, momentum=0.9)
-    wrapper = context.wrap(inner)
-    oracle = _settings_oracle(
-        cell, reference_model, torch.optim.SGD(reference_model.parameters(), lr=0.1, momentum=0.9), 2
-    )
+    settings = scaler_settings(cell, SCALER_SETTINGS)
+    context, model, wrapper, oracle = _setup(make_context, cell, 2, settings, kind=RecordingSGD)
     batches = make_batches(6)
     device, dtype = cell_device(cell), cell_dtype(cell)
     outcomes = []
 
     def call(index: int, make_optimizer_step: bool | None = None) -> None:
-        marker = _Marker(index)
+        marker = f"<the result of closure {index}>"  # an object of its own that nothing else returns
 
-        def closure() -> _Marker:
+        def closure() -> str:
             with context.autocast():
                 loss = mse(model, batches[index], device, dtype)
             wrapper.backward(loss)
@@ -672,8 +513,8 @@ def test_kwargs_and_result_with_gradients(make_context: MakeContext, cell: Cell)
     assert all(oracle.stepped), "check precondition: the oracle's loss scaler skipped a step"
     assert outcomes == [A, S, S, S, A, S], f"outcomes were {outcomes}"
     expected = [{"tag": 1}, {"tag": 2}, {"tag": 3}, {"tag": 5}]
-    assert inner.calls == expected, (
-        f"the inner step received {inner.calls}; expected one call per real step with that step's keyword "
+    assert wrapper.optimizer.calls == expected, (
+        f"the inner step received {wrapper.optimizer.calls}; expected one call per real step with that step's keyword "
         f"arguments, none on accumulating micro-steps: {expected}"
     )
     assert_params_close(model, oracle.model, cell, "four real steps with keyword arguments")
@@ -690,14 +531,7 @@ AUTOCAST_DTYPES = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
 )
 def test_closure_runs_once_in_the_autocast_region(make_context: MakeContext, cell: Cell) -> None:
     """Each call runs its closure once, under the context's autocast, though the closure does not enter it."""
-    context = _scaled_context(make_context, cell, accumulate_grad_batches=2)
-    base = make_model()
-    reference_model = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
-    oracle = _settings_oracle(
-        cell, reference_model, torch.optim.SGD(reference_model.parameters(), lr=0.1, momentum=0.9), 2
-    )
+    context, model, wrapper, oracle = _setup(make_context, cell, 2, scaler_settings(cell, SCALER_SETTINGS))
     batches = make_batches(4)
     device, dtype = cell_device(cell), cell_dtype(cell)
     device_type = device.type

@@ -12,51 +12,41 @@ from typing_extensions import get_protocol_members
 
 from lightning_optimizer.spec import Cell, OptimizerWrapper, TrainingContext
 
-
-def _parameters(function: Callable[..., Any]) -> list[inspect.Parameter]:
-    parameters = list(inspect.signature(function).parameters.values())
-    return [p for p in parameters if p.name != "self"]
+_EXTRA = {
+    inspect.Parameter.VAR_POSITIONAL: "positional arguments (*args)",
+    inspect.Parameter.VAR_KEYWORD: "keyword arguments (**kwargs)",
+}
 
 
 def signature_problems(protocol_member: Callable[..., Any], implemented: Callable[..., Any]) -> list[str]:
     """How ``implemented`` fails to accept every call that ``protocol_member`` allows (empty when it does)."""
     try:
-        actual = _parameters(implemented)
+        actual = [p for p in inspect.signature(implemented).parameters.values() if p.name != "self"]
     except (TypeError, ValueError):
         return []  # builtins without a signature: nothing to compare
-    by_name = {p.name: p for p in actual}
-    has_varargs = any(p.kind is p.VAR_POSITIONAL for p in actual)
-    has_varkw = any(p.kind is p.VAR_KEYWORD for p in actual)
-    problems = []
-    expected = _parameters(protocol_member)
+    expected = [p for p in inspect.signature(protocol_member).parameters.values() if p.name != "self"]
+    by_name, kinds, problems = {p.name: p for p in actual}, {p.kind for p in actual}, []
     for position, want in enumerate(expected):
-        if want.kind is want.VAR_POSITIONAL:
-            if not has_varargs:
-                problems.append("does not accept extra positional arguments (*args)")
+        got, optional = by_name.get(want.name), want.default is not want.empty
+        if want.kind in _EXTRA:
+            problems += [] if want.kind in kinds else [f"does not accept extra {_EXTRA[want.kind]}"]
             continue
-        if want.kind is want.VAR_KEYWORD:
-            if not has_varkw:
-                problems.append("does not accept extra keyword arguments (**kwargs)")
-            continue
-        got = by_name.get(want.name)
         if got is None:
             # **kwargs absorbs a keyword-only parameter, not one the contract lets callers pass by position.
-            if not has_varkw or want.kind is want.POSITIONAL_OR_KEYWORD:
+            if want.VAR_KEYWORD not in kinds or want.kind is want.POSITIONAL_OR_KEYWORD:
                 problems.append(f"has no parameter {want.name!r}")
             continue
         misplaced = got.kind is not got.POSITIONAL_OR_KEYWORD or actual.index(got) != position
         if want.kind is want.POSITIONAL_OR_KEYWORD and misplaced:
             problems.append(f"parameter {want.name!r} must be positional-or-keyword at position {position}")
-        if want.default is not want.empty and got.default is got.empty:
+        if optional and got.default is got.empty:
             problems.append(f"parameter {want.name!r} must be optional")
-        if want.default is not want.empty and got.default is not got.empty and want.default != got.default:
+        if optional and got.default is not got.empty and want.default != got.default:
             problems.append(f"parameter {want.name!r} defaults to {got.default!r}, the contract says {want.default!r}")
     known = {p.name for p in expected}
-    for extra in actual:
-        named = extra.kind in (extra.POSITIONAL_OR_KEYWORD, extra.KEYWORD_ONLY)
-        if extra.name not in known and named and extra.default is extra.empty:
-            problems.append(f"extra parameter {extra.name!r} must have a default")
-    return problems
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    extra = [p.name for p in actual if p.name not in known and p.kind in named and p.default is p.empty]
+    return problems + [f"extra parameter {name!r} must have a default" for name in extra]
 
 
 def check_surface(protocol: type, obj: object) -> list[str]:
@@ -66,14 +56,10 @@ def check_surface(protocol: type, obj: object) -> list[str]:
         declared = inspect.getattr_static(protocol, name)
         if not hasattr(obj, name):
             problems.append(f"{name}: missing")
-            continue
-        if isinstance(declared, property):
-            continue
-        implemented = getattr(obj, name)
-        if not callable(implemented):
+        elif not isinstance(declared, property) and not callable(implemented := getattr(obj, name)):
             problems.append(f"{name}: not callable")
-            continue
-        problems += [f"{name}: {problem}" for problem in signature_problems(declared, implemented)]
+        elif not isinstance(declared, property):
+            problems += [f"{name}: {problem}" for problem in signature_problems(declared, implemented)]
     return problems
 
 

@@ -15,7 +15,6 @@ all-reduces), so the number of all-reduce operations in a window's graph is not 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import pytest
 
@@ -25,11 +24,11 @@ from lightning_optimizer.conformance.data_parallel import (
     Plan,
     assert_epoch,
 )
+from lightning_optimizer.conformance.epoch_checks import FORMS, run_plans
 from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.conformance.scenarios import EPOCH
 from lightning_optimizer.spec import Cell
 
-FORMS = {"closure": "closure form", "toggle": "toggle_model block, then step()"}
 SPMD_PRECISIONS = ("32-true",)
 """Each precision's window graphs compile anew under SPMD, 6 to 50 s an epoch on 2 CPU devices (16-mixed the most:
 the scaler's reads add graphs), so the suite runs SPMD in 32-true; the precisions are checked on one XLA device,
@@ -37,27 +36,16 @@ and the other SPMD cells pass too (measured: 64-true, 16-mixed, bf16-mixed, bf16
 
 
 def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) -> None:
-    (result,) = ranks.run(
-        "train_spmd_epoch",
-        cell,
-        form=form,
-        modules=[plan.module for plan in plans],
-        make_optimizer_step=[list(plan.make_optimizer_step) for plan in plans],
-        sync_at=[sorted(plan.closing) for plan in plans],
-        plain_backward=[j > 0 and cell.precision != "16-mixed" for j in range(len(plans))],
-    )
-    label = FORMS[form]
-    windows = "; ".join(f"module {plan.module!r} {list(plan.windows)}" for plan in plans)
+    (result,) = run_plans(ranks, "train_spmd_epoch", cell, form, plans)
+    label, graphs = FORMS[form], result["graphs"]
     want_cuts = [sum(batch_idx in plan.closing for plan in plans) for batch_idx in range(EPOCH)]
     assert result["cuts"] == want_cuts, (
         f"{label}: graph cuts per batch {result['cuts']}, expected {want_cuts} (one per real step, windows "
-        f"{windows}): a micro-step that only accumulates must not cut the graph, so that a window executes as one "
-        "graph [XLA-002]"
+        f"{[plan.windows for plan in plans]}): a micro-step that only accumulates must not cut the graph, so that a "
+        "window executes as one graph [XLA-002]"
     )
-    graphs: list[Any] = result["graphs"]
     assert graphs, f"{label}: XLA compiled no graph in the process; the run cannot have executed on the devices"
-    unpartitioned = [graph for graph in graphs if graph[0] != cell.world_size]
-    assert not unpartitioned, (
+    assert all(partitions == cell.world_size for partitions, _ in graphs), (
         f"{label}: compiled graphs (partitions, all-reduces) {graphs}: each must be partitioned over the "
         f"{cell.world_size} devices (the batch is sharded over them) [XLA-002]"
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_optimizer.conformance import test_properties
+from lightning_optimizer.conformance import schedule_generator as generator
 from lightning_optimizer.conformance.dimensions import DIMENSIONS, collect, dimension_problems, render_markdown
 from lightning_optimizer.conformance.schedule_oracle import ScheduleOracle
 from lightning_optimizer.spec import PRECISIONS, REQUIREMENTS, Cell, FailurePolicy
@@ -26,7 +26,7 @@ PROPERTY_CHECKS: dict[
     # check: (budget, what its generator draws, faults, resumes, copies, the failure policies it runs under, ranks)
     "test_generated_schedules_match_the_oracle": (
         "oracle",
-        test_properties.GENERATED,
+        generator.GENERATED,
         False,
         False,
         True,
@@ -35,7 +35,7 @@ PROPERTY_CHECKS: dict[
     ),
     "test_generated_schedules_with_raising_closures": (
         "faults",
-        test_properties.FAULTS_GENERATED,
+        generator.FAULTS_GENERATED,
         True,
         False,
         True,
@@ -44,7 +44,7 @@ PROPERTY_CHECKS: dict[
     ),
     "test_generated_schedules_resume_from_checkpoints": (
         "resume",
-        test_properties.RESUME_GENERATED,
+        generator.RESUME_GENERATED,
         False,
         True,
         False,
@@ -53,7 +53,7 @@ PROPERTY_CHECKS: dict[
     ),
     "test_generated_schedules_on_ranks_match_the_global_batch": (
         "ranks",
-        test_properties.RANK_GENERATED,
+        generator.RANK_GENERATED,
         False,
         False,
         False,
@@ -100,7 +100,7 @@ def test_the_property_checks_declare_their_generators() -> None:
         assert checks[name].varies == {key: tuple(values) for key, values in generated.items()}, name
 
 
-@pytest.mark.skipif(test_properties.HYPOTHESIS_MISSING is not None, reason="hypothesis is not installed")
+@pytest.mark.skipif(generator.HYPOTHESIS_MISSING is not None, reason="hypothesis is not installed")
 @pytest.mark.parametrize("check", sorted(PROPERTY_CHECKS))
 def test_the_ci_budget_reaches_every_declared_value(check: str) -> None:
     """Over the CPU cells, the fixed CI budget's schedules exercise every value the check declares, in the oracle."""
@@ -111,7 +111,7 @@ def test_the_ci_budget_reaches_every_declared_value(check: str) -> None:
     try:
         for precision in PRECISIONS:
             cell = Cell("cpu", precision)
-            drawn = test_properties.schedules_of(
+            drawn = generator.schedules_of(
                 cell, budget, None, faults=faults, resumes=resumes, copies=copies, ranks=ranks
             )
             for schedule in drawn:
