@@ -79,7 +79,7 @@ def identical(got: torch.Tensor, want: torch.Tensor) -> bool:
 def _max_change(got: torch.Tensor, want: torch.Tensor) -> str:
     if got.shape != want.shape or got.dtype != want.dtype:
         return f"{tuple(want.shape)} {want.dtype} became {tuple(got.shape)} {got.dtype}"
-    change = (got.detach().double().cpu() - want.detach().double().cpu()).abs().max().item()
+    change = (got.detach().cpu().double() - want.detach().cpu().double()).abs().max().item()
     return f"max abs change {change:.3g}"
 
 
@@ -107,7 +107,7 @@ def assert_grads_close(
     for i, (grad, want) in enumerate(zip(got, expected, strict=True)):
         assert want is not None, "the oracle's window has a parameter without gradient"
         assert grad is not None, f"{what}: parameter {i} has no gradient"
-        got_cpu, want_cpu = grad.detach().double().cpu(), want.detach().double().cpu()
+        got_cpu, want_cpu = grad.detach().cpu().double(), want.detach().cpu().double()
         if not torch.allclose(got_cpu, want_cpu, rtol=tol.rtol, atol=tol.atol):
             ratio = (got_cpu.norm() / want_cpu.norm()).item()
             raise AssertionError(

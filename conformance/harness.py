@@ -303,7 +303,7 @@ def assert_params_close(
     """Compare every parameter with the oracle's, in the cell's tolerance; name the first one that differs."""
     tol = tolerance or tolerance_for(cell)
     for (name, got), (_, want) in zip(actual.named_parameters(), expected.named_parameters(), strict=True):
-        got_cpu, want_cpu = got.detach().double().cpu(), want.detach().double().cpu()
+        got_cpu, want_cpu = got.detach().cpu().double(), want.detach().cpu().double()
         if not torch.allclose(got_cpu, want_cpu, rtol=tol.rtol, atol=tol.atol):
             diff = (got_cpu - want_cpu).abs().max().item()
             raise AssertionError(

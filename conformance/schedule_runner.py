@@ -473,7 +473,7 @@ def _assert_final_state(got: Run, want: Run, schedule: Schedule, cell: Cell) -> 
                     )
                 elif isinstance(value, torch.Tensor):
                     close = torch.allclose(
-                        mine_value.double().cpu(), value.double().cpu(), rtol=tol.rtol, atol=tol.atol
+                        mine_value.cpu().double(), value.cpu().double(), rtol=tol.rtol, atol=tol.atol
                     )
                     assert close, f"{where} differs from the oracle's"
     if want.scalers and len(got.scalers) == 1:  # a GradScaler's own state dict: its growth tracker is observable

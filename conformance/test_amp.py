@@ -861,7 +861,7 @@ def _assert_state_close(actual: list[dict[str, Any]], expected: list[dict[str, A
                 )
             elif isinstance(value, torch.Tensor):
                 assert isinstance(mine, torch.Tensor), f"{what}: parameter {i}'s state {key!r} is not a tensor"
-                if not torch.allclose(mine.double().cpu(), value.double().cpu(), rtol=tol.rtol, atol=tol.atol):
+                if not torch.allclose(mine.cpu().double(), value.cpu().double(), rtol=tol.rtol, atol=tol.atol):
                     raise AssertionError(f"{what}: parameter {i}'s state {key!r} differs from the oracle's")
 
 
@@ -1099,7 +1099,7 @@ def _assert_grads_match(
         assert got is None or want is not None, f"{what}: parameter {i} has a gradient, the oracle's has none"
         if got is None or want is None:
             continue
-        mine, theirs = got.detach().double().cpu(), want.detach().double().cpu()
+        mine, theirs = got.detach().cpu().double(), want.detach().cpu().double()
         size = float(theirs[theirs.isfinite()].abs().max()) if bool(theirs.isfinite().any()) else 0.0
         atol = tol.atol * max(size, 1e-30)
         assert mine.shape == theirs.shape and torch.allclose(mine, theirs, tol.rtol, atol, equal_nan=True), (

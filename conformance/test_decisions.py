@@ -569,7 +569,7 @@ def test_prepare_module_casts_floating_buffers_only(make_context: MakeContext, c
     tol = tolerance_for(cell)
     got_mean, want_mean = norm[0].running_mean, oracle[1].running_mean  # type: ignore[index]
     assert got_mean is not None and isinstance(want_mean, torch.Tensor)
-    assert torch.allclose(got_mean.double().cpu(), want_mean.double().cpu(), rtol=tol.rtol, atol=tol.atol), (
+    assert torch.allclose(got_mean.cpu().double(), want_mean.cpu().double(), rtol=tol.rtol, atol=tol.atol), (
         "the running mean after one training forward differs from the plain module's"
     )
 

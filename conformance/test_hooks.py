@@ -183,7 +183,7 @@ def test_hooks_follow_every_backward_and_step(
     assert [(e.wrapper, len(e.grads)) for e in seen] == [(e.wrapper, len(e.grads)) for e in plain]
     for i, (event, want) in enumerate(zip(seen, plain, strict=True)):
         assert all(
-            torch.allclose(got.double().cpu(), grad.double().cpu(), rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+            torch.allclose(got.cpu().double(), grad.cpu().double(), rtol=tol.rtol, atol=tol.atol, equal_nan=True)
             for got, grad in zip(event.grads, want.grads, strict=True)
         ), f"real step {i} ({want.wrapper}): before_optimizer_step saw other gradients than the step applies"
     closing = [e.argument for e in events if e.kind == "after_step" and e.argument is not A]
