@@ -8,6 +8,7 @@ shard, or every device's), so it is the same whether ranks or devices share the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -124,11 +125,14 @@ def assert_epoch(cell: Cell, plans: Sequence[Plan], result: dict[str, Any], labe
                 f"{label}: after module {plan.module!r}'s step() in batch {batch_idx} the wrappers' last_outcome "
                 f"are {got}, expected {want} (windows {windows}) [STEP-004]"
             )
-    after = oracle(cell, plans)
+    # The epoch ran in the rank processes and its parameters came back as CPU tensors: the oracle on the global
+    # batch runs on the CPU, in the cell's precision, so that this process compiles no XLA graph of its own.
+    on_cpu = dataclasses.replace(cell, device="cpu", strategy="none")
+    after = oracle(on_cpu, plans)
     for batch_idx in range(EPOCH):
         for j, plan in enumerate(plans):
             assert_params_close(
-                load(cell, plan.module, result["params"][batch_idx][j]),
+                load(on_cpu, plan.module, result["params"][batch_idx][j]),
                 after[batch_idx][j],
                 cell,
                 f"{label}, module {plan.module!r}, after batch {batch_idx} (windows {list(plan.windows)}): {run} vs "
