@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from lightning_optimizer.conformance.harness import tolerance_for
+from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, Tolerance, tolerance_for
 from lightning_optimizer.spec import Cell, StepOutcome
 
 __all__ = [
@@ -23,12 +23,14 @@ __all__ = [
     "assert_grads_close",
     "assert_same_grads",
     "assert_same_values",
+    "assert_state_close",
     "assert_unchanged",
     "cloned",
     "grad_scaler_states",
     "grads",
     "identical",
     "last_outcome",
+    "optimizer_states",
     "outcome_names",
     "param_values",
     "requires_grad_flags",
@@ -50,6 +52,11 @@ def grads(params: Iterable[torch.Tensor], *, to_cpu: bool = False) -> list[torch
 def param_values(params: Iterable[torch.Tensor], *, to_cpu: bool = False) -> list[torch.Tensor]:
     """A copy of each parameter's value, on its device or on the CPU."""
     return [_copy(param, to_cpu) for param in params]
+
+
+def optimizer_states(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """Each parameter's optimizer state, group by group (``{}`` where it has none), as it is now (not copied)."""
+    return [dict(optimizer.state.get(param, {})) for group in optimizer.param_groups for param in group["params"]]
 
 
 def requires_grad_flags(model: torch.nn.Module) -> dict[str, bool]:
@@ -100,15 +107,34 @@ def assert_same_values(got: Sequence[torch.Tensor], want: Sequence[torch.Tensor]
 
 
 def assert_grads_close(
-    got: Iterable[torch.Tensor | None], expected: Sequence[torch.Tensor | None], cell: Cell, what: str
+    got: Iterable[torch.Tensor | None],
+    expected: Sequence[torch.Tensor | None],
+    cell: Cell,
+    what: str,
+    *,
+    reordered: bool = False,
 ) -> None:
-    """Every gradient present and within the cell's tolerance of the oracle's (which has every gradient)."""
-    tol = tolerance_for(cell)
+    """Every gradient present and within the cell's tolerance of the oracle's (which has every gradient).
+
+    ``reordered``: the oracle reaches the same mean by other arithmetic (a division by the window's length, or a
+    product with its inverse), and every defect the check targets is off by a factor. Then the tolerance is
+    ``REORDERED_TOLERANCES``, its atol relative to the oracle's largest finite entry; a gradient may be missing
+    where the oracle's is, and a NaN matches a NaN (an overflowed window's).
+    """
+    tol = REORDERED_TOLERANCES[cell.precision] if reordered else tolerance_for(cell)
     for i, (grad, want) in enumerate(zip(got, expected, strict=True)):
-        assert want is not None, "the oracle's window has a parameter without gradient"
+        if want is None:
+            assert grad is None, f"{what}: parameter {i} has a gradient, the oracle's has none"
+            assert reordered, "the oracle's window has a parameter without gradient"
+            continue
         assert grad is not None, f"{what}: parameter {i} has no gradient"
         got_cpu, want_cpu = grad.detach().cpu().double(), want.detach().cpu().double()
-        if not torch.allclose(got_cpu, want_cpu, rtol=tol.rtol, atol=tol.atol):
+        assert got_cpu.shape == want_cpu.shape, f"{what}: parameter {i}'s gradient has shape {tuple(got_cpu.shape)}"
+        atol = tol.atol
+        if reordered:  # relative to the oracle's size
+            finite = want_cpu[want_cpu.isfinite()].abs()
+            atol *= max(float(finite.max()) if finite.numel() else 0.0, 1e-30)
+        if not torch.allclose(got_cpu, want_cpu, rtol=tol.rtol, atol=atol, equal_nan=reordered):
             ratio = (got_cpu.norm() / want_cpu.norm()).item()
             raise AssertionError(
                 f"{what}: the gradient of parameter {i} differs from the oracle's on {cell.id} "
@@ -169,17 +195,32 @@ def cloned(state: object) -> object:
     return copy.deepcopy(state)
 
 
-def state_diff(got: object, want: object, path: str = "state") -> str | None:
-    """Where two (nested) state dicts differ, or ``None``: tensors :func:`identical`, lists and tuples alike."""
+def _close(got: torch.Tensor, want: torch.Tensor, tolerance: Tolerance) -> bool:
+    """Same shape and dtype, and every element within ``tolerance`` of ``want``'s (compared on the CPU)."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return False
+    a, b = got.detach().cpu().double(), want.detach().cpu().double()
+    return torch.allclose(a, b, rtol=tolerance.rtol, atol=tolerance.atol)
+
+
+def state_diff(got: object, want: object, path: str = "state", *, tolerance: Tolerance | None = None) -> str | None:
+    """Where two (nested) state dicts differ, or ``None``: tensors :func:`identical`, lists and tuples alike.
+
+    With ``tolerance`` (``want`` an oracle's) tensors need only be within it, of the same shape and dtype.
+    """
     if isinstance(want, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             return f"{path} is {type(got).__name__}, was a tensor"
+        if tolerance is not None:
+            close = _close(got, want, tolerance)
+            return None if close else f"{path} differs from the oracle's ({_max_change(got, want)}, {tolerance})"
         return None if identical(got, want) else f"{path} changed ({_max_change(got, want)})"
     if isinstance(want, dict):
         if not isinstance(got, dict) or set(got) != set(want):
-            return f"{path} changed its keys"
+            keys = sorted(map(str, got)) if isinstance(got, dict) else type(got).__name__
+            return f"{path} has the keys {keys}, expected {sorted(map(str, want))}"
         for key, value in want.items():
-            problem = state_diff(got[key], value, f"{path}[{key!r}]")
+            problem = state_diff(got[key], value, f"{path}[{key!r}]", tolerance=tolerance)
             if problem is not None:
                 return problem
         return None
@@ -187,11 +228,17 @@ def state_diff(got: object, want: object, path: str = "state") -> str | None:
         if not isinstance(got, list | tuple) or len(got) != len(want):
             return f"{path} changed its length"
         for i, (mine, theirs) in enumerate(zip(got, want, strict=True)):
-            problem = state_diff(mine, theirs, f"{path}[{i}]")
+            problem = state_diff(mine, theirs, f"{path}[{i}]", tolerance=tolerance)
             if problem is not None:
                 return problem
         return None
     return None if type(got) is type(want) and got == want else f"{path} changed from {want!r} to {got!r}"
+
+
+def assert_state_close(got: object, want: object, cell: Cell, what: str) -> None:
+    """A (nested) state, an optimizer's for one, as the oracle's: its structure, tensors within the cell's tolerance."""
+    problem = state_diff(got, want, tolerance=tolerance_for(cell))
+    assert problem is None, f"{what}: {problem}"
 
 
 _GRAD_SCALER_KEYS = frozenset({"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"})

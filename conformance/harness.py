@@ -12,7 +12,7 @@ import types
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import pytest
 import torch
@@ -42,8 +42,10 @@ __all__ = [
     "Batch",
     "Tolerance",
     "assert_params_close",
+    "call_step",
     "cell_device",
     "cell_dtype",
+    "context_loss",
     "failure_settings",
     "make_batches",
     "make_model",
@@ -262,6 +264,55 @@ def mse(model: torch.nn.Module, batch: Batch, device: torch.device, dtype: torch
     """Mean squared error of ``model`` on ``batch``, with the batch moved to the model's device and dtype."""
     x, y = (t.to(device=device, dtype=dtype) for t in batch)
     return torch.nn.functional.mse_loss(model(x).to(dtype), y)
+
+
+def context_loss(
+    context: TrainingContext,
+    model: torch.nn.Module,
+    batch: Batch,
+    cell: Cell,
+    blow_up: bool = False,
+    factor: float = LOSS_FACTOR,
+    *,
+    scales: list[float] | None = None,
+) -> torch.Tensor:
+    """``factor`` times the model's MSE on ``batch`` under ``context.autocast()``; infinite with ``blow_up``.
+
+    The implementation's side of the oracle's ``plain_loop.oracle_loss``. ``scales`` receives the factor that its
+    backward pass propagates (the gradient reaching the loss): its loss scale.
+    """
+    with context.autocast():
+        loss = mse(model, batch, cell_device(cell), cell_dtype(cell)) * factor
+    loss = loss * float("inf") if blow_up else loss
+    if scales is not None:
+        loss.register_hook(lambda grad: scales.append(float(grad)))
+    return loss
+
+
+def call_step(
+    wrapper: OptimizerWrapper[Any],
+    form: Literal["closure", "backward"],
+    loss_of: Callable[[], torch.Tensor],
+    make_optimizer_step: bool | None = None,
+    *,
+    then: Callable[[], object] | None = None,
+) -> None:
+    """One ``step()`` call in ``form``: ``"closure"`` or ``"backward"`` (the wrapper's backward, then ``step()``).
+
+    The micro-step is ``wrapper.backward(loss_of())`` followed by ``then()`` (``unscale_gradients()``, say): in the
+    closure form inside the closure, in the other before the closure-less ``step()``.
+    """
+
+    def micro_step() -> None:
+        wrapper.backward(loss_of())
+        if then is not None:
+            then()
+
+    if form == "closure":
+        wrapper.step(micro_step, make_optimizer_step=make_optimizer_step)
+    else:
+        micro_step()
+        wrapper.step(make_optimizer_step=make_optimizer_step)
 
 
 def run_steps(

@@ -21,6 +21,7 @@ from lightning_optimizer.conformance.harness import (
     oracle_step_done,
 )
 from lightning_optimizer.conformance.plain_loop import (
+    ClipFunction,
     oracle_loss,
     real_step,
     scaled_backward,
@@ -64,16 +65,24 @@ class WindowOracle:
         self.stepped: list[bool] = []
         """For each window so far: whether it stepped (``False``: 16-mixed skipped it, the scale backed off)."""
 
-    def train_windows(self, batches: Sequence[Batch], windows: Sequence[Sequence[int]]) -> None:
+    def train_windows(
+        self,
+        batches: Sequence[Batch],
+        windows: Sequence[Sequence[int]],
+        *,
+        factor: float = 1.0,
+        clip: ClipFunction | None = None,
+    ) -> None:
         """One optimizer step per window, on the mean of the window's micro-batch gradients.
 
-        Under 16-mixed each loss is scaled as the recipe does (:func:`recipe_backward`); the mean is unscaled once,
-        stepped, and the scaler updated once.
+        Each loss is ``factor`` times the MSE. Under 16-mixed each loss is scaled as the recipe does
+        (:func:`recipe_backward`); the mean is unscaled once, clipped by ``clip`` (configured clipping), stepped, and
+        the scaler updated once.
         """
         self.optimizer.zero_grad(set_to_none=True)
         n = self.accumulate_grad_batches
         self.stepped += train_windows(
-            self.cell, self.model, self.optimizer, batches, windows, self.scaler, accumulate=n, factor=1.0
+            self.cell, self.model, self.optimizer, batches, windows, self.scaler, accumulate=n, factor=factor, clip=clip
         )
 
 

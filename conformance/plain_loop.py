@@ -198,7 +198,7 @@ class PlainWindows:
     """Optimizers of the plain loop sharing one scaler, each with its own window, closed when the caller says.
 
     ``lengths`` counts each window's backward passes since its last real step; ``scales`` receives the factor of
-    every backward pass (16-mixed).
+    every backward pass (16-mixed); ``prepared`` holds the windows that :meth:`prepare` readied for their step.
     """
 
     def __init__(
@@ -211,6 +211,7 @@ class PlainWindows:
         self.cell, self.optimizers, self.scaler, self.accumulate = cell, list(optimizers), scaler, accumulate
         self.lengths = [0] * len(self.optimizers)
         self.scales: list[float] = []
+        self.prepared: set[int] = set()
         self.stepped = False
 
     def backward(self, index: int, loss: torch.Tensor) -> None:
@@ -218,13 +219,18 @@ class PlainWindows:
         scaled_backward(loss, self.scaler, self.accumulate, scales=self.scales)
         self.lengths[index] += 1
 
-    def step(
-        self,
-        index: int,
-        clip: ClipFunction | None = None,
-        after_prepare: PrepareHook | None = None,
-        prepared: bool = False,
-    ) -> bool:
+    def prepare(self, index: int) -> None:
+        """What ``unscale_gradients()`` does to window ``index``: its mean now, under 16-mixed ``scaler.unscale_``.
+
+        Its real step (:meth:`step`) takes the prepared gradients as they are.
+        """
+        optimizer = self.optimizers[index]
+        window_mean(params_of(optimizer), self.lengths[index], self.scaler, self.accumulate)
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+        self.prepared.add(index)
+
+    def step(self, index: int, clip: ClipFunction | None = None, after_prepare: PrepareHook | None = None) -> bool:
         """Window ``index``'s :func:`real_step` over its length; returns whether its unscaled gradients were finite."""
         optimizer, length = self.optimizers[index], self.lengths[index]
         finite = real_step(
@@ -235,9 +241,10 @@ class PlainWindows:
             clip=clip,
             after_prepare=after_prepare,
             check_finite=True,
-            prepared=prepared,
+            prepared=index in self.prepared,
         )
         self.lengths[index], self.stepped = 0, True
+        self.prepared.discard(index)
         return finite
 
     def update(self) -> float:

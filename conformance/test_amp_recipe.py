@@ -27,6 +27,7 @@ from lightning_optimizer.conformance.harness import (
     assert_discard_note,
     assert_params_close,
     assert_same_state,
+    call_step,
     cell_device,
     failure_settings,
     oracle_autocast,
@@ -141,15 +142,6 @@ def _loss_under(
     return loss
 
 
-def _call(wrapper: Any, form: str, make_optimizer_step: bool | None, loss_of: Callable[[], torch.Tensor]) -> None:
-    """One ``step()`` call: in the closure form, or the wrapper's backward then a closure-less ``step()``."""
-    if form == "closure":
-        wrapper.step(lambda: wrapper.backward(loss_of()), make_optimizer_step=make_optimizer_step)
-    else:
-        wrapper.backward(loss_of())
-        wrapper.step(make_optimizer_step=make_optimizer_step)
-
-
 def _run_edge_plan(make_context: MakeContext, cell: Cell, plan: EdgePlan) -> None:
     """Drive ``plan`` through the implementation and the recipe side by side; compare after every call.
 
@@ -175,7 +167,7 @@ def _run_edge_plan(make_context: MakeContext, cell: Cell, plan: EdgePlan) -> Non
                     factor = HEIGHTS[call.level] * FLOAT16_MAX * n / scaler.get_scale()
                     wrapper = wrappers[call.wrapper]
                     loss_of = partial(_loss_under, context.autocast(), model, call.wrapper, x, factor, factors)
-                    _call(wrapper, call.form, call.make_optimizer_step, loss_of)
+                    call_step(wrapper, call.form, loss_of, call.make_optimizer_step)
                     recipe.backward(call.wrapper, _loss_under(oracle_autocast(cell), oracle, call.wrapper, x, factor))
                     closes = call.make_optimizer_step
                     closes = (batch_idx + 1) % n == 0 or is_last if closes is None else closes
