@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from lightning_optimizer.conformance.harness import cell_device, cell_dtype, make_batches, make_model, mse
-from lightning_optimizer.spec import Cell, GradScalerSettings, TrainingContext
+from lightning_optimizer.conformance.harness import Batch, cell_device, cell_dtype, make_batches, make_model, mse
+from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
 
 __all__ = [
     "EPOCH",
@@ -34,13 +35,17 @@ __all__ = [
     "build",
     "build_pair",
     "checkpoints",
+    "layer_optimizers",
     "pair_checkpoints",
     "pair_resume",
     "pair_uninterrupted",
     "params",
+    "plan_loss",
     "resume",
+    "run_plan",
     "step_once",
     "step_pair",
+    "through_a_checkpoint",
     "uninterrupted",
 ]
 
@@ -66,6 +71,77 @@ def build(make_context: MakeContext) -> tuple[TrainingContext, torch.nn.Module, 
     model = context.prepare_module(make_model())
     wrapper = context.wrap(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
     return context, model, wrapper
+
+
+def through_a_checkpoint(state: object) -> Any:
+    """``state`` as a checkpoint carries it: through ``torch.save`` and ``torch.load(weights_only=True)``."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+
+
+def layer_optimizers(model: torch.nn.Module, sgd_lr: float = 0.1) -> list[torch.optim.Optimizer]:
+    """A (SGD with momentum on the first layer) and B (Adam on the rest), in wrapping order."""
+    first, rest = list(model.parameters())[:2], list(model.parameters())[2:]
+    return [torch.optim.SGD(first, lr=sgd_lr, momentum=0.9), torch.optim.Adam(rest, lr=0.01)]
+
+
+def plan_loss(
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    batch: Batch,
+    cell: Cell,
+    factor: float = 1.0,
+    *,
+    infinite: bool = False,
+    scales: list[float] | None = None,
+) -> torch.Tensor:
+    """``factor`` times ``forward``'s MSE on ``batch``; under 16-mixed infinite if asked, its scale kept in ``scales``.
+
+    The gradient that reaches the loss in its backward pass is the factor the loss was multiplied by: its scale.
+    """
+    x, y = (t.to(device=cell_device(cell), dtype=cell_dtype(cell)) for t in batch)
+    loss = torch.nn.functional.mse_loss(forward(x).to(y.dtype), y) * factor
+    if cell.precision == "16-mixed" and infinite:
+        loss = loss * math.inf
+    if cell.precision == "16-mixed" and scales is not None:
+        loss.register_hook(lambda grad: scales.append(float(grad)))
+    return loss
+
+
+def run_plan(
+    context: TrainingContext,
+    model: torch.nn.Module,
+    wrappers: Sequence[Any],
+    plan: Mapping[int, Sequence[bool | None] | Mapping[int, bool | None]],
+    cell: Cell,
+    *,
+    batches: Sequence[Batch],
+    overflow: tuple[int, int] | None = None,
+    scales: list[float] | None = None,
+    factor: float = 1.0,
+    blocks: bool = True,
+) -> list[list[StepOutcome | None]]:
+    """Per batch of ``plan``, in its ``batch()`` block unless ``blocks`` is off, wrappers' ``step(closure)`` calls.
+
+    Batch ``i`` is ``batches[i]``; ``plan[i]``: each wrapper's ``make_optimizer_step`` in order, or
+    ``{index: make_optimizer_step}`` for some of them. The closure's loss is :func:`plan_loss` under
+    ``context.autocast()``, infinite for the ``overflow`` ``(batch, index)``. Returns every wrapper's
+    ``last_outcome`` after each batch.
+    """
+    outcomes: list[list[StepOutcome | None]] = []
+    for batch_idx, steps in plan.items():
+        with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1) if blocks else nullcontext():
+            for index, make_step in steps.items() if isinstance(steps, Mapping) else enumerate(steps):
+
+                def closure(wrapper: Any = wrappers[index], at: tuple[int, int] = (batch_idx, index)) -> torch.Tensor:
+                    with context.autocast():
+                        loss = plan_loss(model, batches[at[0]], cell, factor, infinite=at == overflow, scales=scales)
+                    wrapper.backward(loss)
+                    return loss
+
+                wrappers[index].step(closure, make_optimizer_step=make_step)
+        outcomes.append([wrapper.last_outcome for wrapper in wrappers])
+    return outcomes
 
 
 def params(model: torch.nn.Module) -> list[torch.Tensor]:

@@ -169,6 +169,12 @@ class Rig:
                 wrapper.unscale_gradients()
         wrapper.step(make_optimizer_step=make_step)
 
+    def batch(self, batch_idx: int, *names: str) -> None:
+        """Batch ``batch_idx``'s ``batch()`` block, in which wrappers ``names``, in order, each take a :meth:`call`."""
+        with self.context.batch(batch_idx):
+            for name in names:
+                self.call(name, batch_idx)
+
     @contextmanager
     def inner_fails(self, name: str = "a") -> Iterator[None]:
         """In the block, wrapper ``name``'s inner optimizer's ``step`` raises :class:`PlannedFailure`."""

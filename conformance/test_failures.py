@@ -14,7 +14,6 @@ out by hand; never from the implementation under test.
 from __future__ import annotations
 
 import copy
-import io
 import math
 import pickle
 from collections.abc import Callable
@@ -26,6 +25,7 @@ import pytest
 import torch
 
 from lightning_optimizer.conformance.assertions import assert_unchanged, snapshot
+from lightning_optimizer.conformance.checkpointing import through_a_checkpoint
 from lightning_optimizer.conformance.failure_rigs import EAGER, GROWING, FailurePlan, Rig, run_epoch
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
@@ -220,9 +220,7 @@ def test_a_call_that_fails_before_any_backward_changes_nothing(
     discard = on_failure == "discard"
     rig = Rig(make_context, cell, make_batches(3, seed=21), accumulate_grad_batches=3, **failure_settings(on_failure))
     a, b = rig.wrappers["a"], rig.wrappers["b"]
-    with rig.context.batch(0):
-        rig.call("a", 0)
-        rig.call("b", 0)
+    rig.batch(0, "a", "b")
     with rig.context.batch(1):
         features = implementation.features
         _fail_before_any_backward(rig, on_failure, "checkpointing" in features, "hooks" in features)
@@ -550,14 +548,6 @@ def test_restore_returns_to_the_last_successful_call(
 # -- FAIL-006: states and copies carry the policy ------------------------------------------------------------
 
 
-def _saved(context: TrainingContext) -> dict[str, Any]:
-    """The context's state as a checkpoint carries it: through ``torch.save`` and ``torch.load(weights_only=True)``."""
-    buffer = io.BytesIO()
-    torch.save(context.state_dict(), buffer)
-    state: dict[str, Any] = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
-    return state
-
-
 @pytest.mark.requirement("FAIL-006", "CKPT-003", "PICKLE-001", "FAIL-003", "FAIL-004")
 @pytest.mark.features("checkpointing", "exact_restore")
 @pytest.mark.cells(devices=EAGER, precisions=("32-true", "16-mixed"))
@@ -587,9 +577,9 @@ def test_states_and_copies_carry_the_failure_policy(
     for policy, other in (("discard", "restore"), ("restore", "discard")):
         rig = rig_of(policy)
         rig.call("a", 0)
-        open_state = _saved(rig.context)
+        open_state = through_a_checkpoint(rig.context.state_dict())
         rig.call("a", 1, True)
-        closed_state = _saved(rig.context)
+        closed_state = through_a_checkpoint(rig.context.state_dict())
         rig.call("a", 2)
         for taken, state in (("with a window open", open_state), ("with no window open", closed_state)):
             fresh = rig_of(policy)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import copy
-import math
 import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,18 +28,19 @@ from lightning_optimizer.conformance.checkpointing import (
     PAIR_SCALES,
     build,
     checkpoints,
+    layer_optimizers,
     pair_checkpoints,
     pair_resume,
     pair_uninterrupted,
     params,
+    plan_loss,
     resume,
+    run_plan,
     step_once,
     uninterrupted,
 )
 from lightning_optimizer.conformance.harness import (
     assert_same_state,
-    cell_device,
-    cell_dtype,
     make_batches,
     make_model,
     oracle_autocast,
@@ -249,53 +249,6 @@ GROWING = GradScalerSettings(init_scale=2.0**10, growth_interval=1)
 """Under 16-mixed: the scale doubles after every iteration in which an optimizer stepped and nothing overflowed."""
 
 
-def _loss_of(
-    forward: Callable[..., torch.Tensor], batch_idx: int, cell: Cell, infinite: bool, scales: list[float] | None
-) -> torch.Tensor:
-    """Batch ``batch_idx``'s mean squared error; under 16-mixed infinite when asked, its loss scale kept in ``scales``.
-
-    The gradient that reaches the loss in its backward pass is the factor the loss was multiplied by: its scale.
-    """
-    x, y = (t.to(device=cell_device(cell), dtype=cell_dtype(cell)) for t in _COPY_BATCHES[batch_idx])
-    loss = torch.nn.functional.mse_loss(forward(x).to(y.dtype), y)
-    if cell.precision == "16-mixed" and infinite:
-        loss = loss * math.inf
-    if cell.precision == "16-mixed" and scales is not None:
-        loss.register_hook(lambda grad: scales.append(float(grad)))
-    return loss
-
-
-def _run_plan(
-    context: TrainingContext,
-    model: torch.nn.Module,
-    wrappers: list[Any],
-    plan: Mapping[int, Sequence[bool | None]],
-    cell: Cell,
-    *,
-    overflow: tuple[int, int] | None = (0, 0),
-    scales: list[float] | None = None,
-) -> list[list[StepOutcome | None]]:
-    """Per batch of ``plan`` in ``batch()``, each wrapper's ``step(closure)`` with its ``make_optimizer_step``.
-
-    Under 16-mixed the loss of batch ``overflow[0]`` for wrapper ``overflow[1]`` is infinite (by default A's first).
-    Returns each batch's outcomes.
-    """
-    outcomes: list[list[StepOutcome | None]] = []
-    for batch_idx, steps in plan.items():
-        with context.batch(batch_idx):
-            for index, (wrapper, make_step) in enumerate(zip(wrappers, steps, strict=True)):
-
-                def closure(wrapper: Any = wrapper, at: tuple[int, int] = (batch_idx, index)) -> torch.Tensor:
-                    with context.autocast():
-                        loss = _loss_of(model, at[0], cell, infinite=at == overflow, scales=scales)
-                    wrapper.backward(loss)
-                    return loss
-
-                wrapper.step(closure, make_optimizer_step=make_step)
-        outcomes.append([wrapper.last_outcome for wrapper in wrappers])
-    return outcomes
-
-
 def _growing_sgd(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, Any]:
     context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, GROWING))
     model = context.prepare_module(make_model())
@@ -303,6 +256,8 @@ def _growing_sgd(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext
 
 
 _COPY_BATCHES = make_batches(8, seed=6)
+_run_plan = partial(run_plan, batches=_COPY_BATCHES, overflow=(0, 0))
+""":func:`.run_plan` on :data:`_COPY_BATCHES`; under 16-mixed A's loss of batch 0 is infinite unless told otherwise."""
 _ORIGINAL_SCALES = [2.0**9] * 2 + [2.0**10] * 2 + [2.0**9] * 2
 """Under 16-mixed, the factor of the original's backward passes, batches 0..5, worked by hand from ``GROWING``:
 the window {0, 1} steps (growth), {2, 3} overflows (back-off), {4, 5} steps; the scale (``2**10``, ``2**11``,
@@ -317,20 +272,22 @@ def _copy_of(
     The copy's model is the original's module run on the copy's parameters (``torch.func.functional_call``).
     """
     clone = pickle.loads(pickle.dumps(wrapper)) if how == "pickle" else copy.deepcopy(wrapper)
-    copied, copy_scales = params_of(clone), list[float]()
+    copied, scales = params_of(clone), list[float]()
     forward = partial(torch.func.functional_call, model, dict(zip(dict(model.named_parameters()), copied, strict=True)))
 
     def copy_step(batch_idx: int, make_optimizer_step: bool, *, infinite: bool = False, record: bool = False) -> Any:
         def closure() -> torch.Tensor:
             with oracle_autocast(cell):
-                loss = _loss_of(forward, batch_idx, cell, infinite=infinite, scales=copy_scales if record else None)
+                loss = plan_loss(
+                    forward, _COPY_BATCHES[batch_idx], cell, infinite=infinite, scales=scales if record else None
+                )
             clone.backward(loss)
             return loss
 
         clone.step(closure, make_optimizer_step=make_optimizer_step)
         return clone.last_outcome
 
-    return copied, copy_scales, copy_step
+    return copied, scales, copy_step
 
 
 @pytest.mark.cells(devices=_NOT_XLA)
@@ -442,19 +399,13 @@ _LAYERS_SCALER = GradScalerSettings(init_scale=2.0**8)
 """The loss scaler of the contexts of A (SGD with momentum on the first layer) and B (Adam on the rest) (16-mixed)."""
 
 
-def _layer_optimizers(model: torch.nn.Module) -> list[torch.optim.Optimizer]:
-    """A (SGD with momentum on the first layer) and B (Adam on the rest), in wrapping order."""
-    first, rest = list(model.parameters())[:2], list(model.parameters())[2:]
-    return [torch.optim.SGD(first, lr=0.1, momentum=0.9), torch.optim.Adam(rest, lr=0.01)]
-
-
 def _sgd_and_adam(
     make_context: MakeContext, cell: Cell, sizes: tuple[int, ...] = (4, 8, 2), third: bool = False
 ) -> tuple[TrainingContext, torch.nn.Module, list[Any]]:
-    """A context (windows of two) with A and B wrapped (:func:`_layer_optimizers`), and a third SGD if asked."""
+    """A context (windows of two) with A and B wrapped (:func:`.layer_optimizers`), and a third SGD if asked."""
     context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, _LAYERS_SCALER))
     model = context.prepare_module(make_model(sizes=sizes))
-    wrappers: list[Any] = [context.wrap(inner) for inner in _layer_optimizers(model)]
+    wrappers: list[Any] = [context.wrap(inner) for inner in layer_optimizers(model)]
     if third:
         wrappers.append(context.wrap(torch.optim.SGD(context.prepare_module(make_model(seed=2)).parameters())))
     return context, model, wrappers
@@ -592,7 +543,7 @@ def test_state_loaded_before_its_optimizers_are_wrapped_is_refused(make_context:
     fresh_model = fresh.prepare_module(make_model(seed=1))
     fresh_model.load_state_dict(saved_model)
     fresh_wrappers: list[Any] = []
-    for wrapped, inner in enumerate(_layer_optimizers(fresh_model)):
+    for wrapped, inner in enumerate(layer_optimizers(fresh_model)):
         before, state = snapshot(fresh_model), copy.deepcopy(fresh.state_dict())
         inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in fresh_wrappers]
         what = "before any optimizer is wrapped" if wrapped == 0 else f"with {wrapped} of its 2 optimizers wrapped"

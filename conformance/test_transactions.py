@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import copy
 import gc
-import io
 import itertools
 import math
 import pickle
 from collections.abc import Callable
-from contextlib import nullcontext
 from functools import partial
 from typing import Any
 
@@ -25,8 +23,9 @@ import pytest
 import torch
 
 from lightning_optimizer.conformance.assertions import assert_unchanged, snapshot
+from lightning_optimizer.conformance.checkpointing import layer_optimizers, run_plan, through_a_checkpoint
+from lightning_optimizer.conformance.epoch_checks import plain_epoch
 from lightning_optimizer.conformance.failure_rigs import (
-    ADAM_LR,
     EAGER,
     GROWING,
     SGD_LR,
@@ -44,18 +43,13 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     make_model,
     mse,
-    oracle_step_done,
     refuses,
     run_steps,
     scaler_settings,
 )
 from lightning_optimizer.conformance.oracles import expected_outcomes, oracle_copy, oracle_mean_steps
 from lightning_optimizer.conformance.plain_loop import (
-    oracle_loss,
     plain_scaler,
-    real_step,
-    scaled_backward,
-    update_scaler,
 )
 from lightning_optimizer.spec import Cell, ImplementationInfo, StepOutcome, TrainingContext
 
@@ -320,9 +314,7 @@ def test_step_inside_a_running_step_is_refused(
     batches = make_batches(3, seed=13)
     settings = {"accumulate_grad_batches": 3, **failure_settings(on_failure)}
     rig = Rig(make_context, cell, batches, ("SGD momentum", "Adam"), (51, 52), **settings)
-    with rig.context.batch(0):
-        for name in ("a", "b"):
-            rig.call(name, 0)
+    rig.batch(0, "a", "b")
     with rig.context.batch(1):
         for name, other in (("a", "b"), ("b", "a")):
             held = 1
@@ -483,83 +475,43 @@ _OVERFLOW = 1
 _PENDING_SCALES = [2.0**10] * 2 + [2.0**11] * 2 + [2.0**10] * 2 + [2.0**11] * 2
 """Under 16-mixed, the scale of each backward pass (A's, then B's, per batch), worked by hand from ``GROWING``: one
 update per iteration over both optimizers; batch 0 grows, batch 1 backs off (A overflowed), batch 2 grows."""
-_TAKEN = {
-    "overflow-then-B": (1, 1),
-    "overflow-and-B": (1, 2),
-    "finite-and-B": (2, 2),
+_TAKEN: dict[str, tuple[int, tuple[None, ...], dict[int, None]]] = {
+    "overflow-then-B": (1, (None,), {1: None}),
+    "overflow-and-B": (1, (None, None), {}),
+    "finite-and-B": (2, (None, None), {}),
 }
-"""Where the state or copy is taken: (batch, how many of A's and B's steps of that batch ran before)."""
+"""Where the state or copy is taken: the batch, the steps of that batch (A's, B's) that ran before, those after."""
+_BOTH = (None, None)
+_pending = partial(run_plan, batches=_PENDING_BATCHES, overflow=(_OVERFLOW, 0), factor=LOSS_FACTOR)
+""":func:`.run_plan` of the pair (A's, then B's step each batch) on :data:`_PENDING_BATCHES`, A's loss of batch
+:data:`_OVERFLOW` infinite under 16-mixed."""
 
 
-_Pair = tuple[TrainingContext, torch.nn.Module, list[Any]]
-
-
-def _pair(make_context: MakeContext, cell: Cell) -> _Pair:
-    """A fresh context (one micro-step per window) with A (SGD momentum, the first layer) and B (Adam, the last)."""
+def _pair(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch.nn.Module, list[Any]]:
+    """A fresh context (one micro-step per window) with A and B (:func:`.layer_optimizers`, A's lr 0.5) wrapped."""
     context = make_context(**scaler_settings(cell, GROWING))
     model = context.prepare_module(make_model())
-    first_weight, first_bias, last_weight, last_bias = model.parameters()
-    opt_a = context.wrap(torch.optim.SGD([first_weight, first_bias], lr=0.5, momentum=0.9))
-    opt_b = context.wrap(torch.optim.Adam([last_weight, last_bias], lr=ADAM_LR))
-    return context, model, [opt_a, opt_b]
+    return context, model, [context.wrap(inner) for inner in layer_optimizers(model, sgd_lr=0.5)]
 
 
-def _pair_steps(pair: _Pair, cell: Cell, start: int, stop: int, *, blocks: bool = True) -> list[float]:
-    """Steps ``start`` to ``stop`` (step ``2 * batch + which``); under 16-mixed, the scale each backward used.
-
-    Each batch runs in its ``batch()`` block, unless ``blocks`` is off (the caller holds it).
-    """
-    context, model, wrappers = pair
-    scales: list[float] = []
-    for batch_idx, steps in itertools.groupby(range(start, stop), lambda step: step // 2):
-        with context.batch(batch_idx, is_last=batch_idx == len(_PENDING_BATCHES) - 1) if blocks else nullcontext():
-            for step in steps:
-
-                def closure(batch_idx: int = batch_idx, which: int = step % 2) -> torch.Tensor:
-                    with context.autocast():
-                        loss = (
-                            mse(model, _PENDING_BATCHES[batch_idx], cell_device(cell), cell_dtype(cell)) * LOSS_FACTOR
-                        )
-                    if cell.precision == "16-mixed":
-                        loss = loss * math.inf if which == 0 and batch_idx == _OVERFLOW else loss
-                        loss.register_hook(lambda grad: scales.append(float(grad)))
-                    wrappers[which].backward(loss)
-                    return loss
-
-                wrappers[step % 2].step(closure)
-    return scales
-
-
-def _pair_oracle(cell: Cell) -> tuple[torch.nn.Module, list[float]]:
-    """The plain loop: A then B each batch, one ``GradScaler`` updated once per iteration over both optimizers."""
-    model = oracle_copy(make_model(), cell)
-    first_weight, first_bias, last_weight, last_bias = model.parameters()
-    optimizers: list[torch.optim.Optimizer] = [
-        torch.optim.SGD([first_weight, first_bias], lr=0.5, momentum=0.9),
-        torch.optim.Adam([last_weight, last_bias], lr=ADAM_LR),
-    ]
-    scaler = plain_scaler(cell, GROWING)
-    scales: list[float] = []
-    for batch_idx, batch in enumerate(_PENDING_BATCHES):
-        for which, optimizer in enumerate(optimizers):
-            model.zero_grad(set_to_none=True)  # the other optimizer's parameters get no gradient (toggled)
-            blow_up = scaler is not None and which == 0 and batch_idx == _OVERFLOW
-            scaled_backward(oracle_loss(model, batch, cell, blow_up), scaler, scales=scales)
-            real_step(optimizer, 1, scaler)
-        update_scaler(scaler)
-        oracle_step_done(cell)
-    assert scaler is None or scales == _PENDING_SCALES, f"the plain loop scaled by {scales}, by hand {_PENDING_SCALES}"
-    return model, scales
-
-
-def _assert_pair_run(
-    model: torch.nn.Module, scales: list[float], cell: Cell, what: str, oracle: tuple[torch.nn.Module, list[float]]
-) -> None:
-    assert scales == oracle[1], (
-        f"{what}: the backward passes were scaled by {scales}; a plain GradScaler updated once per iteration over "
-        f"both optimizers scales them by {oracle[1]}: the iteration's pending update was lost or applied twice"
+def _assert_pair_run(model: torch.nn.Module, scales: list[float], cell: Cell, what: str) -> None:
+    """The scales by hand and the plain loop's parameters: A then B each batch, one ``GradScaler`` per iteration."""
+    oracle, scaler = oracle_copy(make_model(), cell), plain_scaler(cell, GROWING)
+    plain_epoch(
+        cell,
+        [(oracle, inner) for inner in layer_optimizers(oracle, sgd_lr=0.5)],
+        _PENDING_BATCHES,
+        [[(0, 1), (1, 1)]] * len(_PENDING_BATCHES),
+        scaler,
+        blow_up={(_OVERFLOW, 0)} if scaler else (),
+        before_forward=lambda *_: oracle.zero_grad(set_to_none=True),  # the other's parameters get none (toggled)
     )
-    assert_params_close(model, oracle[0], cell, what)
+    want = _PENDING_SCALES if scaler else []
+    assert scales == want, (
+        f"{what}: the backward passes were scaled by {scales}; a plain GradScaler updated once per iteration over "
+        f"both optimizers scales them by {want}: the iteration's pending update was lost or applied twice"
+    )
+    assert_params_close(model, oracle, cell, what)
 
 
 @pytest.mark.requirement("CKPT-004", "CKPT-002", "AMP-003")
@@ -581,36 +533,32 @@ def test_checkpoint_inside_batch_carries_the_pending_update(make_context: MakeCo
     block's end, with those of the steps it takes before: every scale is the plain loop's, and so are the parameters
     of the resumed run and of the original, which goes on after the state was taken.
     """
-    start = _TAKEN[taken]
-    taken_at, closes = 2 * start[0] + start[1], 2 * start[0] + 2
-    oracle = _pair_oracle(cell)
-    pair = _pair(make_context, cell)
-    context, model, wrappers = pair
-    scales = _pair_steps(pair, cell, 0, 2 * start[0])
-    buffer = io.BytesIO()
-    with context.batch(start[0]):
-        scales += _pair_steps(pair, cell, 2 * start[0], taken_at, blocks=False)
+    batch_idx, before, after = _TAKEN[taken]
+    context, model, wrappers = pair = _pair(make_context, cell)
+    scales: list[float] = []
+    _pending(*pair, dict.fromkeys(range(batch_idx), _BOTH), cell, scales=scales)
+    with context.batch(batch_idx):
+        _pending(*pair, {batch_idx: before}, cell, scales=scales, blocks=False)
         state = {
             "model": model.state_dict(),
             "optimizers": [wrapper.state_dict() for wrapper in wrappers],
             "context": context.state_dict(),
         }
-        torch.save(state, buffer)
-        scales += _pair_steps(pair, cell, taken_at, closes, blocks=False)
-    resumed_scales = scales[:taken_at]
-    scales += _pair_steps(pair, cell, closes, 2 * len(_PENDING_BATCHES))
-    _assert_pair_run(model, scales, cell, f"the original, after a state was taken ({taken})", oracle)
+        saved, resumed_scales = through_a_checkpoint(state), list(scales)
+        _pending(*pair, {batch_idx: after}, cell, scales=scales, blocks=False)
+    rest = dict.fromkeys(range(batch_idx + 1, len(_PENDING_BATCHES)), _BOTH)
+    _pending(*pair, rest, cell, scales=scales)
+    _assert_pair_run(model, scales, cell, f"the original, after a state was taken ({taken})")
 
     resumed = _pair(make_context, cell)
-    saved = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
     resumed[1].load_state_dict(saved["model"])
     for wrapper, optimizer_state in zip(resumed[2], saved["optimizers"], strict=True):
         wrapper.load_state_dict(optimizer_state)
-    with resumed[0].batch(start[0], is_last=start[0] == len(_PENDING_BATCHES) - 1):
+    with resumed[0].batch(batch_idx):
         resumed[0].load_state_dict(saved["context"])
-        resumed_scales += _pair_steps(resumed, cell, taken_at, closes, blocks=False)
-    resumed_scales += _pair_steps(resumed, cell, closes, 2 * len(_PENDING_BATCHES))
-    _assert_pair_run(resumed[1], resumed_scales, cell, f"resumed from a state taken inside batch() ({taken})", oracle)
+        _pending(*resumed, {batch_idx: after}, cell, scales=resumed_scales, blocks=False)
+    _pending(*resumed, rest, cell, scales=resumed_scales)
+    _assert_pair_run(resumed[1], resumed_scales, cell, f"resumed from a state taken inside batch() ({taken})")
 
 
 @pytest.mark.requirement("CKPT-004", "PICKLE-001", "AMP-003")
@@ -634,36 +582,26 @@ def test_copy_inside_batch_carries_the_pending_update(
     The copy (context, model and wrappers together) applies the pending update when its resumed block ends; the
     original, which finishes its own block, is unaffected: both follow the plain loop's scales and parameters.
     """
-    start = _TAKEN[taken]
-    taken_at, closes = 2 * start[0] + start[1], 2 * start[0] + 2
-    oracle = _pair_oracle(cell)
+    batch_idx, before, after = _TAKEN[taken]
     pair = _pair(make_context, cell)
-    scales = _pair_steps(pair, cell, 0, 2 * start[0])
-    with pair[0].batch(start[0]):
-        scales += _pair_steps(pair, cell, 2 * start[0], taken_at, blocks=False)
+    scales: list[float] = []
+    _pending(*pair, dict.fromkeys(range(batch_idx), _BOTH), cell, scales=scales)
+    with pair[0].batch(batch_idx):
+        _pending(*pair, {batch_idx: before}, cell, scales=scales, blocks=False)
         clone = pickle.loads(pickle.dumps(pair)) if how == "pickle" else copy.deepcopy(pair)
-        scales += _pair_steps(pair, cell, taken_at, closes, blocks=False)
-    copied = scales[:taken_at]
-    scales += _pair_steps(pair, cell, closes, 2 * len(_PENDING_BATCHES))
-    _assert_pair_run(pair[1], scales, cell, f"the original, after a {how} was taken ({taken})", oracle)
+        copied = list(scales)
+        _pending(*pair, {batch_idx: after}, cell, scales=scales, blocks=False)
+    rest = dict.fromkeys(range(batch_idx + 1, len(_PENDING_BATCHES)), _BOTH)
+    _pending(*pair, rest, cell, scales=scales)
+    _assert_pair_run(pair[1], scales, cell, f"the original, after a {how} was taken ({taken})")
     assert clone[1] is not pair[1], f"the {how} shares the model"
-    with clone[0].batch(start[0]):  # the copy resumes in the block it was taken in
-        copied += _pair_steps(clone, cell, taken_at, closes, blocks=False)
-    copied += _pair_steps(clone, cell, closes, 2 * len(_PENDING_BATCHES))
-    _assert_pair_run(clone[1], copied, cell, f"a {how} taken inside batch() ({taken}), continued", oracle)
+    with clone[0].batch(batch_idx):  # the copy resumes in the block it was taken in
+        _pending(clone[0], clone[1], clone[2], {batch_idx: after}, cell, scales=copied, blocks=False)
+    _pending(clone[0], clone[1], clone[2], rest, cell, scales=copied)
+    _assert_pair_run(clone[1], copied, cell, f"a {how} taken inside batch() ({taken}), continued")
 
 
 # -- CKPT-004, CLIP-002: what a running step() and a prepared window refuse ------------------------------------
-
-
-def _halves_pair(make_context: MakeContext, cell: Cell, on_failure: str) -> Rig:
-    """Two halves (SGD each) with a window of two micro-steps, and the first micro-step of each."""
-    settings = {"accumulate_grad_batches": 2, **failure_settings(on_failure)}
-    rig = Rig(make_context, cell, make_batches(2, seed=16), seeds=(51, 52), **settings)
-    with rig.context.batch(0):
-        rig.call("a", 0)
-        rig.call("b", 0)
-    return rig
 
 
 @pytest.mark.requirement("CKPT-004", "CLOS-003", "FAIL-003", "FAIL-004")
@@ -691,7 +629,9 @@ def test_state_or_copy_mid_step_is_refused(
     then close as a plain loop's; the state can be taken again once the step has run.
     """
     discard = on_failure == "discard"
-    rig = _halves_pair(make_context, cell, on_failure)
+    settings = {"accumulate_grad_batches": 2, **failure_settings(on_failure)}
+    rig = Rig(make_context, cell, make_batches(2, seed=16), seeds=(51, 52), **settings)
+    rig.batch(0, "a", "b")  # a window of two micro-steps each, its first taken
     a, b = rig.wrappers["a"], rig.wrappers["b"]
     takes: dict[str, Callable[[], object]] = {"context.state_dict()": rig.context.state_dict}
     if "pickling" in implementation.features:
@@ -749,7 +689,9 @@ def test_backward_after_unscale_gradients_is_refused(make_context: MakeContext, 
     a new window in the same iteration is prepared (unscaled) once again. Both windows then close as a plain loop's.
     """
     discard = on_failure == "discard"
-    rig = _halves_pair(make_context, cell, on_failure)
+    settings = {"accumulate_grad_batches": 2, **failure_settings(on_failure)}
+    rig = Rig(make_context, cell, make_batches(2, seed=16), seeds=(51, 52), **settings)
+    rig.batch(0, "a", "b")  # a window of two micro-steps each, its first taken
     a, b = rig.wrappers["a"], rig.wrappers["b"]
     with rig.context.batch(1):
         prepared = rig.closure("a", 1, unscale=True)
