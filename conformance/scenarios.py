@@ -40,12 +40,14 @@ __all__ = [
     "global_batches",
     "CollectiveCounter",
     "build_sharded_optimizer",
+    "load_sharded",
     "loss_backward",
     "micro_step",
     "plant_infinite_gradient",
     "plant_row",
     "rank_batches",
     "save_sharded_for_another_world_size",
+    "sharded_state",
     "step_after_unsynced_backward",
     "train_epoch_on_shards",
     "train_sharded_epoch",
@@ -359,10 +361,10 @@ def _sharded_batches(
     rank = dist.get_rank()
     device, dtype = cell_device(cell), cell_dtype(cell)
     data = rank_batches(rank)
-    record: dict[str, list[Any]] = {"params": [], "outcomes": [], "reduce_scatters": [], "failures": []}
+    record: dict[str, list[Any]] = {"params": [], "outcomes": [], "reduces": [[] for _ in plans], "failures": []}
     for batch_idx in batches:
         batch = data[batch_idx]
-        counts = []
+        record["outcomes"].append([])
         with context.batch(batch_idx, is_last=batch_idx == len(data) - 1):
             for j, (plan, model, wrapper) in enumerate(zip(plans, prepared, wrappers, strict=True)):
                 planted = inf_at is not None and (batch_idx, rank) == tuple(inf_at) and j == 0
@@ -391,9 +393,9 @@ def _sharded_batches(
                         with wrapper.toggle_model(sync_grad=batch_idx in plan["sync_at"]):
                             wrapper.backward(loss_of())
                         wrapper.step(make_optimizer_step=mos)
-                counts.append(collectives.counts["reduce_scatter"])
-            record["outcomes"].append([w.last_outcome for w in wrappers])
-        record["reduce_scatters"].append(counts)
+                if collectives.counts["reduce_scatter"]:
+                    record["reduces"][j].append((batch_idx, collectives.counts["reduce_scatter"]))
+                record["outcomes"][-1].append([w.last_outcome for w in wrappers])
         record["params"].append([_gathered(model) for model in prepared])
     return record
 
@@ -446,8 +448,9 @@ def train_sharded_epoch(
     trains batches ``0..k-1``, saves (the modules and optimizers through ``torch.distributed.checkpoint``, the
     context's ``state_dict()`` per rank), builds everything anew, loads, and trains batches ``k..`` again.
 
-    Returns, per batch, every module's gathered parameters (``params[batch][module]``), every wrapper's
-    ``last_outcome`` after the batch, the reduce-scatters each module's call ran, what each failed call left
+    Returns, per batch, every module's gathered parameters (``params[batch][module]``) and every wrapper's
+    ``last_outcome`` after each module's call (``outcomes[batch][module]``), per module the calls that ran
+    reduce-scatters, with their count (``reduces[module]``: ``(batch, count)``), what each failed call left
     (``failures``, see :func:`_step_that_raises`), and with ``checkpoint_at`` the resumed run's parameters
     (``resumed[batch - k][module]``).
     """
@@ -460,6 +463,31 @@ def train_sharded_epoch(
             info, cell, plans, form=form, clip=clip, inf_at=inf_at, at=checkpoint_at, on_failure=on_failure
         )
     return record
+
+
+def sharded_state(models: Sequence[torch.nn.Module], optimizers: Sequence[Any]) -> dict[str, Any]:
+    """The models' and optimizers' states as ``torch.distributed.checkpoint`` saves them (``module{j}``)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    return {
+        f"module{j}": {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)}
+        for j, (model, optimizer) in enumerate(zip(models, optimizers, strict=True))
+    }
+
+
+def load_sharded(models: Sequence[torch.nn.Module], optimizers: Sequence[Any], checkpoint_id: str) -> None:
+    """Load a :func:`sharded_state` saved through ``torch.distributed.checkpoint`` into the models and optimizers.
+
+    The state is resharded to the models' sharding (in one process: no sharding at all).
+    """
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+    state = sharded_state(models, optimizers)
+    dcp_load(state, checkpoint_id=checkpoint_id)
+    for j, (model, optimizer) in enumerate(zip(models, optimizers, strict=True)):
+        set_model_state_dict(model, state[f"module{j}"]["model"])
+        set_optimizer_state_dict(model, optimizer, state[f"module{j}"]["optim"])
 
 
 def _resumed(
@@ -475,13 +503,6 @@ def _resumed(
 ) -> list[Any]:
     import tempfile
 
-    from torch.distributed.checkpoint.state_dict import (
-        get_model_state_dict,
-        get_optimizer_state_dict,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
-    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     rank = dist.get_rank()
@@ -490,28 +511,12 @@ def _resumed(
     where: list[Any] = [tempfile.mkdtemp(prefix="fsdp-checkpoint-") if rank == 0 else None]
     dist.broadcast_object_list(where, src=0)
     root = where[0]
-
-    def sharded_state(models: Sequence[torch.nn.Module], optimizers: Sequence[Any]) -> dict[str, Any]:
-        return {
-            f"module{j}": {
-                "model": get_model_state_dict(model),
-                "optim": get_optimizer_state_dict(model, optimizer),
-            }
-            for j, (model, optimizer) in enumerate(zip(models, optimizers, strict=True))
-        }
-
-    inner = [wrapper.optimizer for wrapper in wrappers]
-    dcp_save(sharded_state(prepared, inner), checkpoint_id=f"{root}/sharded")
+    dcp_save(sharded_state(prepared, [wrapper.optimizer for wrapper in wrappers]), checkpoint_id=f"{root}/sharded")
     torch.save(context.state_dict(), f"{root}/context-rank{rank}.pt")
     dist.barrier()
-    del context, prepared, wrappers, inner
+    del context, prepared, wrappers
     context, prepared, wrappers = _sharded_run(info, cell, plans, clip=clip, on_failure=on_failure)
-    inner = [wrapper.optimizer for wrapper in wrappers]
-    state = sharded_state(prepared, inner)
-    dcp_load(state, checkpoint_id=f"{root}/sharded")
-    for j, (model, optimizer) in enumerate(zip(prepared, inner, strict=True)):
-        set_model_state_dict(model, state[f"module{j}"]["model"])
-        set_optimizer_state_dict(model, optimizer, state[f"module{j}"]["optim"])
+    load_sharded(prepared, [wrapper.optimizer for wrapper in wrappers], f"{root}/sharded")
     context.load_state_dict(torch.load(f"{root}/context-rank{rank}.pt", weights_only=False))
     resumed = _sharded_batches(context, cell, plans, prepared, wrappers, range(at, EPOCH), form=form, inf_at=inf_at)
     dist.barrier()
@@ -562,11 +567,11 @@ def step_after_unsynced_backward(info: ImplementationInfo[Any], cell: Cell, *, m
 def save_sharded_for_another_world_size(info: ImplementationInfo[Any], cell: Cell, *, root: str) -> None:
     """Train module ``c`` with AdamW for two windows of ``ACCUMULATE`` micro-steps, then save for one process.
 
-    Saves under ``root``: the model and optimizer through ``torch.distributed.checkpoint`` (``sharded``) and each
-    rank's context state with no window open (``closed-rank{r}.pt``); after one micro-step more, the context
-    state with that window open (``open-rank{r}.pt``).
+    Saves under ``root``: the model and optimizer through ``torch.distributed.checkpoint`` (``sharded``, a
+    :func:`sharded_state` for :func:`load_sharded`) and each rank's context state with no window open
+    (``closed-rank{r}.pt``); after one micro-step more, the context state with that window open
+    (``open-rank{r}.pt``).
     """
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     rank = dist.get_rank()
@@ -587,8 +592,7 @@ def save_sharded_for_another_world_size(info: ImplementationInfo[Any], cell: Cel
 
     for batch_idx in range(2 * ACCUMULATE):
         train(batch_idx)
-    state = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, wrapper.optimizer)}
-    dcp_save(state, checkpoint_id=f"{root}/sharded")
+    dcp_save(sharded_state([model], [wrapper.optimizer]), checkpoint_id=f"{root}/sharded")
     torch.save(context.state_dict(), f"{root}/closed-rank{rank}.pt")
     train(2 * ACCUMULATE)
     torch.save(context.state_dict(), f"{root}/open-rank{rank}.pt")

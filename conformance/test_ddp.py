@@ -10,17 +10,10 @@ window of the module's optimizer, none in any other.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 
-from lightning_optimizer.conformance.data_parallel import (
-    EVERY_SECOND_BATCH,
-    SCHEDULE_CUT_SHORT_KEPT_OPEN,
-    Plan,
-    assert_epoch,
-)
-from lightning_optimizer.conformance.epoch_checks import FORMS, assert_synced_ranks, run_plans
+from lightning_optimizer.conformance.data_parallel import EVERY_SECOND_BATCH, SCHEDULE_CUT_SHORT_KEPT_OPEN
+from lightning_optimizer.conformance.epoch_checks import check_epoch
 from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.spec import Cell
 
@@ -30,14 +23,10 @@ SYNC_RULES = {
     "toggle": "toggle_model(sync_grad=False) must suppress the sync of every DDP module of the context, and "
     "sync_grad=True must let it sync, one gradient all-reduce [TOGGLE-003, DDP-001]",
 }
+"""Per call form, how a DDP module syncs: the rule every rank's all-reduces per window are checked against."""
 
-
-def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) -> None:
-    results = run_plans(ranks, "train_epoch_on_shards", cell, form, plans)
-    windows = {plan.module: plan.windows for plan in plans}
-    syncs = [[dict(reduces) for reduces in result["reduces"]] for result in results]
-    assert_synced_ranks(results, windows, syncs, FORMS[form], SYNC_RULES[form])
-    assert_epoch(cell, plans, results[0], FORMS[form], "DDP [DDP-002]")
+DDP = ("train_epoch_on_shards", "DDP [DDP-002]")
+"""The scenario every rank runs, and what ran the epoch (with its requirement) for the messages."""
 
 
 ONE_MODULE = (SCHEDULE_CUT_SHORT_KEPT_OPEN,)
@@ -61,7 +50,7 @@ TWO_MODULE_WINDOWS = (*WINDOWS, "1 micro-step", "open while another optimizer st
 )
 def test_closure_form_syncs_once_per_window(ranks: RankPool, cell: Cell) -> None:
     """Closure form: non-closing micro-steps (False included) under ``no_sync``; cut-short and flushed windows sync."""
-    _check_epoch(ranks, cell, "closure", ONE_MODULE)
+    check_epoch(ranks, cell, "closure", ONE_MODULE, *DDP, rule=SYNC_RULES["closure"])
 
 
 @pytest.mark.requirement("TOGGLE-003", "DDP-002", "STEP-004")
@@ -79,7 +68,7 @@ def test_closure_form_syncs_once_per_window(ranks: RankPool, cell: Cell) -> None
 )
 def test_backward_then_step_syncs_through_toggle_model(ranks: RankPool, cell: Cell) -> None:
     """Backward-then-step form with ``toggle_model(sync_grad=...)``: one all-reduce per window, of every shape."""
-    _check_epoch(ranks, cell, "toggle", ONE_MODULE)
+    check_epoch(ranks, cell, "toggle", ONE_MODULE, *DDP, rule=SYNC_RULES["toggle"])
 
 
 @pytest.mark.requirement("DDP-001", "DDP-002", "STEP-004")
@@ -97,7 +86,7 @@ def test_backward_then_step_syncs_through_toggle_model(ranks: RankPool, cell: Ce
 )
 def test_closure_form_syncs_each_module_once_per_window(ranks: RankPool, cell: Cell) -> None:
     """Two prepared modules with their own cadences: each all-reduces once per window of its own optimizer."""
-    _check_epoch(ranks, cell, "closure", TWO_MODULES)
+    check_epoch(ranks, cell, "closure", TWO_MODULES, *DDP, rule=SYNC_RULES["closure"])
 
 
 @pytest.mark.requirement("TOGGLE-003", "DDP-002", "STEP-004")
@@ -115,4 +104,4 @@ def test_closure_form_syncs_each_module_once_per_window(ranks: RankPool, cell: C
 )
 def test_toggle_model_suppresses_sync_of_every_module(ranks: RankPool, cell: Cell) -> None:
     """Two prepared modules: ``toggle_model(sync_grad=False)`` keeps every DDP module of the context from syncing."""
-    _check_epoch(ranks, cell, "toggle", TWO_MODULES)
+    check_epoch(ranks, cell, "toggle", TWO_MODULES, *DDP, rule=SYNC_RULES["toggle"])

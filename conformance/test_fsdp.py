@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from lightning_optimizer.conformance.assertions import assert_unchanged, snapshot
-from lightning_optimizer.conformance.data_parallel import load
-from lightning_optimizer.conformance.epoch_checks import assert_synced_ranks, first_difference, plain_epoch
+from lightning_optimizer.conformance.data_parallel import Plan
+from lightning_optimizer.conformance.epoch_checks import assert_epoch, counted_clipper, first_difference
 from lightning_optimizer.conformance.harness import (
     LOSS_FACTOR,
     REORDERED_TOLERANCES,
@@ -37,7 +37,7 @@ from lightning_optimizer.conformance.harness import (
     refuses,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy
-from lightning_optimizer.conformance.plain_loop import train_windows, unscaled_finite
+from lightning_optimizer.conformance.plain_loop import train_windows
 from lightning_optimizer.conformance.ranks import RankPool
 from lightning_optimizer.conformance.scenarios import (
     ACCUMULATE,
@@ -45,8 +45,7 @@ from lightning_optimizer.conformance.scenarios import (
     build_model,
     build_sharded_optimizer,
     global_batches,
-    plant_infinite_gradient,
-    plant_row,
+    load_sharded,
 )
 from lightning_optimizer.spec import Cell, ImplementationInfo, StepOutcome
 
@@ -60,77 +59,42 @@ SYNC_RULE = (
 )
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """One sharded module's part of the epoch, as ``train_sharded_epoch`` takes it.
-
-    ``raise_at``: the batches where a call whose closure raises after its backward comes first;
-    ``user_sharded_blocks``: the scenario shards the module's ``Linear`` layers itself before ``prepare_module``.
-    """
-
-    module: str
-    optimizer: str
-    make_optimizer_step: tuple[bool | None, ...]
-    raise_at: tuple[int, ...] = ()
-    user_sharded_blocks: bool = False
-
-    def windows(self, discarding: bool) -> tuple[list[list[int]], dict[int, int]]:
-        """The windows by the rule, and the micro-steps the open window held at each failing call.
-
-        ``True`` closes, ``False`` keeps open, ``None`` closes every third batch of the epoch and at the last one.
-        ``discarding`` (policy ``"discard"``): a failed call discards its window, whose retry starts a new one.
-        """
-        windows: list[list[int]] = []
-        current: list[int] = []
-        held = {}
-        for batch_idx, mos in enumerate(self.make_optimizer_step):
-            if batch_idx in self.raise_at:
-                held[batch_idx] = len(current)
-                current = [] if discarding else current
-            current.append(batch_idx)
-            if mos if mos is not None else (batch_idx + 1) % ACCUMULATE == 0 or batch_idx == EPOCH - 1:
-                windows.append(current)
-                current = []
-        return windows, held
-
-
 def _drawn(
-    seed: int, modules: Sequence[tuple[str, str]], raising: str = "", user_sharded_blocks: bool = False
-) -> tuple[_Plan, ...]:
-    """Plans with schedules drawn from ``seed`` (``None`` half the time, else ``True`` or ``False``).
+    seed: int, modules: Sequence[tuple[str, str]], raising: str = "", blocks: bool = False, on_failure: str = "discard"
+) -> tuple[Plan, ...]:
+    """Plans with schedules drawn from ``seed`` (``None`` half the time, else ``True`` or ``False``), windows by rule.
 
     ``raising="accumulating"``: a call whose closure raises before the second micro-step of each window of three or
     more (its backward adds to FSDP's unsynced sums; the window then closes by calls that do not fail).
     ``"closing"``: before each real step that closes a window of several micro-steps (its backward syncs the whole
-    window), and before the first micro-step that accumulates onto another.
+    window), and before the first micro-step that accumulates onto another. ``blocks``: ``user_sharded_blocks``.
     """
     rng = random.Random(seed)
     plans = []
     for module, optimizer in modules:
         schedule = tuple(rng.choice((None, None, True, False)) for _ in range(EPOCH))
-        windows, _ = _Plan(module, optimizer, schedule).windows(discarding=False)
+        windows = Plan(module, schedule).windows
         accumulating = [window[1] for window in windows if len(window) > 2]
         closing = [window[-1] for window in windows if len(window) > 1]
         raise_at = {"": [], "accumulating": accumulating, "closing": [*closing, *accumulating[:1]]}[raising]
-        plans.append(_Plan(module, optimizer, schedule, tuple(sorted(set(raise_at))), user_sharded_blocks))
+        raising_at = tuple(sorted(set(raise_at)))
+        plans.append(Plan(module, schedule, (), optimizer, raising_at, on_failure, user_sharded_blocks=blocks))
     return tuple(plans)
 
 
-def _check_failures(
-    results: Sequence[dict[str, Any]], plans: Sequence[_Plan], held: Sequence[dict[int, int]], on_failure: str
-) -> None:
+def _check_failures(results: Sequence[dict[str, Any]], plans: Sequence[Plan]) -> None:
     """What each failed call left on every rank: as before under ``"restore"``, discarded under ``"discard"``."""
     planned = sorted((batch_idx, j) for j, plan in enumerate(plans) for batch_idx in plan.raise_at)
     for rank, result in enumerate(results):
         failed = sorted((failure["batch"], failure["module"]) for failure in result["failures"])
-        assert failed == planned, f"rank {rank}: the failing calls ran at {failed}, planned {planned}"
+        assert failed == planned, f"rank {rank}: the failing calls ran at {failed}, expected {planned} [CLOS-003]"
         for failure in result["failures"]:
-            j, batch_idx, (before, after) = failure["module"], failure["batch"], failure["outcomes"]
+            plan, batch_idx, (before, after) = plans[failure["module"]], failure["batch"], failure["outcomes"]
             what = (
-                f"rank {rank}, module {plans[j].module!r}, batch {batch_idx}: a step() whose closure raised after "
-                f"its backward (on_failure={on_failure!r})"
+                f"rank {rank}, module {plan.module!r}, batch {batch_idx}: a step() whose closure raised after its "
+                f"backward (on_failure={plan.on_failure!r})"
             )
-            if on_failure == "restore":
+            if plan.on_failure == "restore":
                 assert after == before, f"{what} changed last_outcome from {before} to {after} [FAIL-004]"
                 continue
             assert after is StepOutcome.DISCARDED, f"{what}: last_outcome {after}, expected DISCARDED [FAIL-003]"
@@ -138,81 +102,37 @@ def _check_failures(
             error = RuntimeError("the planned failure")
             for note in failure["notes"]:
                 error.add_note(note)
-            kind = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[plans[j].optimizer]
-            assert_discard_note(error, kind, (held[j][batch_idx], held[j][batch_idx] + 1), what)
+            held = plan.rule()[1][batch_idx]
+            kind = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[plan.optimizer]
+            assert_discard_note(error, kind, (held, held + 1), what)
 
 
 def _check_epoch(
     ranks: RankPool,
     cell: Cell,
-    plans: Sequence[_Plan],
-    *,
+    plans: Sequence[Plan],
     form: str = "closure",
     clip: float | None = None,
-    inf_at: tuple[int, int] | None = None,
-    checkpoint_at: int | None = None,
-    on_failure: str = "discard",
-) -> None:
-    """The epoch on every rank against one process on the global batch; ``inf_at=(batch, rank)`` plants an inf."""
-    windows, held = zip(*(plan.windows(discarding=on_failure == "discard") for plan in plans), strict=True)
-    closing = [{window[-1]: len(window) for window in ws} for ws in windows]
-    requests = [asdict(plan) | {"sync_at": sorted(c)} for plan, c in zip(plans, closing, strict=True)]
-    options = {"form": form, "clip": clip, "inf_at": inf_at, "checkpoint_at": checkpoint_at, "on_failure": on_failure}
-    results = ranks.run("train_sharded_epoch", cell, plans=requests, **options)
-    _check_failures(results, plans, held, on_failure)
-    models = [oracle_copy(build_model(plan.module), cell) for plan in plans]
-    clipped: list[bool] = []
+    **options: Any,
+) -> list[dict[str, Any]]:
+    """The epoch on every rank (``train_sharded_epoch`` with ``options``) against one process on the global batch.
 
-    def clip_counted(params: list[torch.Tensor]) -> None:
-        if clip is not None and unscaled_finite(params):
-            clipped.append(float(torch.nn.utils.clip_grad_norm_(params, clip)) > clip)
-
-    def plant(batch_idx: int, j: int) -> None:
-        if inf_at is not None and (batch_idx, j) == (inf_at[0], 0):
-            plant_infinite_gradient(models[0], row=plant_row(inf_at[1]))
-
-    optimizers = [
-        (model, build_sharded_optimizer(plan.optimizer, plan.module, model.parameters()))
-        for plan, model in zip(plans, models, strict=True)
-    ]
-    calls = [[(j, c.get(b)) for j, c in enumerate(closing) if any(b in w for w in windows[j])] for b in range(EPOCH)]
-    want, outcomes = plain_epoch(
-        cell, optimizers, global_batches(2), calls, oracle_scaler(cell), clip=clip_counted, before_forward=plant
+    ``inf_at=(batch, rank)`` plants an infinite gradient element in the first module's shard on that rank.
+    """
+    requests = [asdict(plan) | {"sync_at": sorted(plan.closing)} for plan in plans]
+    results = ranks.run(
+        "train_sharded_epoch", cell, plans=requests, form=form, clip=clip, on_failure=plans[0].on_failure, **options
     )
+    _check_failures(results, plans)
+    inf_at = options.get("inf_at")
+    run = "FSDP" + (f", clipped to norm {clip}" if clip else "") + " [FSDP-003]"
+    if inf_at:
+        run = f"FSDP, an infinite gradient element in rank {inf_at[1]}'s shard: skipped on every rank [FSDP-004]"
+    clipping, clipped = counted_clipper(clip) if clip else (None, [])
+    blow_up = {(inf_at[0], 0)} if inf_at else set()
+    assert_epoch(cell, plans, results, form, run, rule=SYNC_RULE, clip=clipping, blow_up=blow_up)
     assert clip is None or any(clipped), f"the check's own oracle never clipped at {clip}: the check would not test it"
-    shown = "; ".join(f"module {plan.module!r} {ws}" for plan, ws in zip(plans, windows, strict=True))
-    shown += f"; a gradient element infinite in rank {inf_at[1]}'s shard, batch {inf_at[0]}" if inf_at else ""
-    syncs = [
-        [{b: c[j] for b, c in enumerate(r["reduce_scatters"]) if c[j]} for j in range(len(plans))] for r in results
-    ]
-    assert_synced_ranks(results, {p.module: ws for p, ws in zip(plans, windows, strict=True)}, syncs, form, SYNC_RULE)
-    for rank, result in enumerate(results):
-        for batch_idx, (got, expected) in enumerate(zip(result["outcomes"], outcomes, strict=True)):
-            assert got == expected, (
-                f"{form}, rank {rank}, batch {batch_idx}: the wrappers' last_outcome are {got}, expected {expected} "
-                f"(windows {shown}): a non-finite gradient on any rank must skip the step on every rank "
-                "[FSDP-004, STEP-004]"
-            )
-        if checkpoint_at is not None:
-            differs = first_difference(result["resumed"], result["params"][checkpoint_at:])
-            assert differs is None, (
-                f"module {plans[differs[1]].module!r}, rank {rank}: parameters after batch "
-                f"{checkpoint_at + differs[0]} differ between the run resumed from a checkpoint taken after batch "
-                f"{checkpoint_at - 1} (windows {shown}) and the uninterrupted run; a sharded checkpoint (torch."
-                "distributed.checkpoint, the context's state per rank) must resume bit for bit, open windows included "
-                "[FSDP-006, CKPT-002]"
-            )
-    for batch_idx, (gathered, planned) in enumerate(zip(results[0]["params"], want, strict=True)):
-        for j, plan in enumerate(plans):
-            assert_params_close(
-                load(cell, plan.module, gathered[j]),
-                load(cell, plan.module, planned[j]),
-                cell,
-                f"{form}, module {plan.module!r} ({plan.optimizer}), after batch {batch_idx} (windows {windows[j]}"
-                + (f", clipped to norm {clip}" if clip else "")
-                + "): FSDP vs one process on the global batch [FSDP-003]",
-                REORDERED_TOLERANCES[cell.precision],
-            )
+    return results
 
 
 ONE = (("c", "sgd"),)
@@ -221,19 +141,23 @@ TWO_SGD = (("c", "sgd"), ("a", "sgd"))
 """Clipped windows use SGD: AdamW divides the clipped, tiny gradients by their own root mean square, which lifts
 the rounding of the reordered reduction above the tolerance of the comparison."""
 CASES = {
-    "1-module-sgd": (_drawn(1, ONE), "closure", None, "discard"),
-    "1-module-sgd-clipped": (_drawn(2, ONE), "closure", CLIP, "discard"),
-    "2-modules-adamw-sgd": (_drawn(3, TWO), "closure", None, "discard"),
-    "2-modules-clipped": (_drawn(4, TWO_SGD), "closure", CLIP, "discard"),
-    "2-modules-toggle": (_drawn(5, TWO), "toggle", None, "discard"),
-    "2-modules-raising-closures-discard": (_drawn(6, TWO_SGD, "closing"), "closure", CLIP, "discard"),
-    "2-modules-raising-closures-restore": (_drawn(6, TWO_SGD, "closing"), "closure", CLIP, "restore"),
-    "2-modules-raising-accumulating-toggle-discard": (_drawn(16, TWO, "accumulating"), "toggle", None, "discard"),
-    "2-modules-raising-accumulating-toggle-restore": (_drawn(16, TWO, "accumulating"), "toggle", None, "restore"),
-    "user-sharded-blocks-discard": (_drawn(7, TWO, "closing", True), "closure", None, "discard"),
-    "user-sharded-blocks-restore": (_drawn(7, TWO, "closing", True), "closure", None, "restore"),
+    "1-module-sgd": (_drawn(1, ONE), "closure", None),
+    "1-module-sgd-clipped": (_drawn(2, ONE), "closure", CLIP),
+    "2-modules-adamw-sgd": (_drawn(3, TWO), "closure", None),
+    "2-modules-clipped": (_drawn(4, TWO_SGD), "closure", CLIP),
+    "2-modules-toggle": (_drawn(5, TWO), "toggle", None),
+    "2-modules-raising-closures-discard": (_drawn(6, TWO_SGD, "closing"), "closure", CLIP),
+    "2-modules-raising-closures-restore": (_drawn(6, TWO_SGD, "closing", on_failure="restore"), "closure", CLIP),
+    "2-modules-raising-accumulating-toggle-discard": (_drawn(16, TWO, "accumulating"), "toggle", None),
+    "2-modules-raising-accumulating-toggle-restore": (
+        _drawn(16, TWO, "accumulating", on_failure="restore"),
+        "toggle",
+        None,
+    ),
+    "user-sharded-blocks-discard": (_drawn(7, TWO, "closing", True), "closure", None),
+    "user-sharded-blocks-restore": (_drawn(7, TWO, "closing", True, "restore"), "closure", None),
 }
-"""Each case: the plans, the call form, the clipping and the failure policy (``"restore"`` where claimed)."""
+"""Each case: the plans (with the failure policy, ``"restore"`` where claimed), the call form and the clipping."""
 
 
 @pytest.mark.requirement("FSDP-001", "FSDP-002", "FSDP-003", "STEP-004", "CLOS-003", "FAIL-003", "FAIL-004")
@@ -254,7 +178,7 @@ CASES = {
 )
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(name, marks=RESTORE if CASES[name][3] == "restore" else ()) for name in CASES],
+    [pytest.param(name, marks=RESTORE if CASES[name][0][0].on_failure == "restore" else ()) for name in CASES],
 )
 def test_sharded_windows_match_one_process(ranks: RankPool, cell: Cell, case: str) -> None:
     """Drawn schedules, one or two sharded modules: one reduce-scatter round per window, the global-batch result.
@@ -263,8 +187,8 @@ def test_sharded_windows_match_one_process(ranks: RankPool, cell: Cell, case: st
     backward adds to FSDP's unsynced sums) the window is as before under ``"restore"``, unsynced sums included; under
     ``"discard"`` it is gone, unsynced sums included, and its retry starts a new window.
     """
-    plans, form, clip, on_failure = CASES[case]
-    _check_epoch(ranks, cell, plans, form=form, clip=clip, on_failure=on_failure)
+    plans, form, clip = CASES[case]
+    _check_epoch(ranks, cell, plans, form, clip)
 
 
 @pytest.mark.requirement("FSDP-004", "AMP-003", "AMP-006")
@@ -280,8 +204,8 @@ def test_sharded_windows_match_one_process(ranks: RankPool, cell: Cell, case: st
 def test_overflow_on_one_rank_skips_everywhere(ranks: RankPool, cell: Cell, rank: int) -> None:
     """An infinite gradient in one rank's shard only: every rank skips that window; the scale backs off once."""
     plans = (
-        _Plan("c", "sgd", (None, None, None, True, None, None, None)),
-        _Plan("b", "sgd", (False, True, False, False, True, None, None)),
+        Plan("c", (None, None, None, True, None, None, None), optimizer="sgd"),
+        Plan("b", (False, True, False, False, True, None, None), optimizer="sgd"),
     )
     _check_epoch(ranks, cell, plans, inf_at=(1 + rank, rank))
 
@@ -299,10 +223,17 @@ def test_overflow_on_one_rank_skips_everywhere(ranks: RankPool, cell: Cell, rank
 def test_sharded_checkpoint_resumes_open_windows(ranks: RankPool, cell: Cell, form: str) -> None:
     """A checkpoint after batch 3, where one window is open and the other has just closed, resumes bit for bit."""
     plans = (
-        _Plan("c", "adamw", (False, True, None, False, None, None, None)),
-        _Plan("b", "sgd", (None, None, True, True, False, None, None)),
+        Plan("c", (False, True, None, False, None, None, None), optimizer="adamw"),
+        Plan("b", (None, None, True, True, False, None, None), optimizer="sgd"),
     )
-    _check_epoch(ranks, cell, plans, form=form, checkpoint_at=4)
+    for rank, result in enumerate(_check_epoch(ranks, cell, plans, form, checkpoint_at=4)):
+        differs = first_difference(result["resumed"], result["params"][4:])
+        assert differs is None, (
+            f"module {plans[differs[1]].module!r}, rank {rank}: parameters after batch {4 + differs[0]} differ "
+            f"between the run resumed from a checkpoint taken after batch 3 (windows {[p.windows for p in plans]}) "
+            "and the uninterrupted run; a sharded checkpoint (torch.distributed.checkpoint, the context's state per "
+            "rank) must resume bit for bit, open windows included [FSDP-006, CKPT-002]"
+        )
 
 
 @pytest.mark.requirement("FSDP-005")
@@ -329,25 +260,6 @@ def test_step_refuses_a_window_no_backward_synced(ranks: RankPool, cell: Cell) -
         )
 
 
-def _load_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, where: Path) -> None:
-    """The model's and optimizer's states, saved through ``torch.distributed.checkpoint``, loaded into them."""
-    from torch.distributed.checkpoint.state_dict import (
-        get_model_state_dict,
-        get_optimizer_state_dict,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
-    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-
-    state: dict[str, Any] = {
-        "model": get_model_state_dict(model),
-        "optim": get_optimizer_state_dict(model, optimizer),
-    }
-    dcp_load(state, checkpoint_id=str(where))
-    set_model_state_dict(model, state["model"])
-    set_optimizer_state_dict(model, optimizer, state["optim"])
-
-
 @pytest.mark.requirement("FSDP-006", "CKPT-003")
 @pytest.mark.cells(devices=("cpu", "cuda"), world_sizes=(2,), strategies=("fsdp",))
 @pytest.mark.features("checkpointing")
@@ -371,7 +283,7 @@ def test_a_sharded_state_resumes_in_one_process(
     context = build_context(implementation.factory, one, accumulate_grad_batches=ACCUMULATE)
     model = context.prepare_module(build_model("c"))
     wrapper = context.wrap(build_sharded_optimizer("adamw", "c", model.parameters()))
-    _load_sharded(model, wrapper.optimizer, tmp_path / "sharded")
+    load_sharded([model], [wrapper.optimizer], str(tmp_path / "sharded"))
     before, outcome = snapshot(model), wrapper.last_outcome
     with refuses(
         ValueError,

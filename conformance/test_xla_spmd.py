@@ -18,15 +18,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from lightning_optimizer.conformance.data_parallel import (
-    EVERY_SECOND_BATCH,
-    SCHEDULE_CUT_SHORT_KEPT_OPEN,
-    Plan,
-    assert_epoch,
-)
-from lightning_optimizer.conformance.epoch_checks import FORMS, run_plans
+from lightning_optimizer.conformance.data_parallel import EVERY_SECOND_BATCH, SCHEDULE_CUT_SHORT_KEPT_OPEN, Plan
+from lightning_optimizer.conformance.epoch_checks import FORMS, assert_one_cut_per_real_step, check_epoch
 from lightning_optimizer.conformance.ranks import RankPool
-from lightning_optimizer.conformance.scenarios import EPOCH
 from lightning_optimizer.spec import Cell
 
 SPMD_PRECISIONS = ("32-true",)
@@ -36,14 +30,13 @@ and the other SPMD cells pass too (measured: 64-true, 16-mixed, bf16-mixed, bf16
 
 
 def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) -> None:
-    (result,) = run_plans(ranks, "train_spmd_epoch", cell, form, plans)
-    label, graphs = FORMS[form], result["graphs"]
-    want_cuts = [sum(batch_idx in plan.closing for plan in plans) for batch_idx in range(EPOCH)]
-    assert result["cuts"] == want_cuts, (
-        f"{label}: graph cuts per batch {result['cuts']}, expected {want_cuts} (one per real step, windows "
-        f"{[plan.windows for plan in plans]}): a micro-step that only accumulates must not cut the graph, so that a "
-        "window executes as one graph [XLA-002]"
+    """:func:`.epoch_checks.check_epoch` under SPMD, then one graph cut per real step, each graph partitioned."""
+    (result,) = check_epoch(
+        ranks, cell, form, plans, "train_spmd_epoch", f"SPMD over {cell.world_size} devices [XLA-002]"
     )
+    label = FORMS[form]
+    assert_one_cut_per_real_step(result["cuts"], plans, label, "XLA-002")
+    graphs = result["graphs"]
     assert graphs, f"{label}: XLA compiled no graph in the process; the run cannot have executed on the devices"
     assert all(partitions == cell.world_size for partitions, _ in graphs), (
         f"{label}: compiled graphs (partitions, all-reduces) {graphs}: each must be partitioned over the "
@@ -53,7 +46,6 @@ def _check_epoch(ranks: RankPool, cell: Cell, form: str, plans: Sequence[Plan]) 
         f"{label}: no compiled graph holds an all-reduce ({graphs}): the gradients of the sharded batch must be "
         "reduced across the devices inside the graph [XLA-002]"
     )
-    assert_epoch(cell, plans, result, label, f"SPMD over {cell.world_size} devices [XLA-002]")
 
 
 WINDOWS = ("k >= 2 micro-steps", "cut short by True", "partial, flushed by the last batch")
