@@ -138,10 +138,12 @@ def plain_epoch(
     reduce: PrepareHook | None = None,
     clip: ClipFunction | None = None,
     blow_up: Container[tuple[int, int]] = (),
+    before_forward: Callable[[int, int], object] | None = None,
 ) -> tuple[Params, list[list[StepOutcome]]]:
     """Plain PyTorch, one bare optimizer per model: each model's parameters after every batch, and its outcome.
 
-    Each call of :data:`Calls` is a micro-step (its loss infinite where ``(batch, j)`` is in ``blow_up``); one that
+    Each call of :data:`Calls` is a micro-step (its loss infinite where ``(batch, j)`` is in ``blow_up``;
+    ``before_forward(batch, j)`` runs first); one that
     closes a window takes :func:`.plain_loop.real_step` (``reduce``, ``clip``) and a graph cut. The scaler is
     updated once per batch in which a window closed, the open windows brought to the new scale [AMP-006]. A model
     without a call in a batch reports ``ACCUMULATED``.
@@ -153,6 +155,8 @@ def plain_epoch(
         outcomes.append([StepOutcome.ACCUMULATED] * len(optimizers))
         for j, length in calls[batch_idx]:
             model, optimizer = optimizers[j]
+            if before_forward is not None:
+                before_forward(batch_idx, j)
             scaled_backward(oracle_loss(model, batch, cell, (batch_idx, j) in blow_up, factor), scaler, accumulate)
             if length is not None:
                 finite = real_step(

@@ -24,7 +24,7 @@ import torch
 
 from lightning_optimizer.conformance.assertions import assert_unchanged, snapshot
 from lightning_optimizer.conformance.checkpointing import layer_optimizers, run_plan, through_a_checkpoint
-from lightning_optimizer.conformance.epoch_checks import plain_epoch
+from lightning_optimizer.conformance.data_parallel import plain_epoch
 from lightning_optimizer.conformance.failure_rigs import (
     EAGER,
     GROWING,
