@@ -143,10 +143,9 @@ def plain_epoch(
     """Plain PyTorch, one bare optimizer per model: each model's parameters after every batch, and its outcome.
 
     Each call of :data:`Calls` is a micro-step (its loss infinite where ``(batch, j)`` is in ``blow_up``;
-    ``before_forward(batch, j)`` runs first); one that
-    closes a window takes :func:`.plain_loop.real_step` (``reduce``, ``clip``) and a graph cut. The scaler is
-    updated once per batch in which a window closed, the open windows brought to the new scale [AMP-006]. A model
-    without a call in a batch reports ``ACCUMULATED``.
+    ``before_forward(batch, j)`` runs first); one that closes a window takes :func:`.plain_loop.real_step`
+    (``reduce``, ``clip``) and a graph cut. The scaler is updated once per batch in which a window closed, the open
+    windows brought to the new scale [AMP-006]. A model without a call in a batch reports ``ACCUMULATED``.
     """
     params: Params = []
     outcomes: list[list[StepOutcome]] = []
