@@ -1,6 +1,9 @@
 """Several ranks of one ``torch.distributed`` process group, started once and reused by every DDP cell.
 
-Spawning a group per cell costs seconds each; one pool per device kind serves the whole session instead. The
+Starting a group per cell costs seconds each; one pool per device kind serves the whole session instead. Ranks
+are forked from a server process that has imported torch once (multiprocessing's ``forkserver``, where the
+platform has it; ``spawn`` elsewhere): a new rank then starts in a fraction of a second instead of importing torch
+anew, and gets the parent's ``sys.path`` and environment as they are when it starts, as a spawned one would. The
 parent sends each rank the name of a scenario (a function in :mod:`lightning_optimizer.conformance.scenarios`, or
 ``"module:function"`` elsewhere) and gets back what it returns. A rank that raises, dies or does not answer within
 the timeout fails the cell with a message that says which rank and why; the pool is then stopped (no process is
@@ -17,7 +20,8 @@ import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
-from multiprocessing.context import SpawnProcess
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from lightning_optimizer.spec import Cell
@@ -26,6 +30,20 @@ __all__ = ["RankFailure", "RankPool"]
 
 ANSWER_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 120.0
+FAILED_GRACE_S = 2.0
+"""How long the ranks of a failed pool get to leave by themselves before they are killed: one may hang for good."""
+PRELOAD = ["torch", "torch.distributed"]
+"""What the fork server imports once for every rank it starts: most of a rank's start-up time. Not torch_xla, whose
+SPMD mode a rank must choose before the runtime starts (:func:`.spmd.start_spmd`)."""
+
+
+def _start_method() -> BaseContext:
+    """The ``forkserver`` start method, preloading :data:`PRELOAD`, where the platform has one; else ``spawn``."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
 
 
 class RankFailure(RuntimeError):
@@ -66,10 +84,14 @@ def _serve(
     requests: Any,
     answers: Any,
     spmd_devices: int | None,
+    environ: dict[str, str],
 ) -> None:  # pragma: no cover - runs in the child processes
-    """A rank's loop: join the group, then run scenarios until told to stop (``None``)."""
+    """A rank's loop: take the parent's environment, join the group, run scenarios until told to stop (``None``)."""
     try:
         import importlib
+
+        os.environ.clear()  # a forked rank starts with the fork server's environment, not the parent's of now
+        os.environ.update(environ)
 
         if spmd_devices is not None:
             from lightning_optimizer.conformance.spmd import start_spmd
@@ -124,7 +146,7 @@ class RankPool:
         self.impl, self.device, self.world_size = impl, device, world_size
         self.spmd_devices = spmd_devices
         self.scenarios, self.answer_timeout = scenarios, answer_timeout
-        self._processes: list[SpawnProcess] = []
+        self._processes: list[BaseProcess] = []
         self._requests: list[Any] = []
         self._answers: Any = None
 
@@ -137,7 +159,7 @@ class RankPool:
         try:
             answers = self._collect(self.answer_timeout, f"scenario {scenario!r} on {cell.id}")
         except RankFailure:
-            self.stop()
+            self.stop(grace=FAILED_GRACE_S)
             raise
         return [answers[rank] for rank in range(self.world_size)]
 
@@ -146,12 +168,13 @@ class RankPool:
         """How many rank processes are running."""
         return sum(process.is_alive() for process in self._processes)
 
-    def stop(self) -> None:
-        """Ask the ranks to leave, then terminate any that do not; no process outlives this call."""
+    def stop(self, grace: float = 10.0) -> None:
+        """Ask the ranks to leave, kill those still there after ``grace`` seconds; no process outlives this call."""
         for requests in self._requests:
             requests.put(None)
+        deadline = time.monotonic() + grace
         for process in self._processes:
-            process.join(timeout=10)
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
         for process in self._processes:
             if process.is_alive():
                 process.kill()
@@ -159,7 +182,7 @@ class RankPool:
         self._processes, self._requests, self._answers = [], [], None
 
     def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
+        context: Any = _start_method()  # typeshed gives BaseContext no Process or Queue
         backend = "nccl" if self.device == "cuda" else "gloo"
         port = _free_port()
         self._answers = context.Queue()
@@ -175,6 +198,7 @@ class RankPool:
                 self._requests[rank],
                 self._answers,
                 self.spmd_devices,
+                dict(os.environ),
             )
             process = context.Process(target=_serve, args=args, daemon=True, name=f"conformance-rank-{rank}")
             process.start()
@@ -182,7 +206,7 @@ class RankPool:
         try:
             self._collect(START_TIMEOUT_S, f"joining a {backend} process group of {self.world_size} ranks")
         except RankFailure:
-            self.stop()
+            self.stop(grace=FAILED_GRACE_S)
             raise
 
     def _dead(self) -> str:
