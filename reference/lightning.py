@@ -109,21 +109,11 @@ def _check_arguments(
             )
 
 
-def _check_given_device(strategy: str, device: torch.device | str | int) -> None:
-    """Refuse, in the constructor, a device the strategy does not run on."""
-    kind = torch.device(device).type
-    if kind == "xla":
-        raise ValueError(f"{strategy}(device={device!r}): on an XLA device use strategy=ReferenceXLAStrategy()")
-    if kind not in ("cpu", "cuda"):
-        raise ValueError(
-            f"{strategy}(device={device!r}): the reference strategies run on CPU, CUDA and XLA, not {kind!r}"
-        )
-
-
 class ReferenceSingleDeviceStrategy(ReferenceStrategyBase, SingleDeviceStrategy):
     """One process, one device (CPU or CUDA), the reference doing precision, accumulation and clipping.
 
-    ``device`` defaults to the device the Trainer's ``accelerator`` and ``devices`` choose. ``grad_scaler``
+    ``device`` (a CPU or CUDA device) defaults to the device the Trainer's ``accelerator`` and ``devices``
+    choose. ``grad_scaler``
     configures the loss scaler of ``Trainer(precision="16-mixed")`` (``torch.amp.GradScaler``'s arguments; ``None``:
     torch's defaults).
     """
@@ -132,7 +122,7 @@ class ReferenceSingleDeviceStrategy(ReferenceStrategyBase, SingleDeviceStrategy)
         self, device: torch.device | str | int | None = None, *, grad_scaler: GradScalerSettings | None = None
     ) -> None:
         if device is not None:
-            _check_given_device("ReferenceSingleDeviceStrategy", device)
+            self._check_device(torch.device(device))
         self._integration = Integration(grad_scaler)
         super().__init__(device="cpu" if device is None else device, precision_plugin=self._integration.plugin)
         self._device_given = device is not None
@@ -171,10 +161,12 @@ _DDP_ARGUMENTS = {"grad_scaler"} | (
 class ReferenceDDPStrategy(ReferenceStrategyBase, DDPStrategy):
     """Lightning's DDP (one process per device, gloo on CPU, NCCL on CUDA), the reference driving the sync.
 
-    Accepts :class:`~pytorch_lightning.strategies.DDPStrategy`'s arguments (``find_unused_parameters``,
-    ``start_method``, ``process_group_backend``, ...) except ``precision_plugin``. Micro-steps that do not close
-    a window run under ``no_sync()``: a window costs one all-reduce. With several optimizers each closure's
-    backward reaches only its own optimizer's parameters, which DDP allows with ``find_unused_parameters=True``.
+    Accepts :class:`~pytorch_lightning.strategies.DDPStrategy`'s arguments (``start_method``,
+    ``process_group_backend``, ...) and those it passes on to torch's ``DistributedDataParallel``
+    (``find_unused_parameters``, ...), except ``precision_plugin``, ``module`` and ``device_ids``; any other
+    argument is refused when the strategy is built. Micro-steps that do not close a window run under
+    ``no_sync()``: a window costs one all-reduce. With several optimizers each closure's backward reaches only its
+    own optimizer's parameters, which DDP allows with ``find_unused_parameters=True``.
     Use ``opt.backward(loss)`` or ``self.manual_backward(loss)`` (DDP must be prepared for each backward).
     ``grad_scaler`` configures the loss scaler of ``Trainer(precision="16-mixed")``, as on the single-device
     strategy.
@@ -224,6 +216,7 @@ class ReferenceFSDPStrategy(ReferenceStrategyBase, ModelParallelStrategy):
     Every rank is one data-parallel rank (``tensor_parallel_size=1``). Checkpoints are Lightning's: sharded through
     ``torch.distributed.checkpoint`` (``save_distributed_checkpoint=True``), the reference's state of every rank
     in the checkpoint's metadata. ``grad_scaler`` configures the loss scaler of ``Trainer(precision="16-mixed")``.
+    Further arguments are ``ModelParallelStrategy``'s but its mesh sizes; any other is refused when it is built.
     """
 
     def __init__(

@@ -11,6 +11,7 @@ is in :mod:`.lightning_compat`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext, suppress
 from dataclasses import dataclass
@@ -162,7 +163,7 @@ class TrainerChanges:
         self._callbacks.append(callback)
 
     def restore(self) -> None:
-        """Give the Trainer back everything changed (once; a second call changes nothing)."""
+        """Give the Trainer back every setting, callback and rule as they were before the run."""
         trainer = self.trainer
         if self._decides_accumulation:
             lightning_compat.forget_accumulation_decision(trainer)
@@ -175,7 +176,7 @@ class TrainerChanges:
         trainer.accumulate_grad_batches, trainer.gradient_clip_val, trainer.gradient_clip_algorithm = self._arguments
 
 
-class Loop:
+class Loop(ABC):
     """The reference inside one run of a Trainer (fit, validate, test or predict), for one optimization mode.
 
     Made by :meth:`start` when the strategy connects (it reads and checks the Trainer's settings and takes over
@@ -216,13 +217,15 @@ class Loop:
         return loop
 
     @staticmethod
+    @abstractmethod
     def _reference_clip_val(trainer: Trainer) -> float | None:
         """The ``Trainer(gradient_clip_val=...)`` the context applies itself."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _take_over(self) -> None:
         """Change what the mode needs changed on the Trainer before Lightning checks its arguments."""
 
+    @abstractmethod
     def _start_training(self) -> None:
         """The fit's wrappers are in place: the mode's last changes."""
 
@@ -270,19 +273,21 @@ class Loop:
 
     # -- Lightning's training iteration ----------------------------------------------------------------------
 
+    @abstractmethod
     def start_batch(self) -> None:
         """A training batch starts (the strategy's ``on_train_batch_start``)."""
 
+    @abstractmethod
     def end_batch(self) -> None:
         """The training batch ended or failed."""
 
+    @abstractmethod
     def training_step(self, step: Callable[[], Any]) -> Any:
         """Run Lightning's ``training_step`` (``step``) where the mode runs it."""
-        raise NotImplementedError
 
+    @abstractmethod
     def backward_region(self, context: TrainingContext) -> AbstractContextManager[Any]:
         """Where Lightning's own backward runs, relative to the context's autocast region."""
-        raise NotImplementedError
 
     def _iteration(self) -> AbstractContextManager[None]:
         """One training iteration: the context's ``batch`` block at Lightning's position in the epoch."""
@@ -314,8 +319,9 @@ class Loop:
         if outcome is StepOutcome.STEPPED:
             self._count_step()
 
+    @abstractmethod
     def _count_step(self) -> None:
-        raise NotImplementedError
+        """Count one optimizer step applied in Lightning's progress (``trainer.global_step``)."""
 
     def teardown(self) -> None:
         """Remove the step hooks and what Lightning's loop set on the optimizers; give the Trainer its settings back."""
@@ -350,6 +356,12 @@ class ManualLoop(Loop):
 
     def _start_training(self) -> None:
         self.changes.give_accumulation_back()
+
+    def start_batch(self) -> None:
+        """Nothing: the ``batch`` block opens around ``training_step``."""
+
+    def end_batch(self) -> None:
+        """Nothing: the ``batch`` block closed with ``training_step``."""
 
     def training_step(self, step: Callable[[], Any]) -> Any:
         """``training_step`` inside one ``batch`` block."""
@@ -407,6 +419,9 @@ class AutomaticLoop(Loop):
     @staticmethod
     def _reference_clip_val(trainer: Trainer) -> float | None:
         return None  # Lightning's ``configure_gradient_clipping`` clips, called before each real step
+
+    def _take_over(self) -> None:
+        """Nothing: Lightning accepts the Trainer's accumulation and clipping for automatic optimization."""
 
     def _start_training(self) -> None:
         self.changes.decide_accumulation(self._accumulates)
@@ -539,12 +554,13 @@ class ReferenceStrategyBase(Strategy):
     _integration: Integration
     _DEVICE_TYPES: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
 
-    def _check_device(self, device: torch.device) -> None:
-        """Refuse a device this strategy does not run on."""
-        if device.type in self._DEVICE_TYPES:
+    @classmethod
+    def _check_device(cls, device: torch.device) -> None:
+        """Refuse a device this strategy does not run on (a device given to it, or the one the Trainer chose)."""
+        if device.type in cls._DEVICE_TYPES:
             return
         if device.type == "xla":
-            raise ValueError("on an XLA device use strategy=ReferenceXLAStrategy()")
+            raise ValueError(f"{cls.__name__} does not run on XLA devices: use strategy=ReferenceXLAStrategy()")
         raise ValueError(f"the reference strategies run on CPU, CUDA and XLA, not {device.type!r}")
 
     def connect(self, model: LightningModule) -> None:

@@ -114,7 +114,7 @@ def test_connect_before_a_trainer_is_attached_then_fit(module: Callable[[], Ligh
         (
             lambda: ReferenceSingleDeviceStrategy(device="xla"),
             ValueError,
-            r"on an XLA device use strategy=ReferenceXLAStrategy\(\)",
+            r"ReferenceSingleDeviceStrategy does not run on XLA devices: use strategy=ReferenceXLAStrategy\(\)",
         ),
         (
             lambda: ReferenceSingleDeviceStrategy(device="mps"),
