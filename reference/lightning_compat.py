@@ -1,9 +1,11 @@
 """Every field of pytorch_lightning that the Lightning integration reads or writes outside its public API.
 
-Lightning has no public way to read ``Trainer(precision=...)`` before its precision plugin is settled, to count
-a global step that the strategy's optimizer took, to tell the training loop whether a batch only accumulated
-(a strategy can only say that it handles accumulation, not how), to read the loop's position in the epoch, or
-to make ``LightningModule.optimizers()`` return other objects than its ``LightningOptimizer``. Each such touch is one
+Lightning has no public way to read ``Trainer(precision=...)`` before its precision plugin is settled (nor, for a
+strategy that brings its own plugin, while the Trainer is being built), to ask a LightningModule whether a Trainer
+is attached to it without an exception, to count a global step that the strategy's optimizer took, to tell the
+training loop whether a batch only accumulated (a strategy can only say that it handles accumulation, not how), to
+read the loop's position in the epoch, or to make ``LightningModule.optimizers()`` return other objects than its
+``LightningOptimizer``. Each such touch is one
 function here; ``tests/test_lightning.py::test_lightning_fields_the_reference_touches_are_where_it_expects`` pins
 each against the installed Lightning, so a release that moves one fails there, loudly, not in a training run.
 Made for pytorch_lightning 2.6.
@@ -11,20 +13,25 @@ Made for pytorch_lightning 2.6.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from pytorch_lightning import Trainer
+from pytorch_lightning import LightningModule, Trainer
 from pytorch_lightning.strategies import Strategy
+from pytorch_lightning.trainer.connectors.accelerator_connector import _AcceleratorConnector
 
 __all__ = [
     "LOOP_INJECTED",
-    "count_optimizer_step",
+    "attached_trainer",
+    "count_automatic_optimizer_step",
+    "count_manual_optimizer_step",
     "decide_accumulation",
     "forget_accumulation_decision",
     "forget_loop_injections",
     "loop_position",
+    "precision_being_settled",
     "requested_precision",
     "set_model_parallel_sizes",
     "set_module_optimizers",
@@ -42,16 +49,49 @@ def requested_precision(trainer: Trainer) -> object:
     With a strategy's own precision plugin Lightning never rewrites it (no 16-mixed -> bf16-mixed on the CPU).
     ``None`` when this Lightning keeps it elsewhere.
     """
-    return getattr(getattr(trainer, "_accelerator_connector", None), "_precision_flag", None)
+    return _precision_flag_of(getattr(trainer, "_accelerator_connector", None))
 
 
-def count_optimizer_step(trainer: Trainer, *, automatic: bool) -> None:
-    """Add one to ``trainer.global_step``: one optimizer step applied (automatic or manual optimization)."""
-    epoch_loop = trainer.fit_loop.epoch_loop
-    if automatic:
-        progress: Any = epoch_loop.automatic_optimization.optim_progress.optimizer.step
-    else:
-        progress = epoch_loop.manual_optimization.optim_step_progress
+def precision_being_settled() -> object:
+    """``Trainer(precision=...)`` while the Trainer being built hands its strategy the precision plugin, else ``None``.
+
+    Call it from a strategy's ``precision_plugin`` setter. Lightning's accelerator connector settles the precision
+    inside ``Trainer.__init__`` and then sets ``strategy.precision_plugin`` (``_lazy_init_strategy``); it passes the
+    strategy nothing else that names the precision, and the strategy has no way to its Trainer until it connects
+    to a module. So the flag is read from the connector that is calling the setter: the caller's caller.
+    ``None`` when the setter was called from elsewhere (the strategy's own constructor, a user).
+    """
+    frame = inspect.currentframe()
+    for _ in range(3):  # this function, the setter, the connector's method
+        if frame is None:
+            return None
+        frame = frame.f_back
+        if frame is not None and isinstance(frame.f_locals.get("self"), _AcceleratorConnector):
+            return _precision_flag_of(frame.f_locals["self"])
+    return None
+
+
+def _precision_flag_of(connector: object) -> object:
+    """The precision flag a Trainer's accelerator connector keeps (see :func:`requested_precision`)."""
+    return getattr(connector, "_precision_flag", None)
+
+
+def attached_trainer(module: LightningModule) -> Trainer | None:
+    """The Trainer attached to ``module``, ``None`` before one is (``module.trainer`` raises then)."""
+    trainer: Trainer | None = module._trainer
+    return trainer
+
+
+def count_manual_optimizer_step(trainer: Trainer) -> None:
+    """Add one to ``trainer.global_step``: one optimizer step applied under manual optimization."""
+    progress = trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+    progress.increment_ready()
+    progress.increment_completed()
+
+
+def count_automatic_optimizer_step(trainer: Trainer) -> None:
+    """Add one to ``trainer.global_step``: one optimizer step applied under automatic optimization."""
+    progress = trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step
     progress.increment_ready()
     progress.increment_completed()
 

@@ -946,11 +946,11 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
             seen["injected"] = all(hasattr(optimizer, name) for name in lightning_compat.LOOP_INJECTED)
             if batch_idx == 0:
                 before = trainer.global_step
-                lightning_compat.count_optimizer_step(trainer, automatic=False)
+                lightning_compat.count_manual_optimizer_step(trainer)
                 seen["counted"] = trainer.global_step - before
                 automatic = trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress
                 before = automatic.optimizer_steps
-                lightning_compat.count_optimizer_step(trainer, automatic=True)
+                lightning_compat.count_automatic_optimizer_step(trainer)
                 seen["counted_automatic"] = automatic.optimizer_steps - before
                 lightning_rule = trainer.fit_loop._should_accumulate()
                 lightning_compat.decide_accumulation(trainer, lambda rule: not rule())
@@ -966,8 +966,15 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
 
     trainer = reference_trainer(tmp_path, "16-mixed", max_epochs=1, limit_train_batches=3, callbacks=[Probe()])
     assert lightning_compat.requested_precision(trainer) == "16-mixed"
+    assert trainer.precision == "16-mixed", (
+        "Lightning's accelerator connector no longer sets strategy.precision_plugin with its precision flag at hand "
+        "(lightning_compat.precision_being_settled)"
+    )
+    assert lightning_compat.precision_being_settled() is None, "outside the connector's call there is no flag"
     model = WindowedRegressor()
+    assert lightning_compat.attached_trainer(model) is None
     trainer.fit(model, train_dataloaders=regression_loader())
+    assert lightning_compat.attached_trainer(model) is trainer
     assert seen["positions"] == [((0, False), 0), ((1, False), 1), ((2, True), 2)]
     assert seen["injected"], f"Lightning's loop no longer sets {lightning_compat.LOOP_INJECTED} on the optimizers"
     assert seen["counted"] == 1
