@@ -38,13 +38,22 @@ FIRST_RESULT: Any = object()
 
 
 def closure_of(
-    context: TrainingContext, wrapper: OptimizerWrapper[Any], model: torch.nn.Module, batch: Batch, cell: Cell
+    context: TrainingContext,
+    wrapper: OptimizerWrapper[Any],
+    model: torch.nn.Module,
+    batch: Batch,
+    cell: Cell,
+    blow_up: bool = False,
 ) -> Callable[[], torch.Tensor]:
-    """The closure form's closure: ``model``'s MSE on ``batch`` under ``context.autocast()``, ``wrapper.backward``."""
+    """The closure form's closure: ``model``'s MSE on ``batch`` under ``context.autocast()``, ``wrapper.backward``.
+
+    With ``blow_up`` the loss is infinite (a planted overflow). The closure returns the loss.
+    """
 
     def closure() -> torch.Tensor:
         with context.autocast():
             loss = mse(model, batch, cell_device(cell), cell_dtype(cell))
+        loss = loss * float("inf") if blow_up else loss
         wrapper.backward(loss)
         return loss
 

@@ -37,13 +37,13 @@ import torch
 from lightning_optimizer.conformance.data_parallel import SCHEDULE_CUT_SHORT_KEPT_OPEN, Plan
 from lightning_optimizer.conformance.epoch_checks import assert_one_cut_per_real_step, assert_params
 from lightning_optimizer.conformance.harness import make_batches, refuses
+from lightning_optimizer.conformance.optimizer_kinds import closure_of
 from lightning_optimizer.conformance.outcomes import unavailable
 from lightning_optimizer.conformance.scenarios import build_model
 from lightning_optimizer.conformance.xla_epochs import (
     SCALER,
     check_xla_epoch,
     present_replicas,
-    xla_closure,
     xla_counts,
     xla_oracle,
 )
@@ -163,7 +163,7 @@ def test_each_window_is_reduced_once_and_a_skipped_step_cuts_once(
                     (name, batch_idx) == SKIPPED_AT,
                     plans[name].make_optimizer_step[batch_idx],
                 )
-                closure = xla_closure(context, models[name], wrappers[name], batch, cell, skipped)
+                closure = closure_of(context, wrappers[name], models[name], batch, cell, skipped)
                 before = xla_counts()
                 wrappers[name].step(closure, make_optimizer_step=make_optimizer_step)
                 reductions = xla_counts()["reductions"] - before["reductions"]

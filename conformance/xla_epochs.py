@@ -19,17 +19,14 @@ import torch
 from lightning_optimizer.conformance.data_parallel import Params, Plan, oracle
 from lightning_optimizer.conformance.epoch_checks import assert_one_cut_per_real_step, assert_params, counted_clipper
 from lightning_optimizer.conformance.harness import (
-    Batch,
-    cell_device,
-    cell_dtype,
     make_batches,
-    mse,
     scaler_settings,
     tolerance_for,
 )
+from lightning_optimizer.conformance.optimizer_kinds import closure_of
 from lightning_optimizer.conformance.plain_loop import rescale_grads
 from lightning_optimizer.conformance.scenarios import ACCUMULATE, build_model
-from lightning_optimizer.spec import Cell, GradScalerSettings, OptimizerWrapper, TrainingContext
+from lightning_optimizer.spec import Cell, GradScalerSettings, TrainingContext
 
 __all__ = [
     "PRESENTED_WORLD_SIZE",
@@ -39,7 +36,6 @@ __all__ = [
     "Reduction",
     "check_xla_epoch",
     "present_replicas",
-    "xla_closure",
     "xla_counts",
     "xla_oracle",
 ]
@@ -84,26 +80,6 @@ def present_replicas(monkeypatch: pytest.MonkeyPatch, cell: Cell) -> int:
     for query in ("world_size", "global_runtime_device_count"):  # the runtime's two answers to "how many replicas"
         monkeypatch.setattr(xr, query, lambda: PRESENTED_WORLD_SIZE)
     return PRESENTED_WORLD_SIZE
-
-
-def xla_closure(
-    context: TrainingContext,
-    model: torch.nn.Module,
-    wrapper: OptimizerWrapper[Any],
-    batch: Batch,
-    cell: Cell,
-    blow_up: bool,
-) -> Callable[[], torch.Tensor]:
-    """A micro-step: the model's MSE on ``batch`` in the context's autocast (infinite with ``blow_up``); backward."""
-
-    def closure() -> torch.Tensor:
-        with context.autocast():
-            loss = mse(model, batch, cell_device(cell), cell_dtype(cell))
-        loss = loss * float("inf") if blow_up else loss
-        wrapper.backward(loss)
-        return loss
-
-    return closure
 
 
 def xla_oracle(
@@ -171,7 +147,7 @@ def check_xla_epoch(
     params, cuts = {}, []
     for batch_idx, batch in enumerate(make_batches(len(plan.make_optimizer_step))):
         toggle, closes = batch_idx in backward_then_step, batch_idx in plan.closing
-        closure, start = xla_closure(context, model, wrapper, batch, cell, False), xla_counts()
+        closure, start = closure_of(context, wrapper, model, batch, cell), xla_counts()
         backwards.clear()
         with context.batch(batch_idx, is_last=batch_idx == len(plan.make_optimizer_step) - 1):
             if toggle:
