@@ -113,6 +113,9 @@ def test_generated_windows_near_the_float16_range(
     if HYPOTHESIS_MISSING is not None:
         unavailable(HYPOTHESIS_MISSING)
     requested = request.config.getoption("property_examples", default=None)
+    # derandomize seeds the draws with generated()'s source (comments and decorators aside): its text, the name it
+    # calls included, fixes which plans run, so it keeps the name it had before the plans moved to edge_plans.py.
+    _run_edge_plan = run_edge_plan
 
     @settings(
         max_examples=int(requested) if requested else GENERATED_PLANS,
@@ -126,7 +129,7 @@ def test_generated_windows_near_the_float16_range(
     )
     @given(plan=st.composite(draw_plan)())
     def generated(plan: EdgePlan) -> None:
-        run_edge_plan(make_context, cell, plan)
+        _run_edge_plan(make_context, cell, plan)
 
     generated()
 
