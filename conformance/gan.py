@@ -2,10 +2,13 @@
 
 The discriminator records, through :func:`probe`, whether autocast was on in each backward pass through it. The
 discriminator's loss runs the generator again: after the generator's step, that forward sees its new parameters.
+:func:`assert_outside_autocast` checks what a probe saw [BWD-002]; :func:`check_gan_in_regions` runs the GAN inside
+one autocast region (around each iteration, the epoch, or the user's own) against its plain loop [PREC-004].
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
@@ -14,6 +17,7 @@ from typing import Any
 import torch
 
 from lightning_optimizer.conformance.harness import (
+    assert_params_close,
     cell_device,
     cell_dtype,
     oracle_autocast,
@@ -21,13 +25,30 @@ from lightning_optimizer.conformance.harness import (
     oracle_step_done,
 )
 from lightning_optimizer.conformance.optimizer_kinds import frozen
+from lightning_optimizer.conformance.oracles import expected_outcomes, oracle_copy
 from lightning_optimizer.conformance.plain_loop import real_step, scaled_backward, update_scaler
-from lightning_optimizer.spec import Cell, OptimizerWrapper
+from lightning_optimizer.spec import Cell, OptimizerWrapper, StepOutcome, TrainingContext
 
-__all__ = ["Gan", "dis_loss", "gan_batches", "gan_call", "gen_loss", "plain_gan", "probe"]
+__all__ = [
+    "LOW_DTYPES",
+    "Gan",
+    "assert_outside_autocast",
+    "check_gan_in_regions",
+    "dis_loss",
+    "gan_batches",
+    "gan_call",
+    "gen_loss",
+    "plain_gan",
+    "probe",
+]
 
 GanBatch = tuple[torch.Tensor, torch.Tensor]
 Region = Callable[[], AbstractContextManager[Any]]
+MakeContext = Callable[..., TrainingContext]
+A, S = StepOutcome.ACCUMULATED, StepOutcome.STEPPED
+
+LOW_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+"""The dtype autocast computes in, per mixed precision."""
 
 
 class _AutocastProbe(torch.autograd.Function):
@@ -46,6 +67,18 @@ def probe(tensor: torch.Tensor, seen: list[bool]) -> torch.Tensor:
     """The identity; each backward pass through it appends to ``seen`` whether autocast was on for its device."""
     out: torch.Tensor = _AutocastProbe.apply(tensor, seen)  # type: ignore[no-untyped-call]
     return out
+
+
+def assert_outside_autocast(seen: list[bool], what: str, count: int | None = None) -> None:
+    """A probe's ``seen``: some backward passes (``count`` of them where given), none with autocast on [BWD-002]."""
+    assert seen, f"{what}: no backward reached the probe"
+    if count is not None:
+        assert len(seen) == count, f"{what}: {len(seen)} backward passes reached the probe, expected {count}"
+    inside = [i for i, enabled in enumerate(seen) if enabled]
+    assert not inside, (
+        f"{what}: backward passes {inside} of {len(seen)} ran with autocast on; a wrapper's backward runs autograd "
+        "outside autocast wherever it is called (BWD-002)"
+    )
 
 
 class Gan(torch.nn.Module):
@@ -160,3 +193,81 @@ def plain_gan(
             update_scaler(scaler)
         oracle_step_done(cell)
         yield stepped
+
+
+def check_gan_in_regions(
+    make_context: MakeContext, cell: Cell, form: str, around: str, gen_closes: Sequence[bool]
+) -> None:
+    """The GAN in one autocast region against its plain loop: parameters, fresh forwards, backwards, outcomes.
+
+    ``around``: where the loop opens ``context.autocast()`` (``"iteration"``, ``"epoch"``), or ``"own-region"``: the
+    user's own ``torch.autocast`` (weight cache on) around each iteration. ``gen_closes``: the generator's
+    ``make_optimizer_step`` per batch; the discriminator steps every batch. After the generator's real step its
+    forward sees the new parameters [PREC-004]; every backward through the discriminator runs outside autocast
+    [BWD-002]; the parameters after every batch, and the outcomes after every call, are the plain loop's.
+    """
+    low, device_type, count = LOW_DTYPES.get(cell.precision), cell_device(cell).type, len(gen_closes)
+    where = f"{form}, region around the {around}"
+    context = make_context()
+    base = Gan()
+    oracle = oracle_copy(base, cell)
+    model = context.prepare_module(base)
+    assert isinstance(model, Gan) and isinstance(oracle, Gan)
+    opt_gen = context.wrap(torch.optim.Adam(model.generator.parameters(), lr=0.05))
+    opt_dis = context.wrap(torch.optim.SGD(model.discriminator.parameters(), lr=0.5, momentum=0.5))
+    plain = (
+        torch.optim.Adam(oracle.generator.parameters(), lr=0.05),
+        torch.optim.SGD(oracle.discriminator.parameters(), lr=0.5, momentum=0.5),
+    )
+    batches = gan_batches(cell, count)
+
+    def own() -> AbstractContextManager[object]:
+        """The user's own region (its weight cache on), around each iteration of both loops."""
+        return torch.autocast(device_type, dtype=low) if around == "own-region" and low is not None else nullcontext()
+
+    # The plain loop's epoch, then the implementation's: regions are thread state, and one must not run inside the
+    # other's. The oracle's parameters after each batch are kept, and compared after the implementation's batch.
+    oracle_after, stepped = [], []
+    for ran in plain_gan(oracle, plain, batches, cell, gen_closes, [True] * count, own):
+        oracle_after.append(copy.deepcopy(oracle))
+        stepped += ran
+    outcomes: list[tuple[StepOutcome | None, StepOutcome | None]] = []
+    with context.autocast() if around == "epoch" else nullcontext():
+        for batch_idx, ((noise, real), closes) in enumerate(zip(batches, gen_closes, strict=True)):
+            iteration = context.autocast() if around == "iteration" else nullcontext()
+            with context.batch(batch_idx, is_last=batch_idx == count - 1), iteration, own():
+                gan_call(opt_gen, partial(gen_loss, model, noise), closes, form)
+                outcomes.append((opt_gen.last_outcome, opt_dis.last_outcome))
+                if closes:
+                    _assert_fresh_forward(model, noise, low, cell, f"{where}, batch {batch_idx}")
+                gan_call(opt_dis, partial(dis_loss, model, noise, real), True, form)
+                outcomes.append((opt_gen.last_outcome, opt_dis.last_outcome))
+            assert_params_close(model, oracle_after[batch_idx], cell, f"{where}, after batch {batch_idx}")
+    assert_outside_autocast(model.seen, f"{where}: the backward passes through the discriminator")
+    calls = expected_outcomes([outcome for closes in gen_closes for outcome in (S if closes else A, S)], stepped)
+    dis_before: list[StepOutcome | None] = [None, *calls[1::2]]  # the generator's call, then the discriminator's
+    want_outcomes = [
+        pair for i in range(count) for pair in ((calls[2 * i], dis_before[i]), tuple(calls[2 * i : 2 * i + 2]))
+    ]
+    assert outcomes == want_outcomes, f"(generator, discriminator) outcomes were {outcomes}, expected {want_outcomes}"
+
+
+def _assert_fresh_forward(model: Gan, noise: torch.Tensor, low: torch.dtype | None, cell: Cell, where: str) -> None:
+    """The generator's first layer computes from its parameters as they are now, cast by hand [PREC-004]."""
+    first = model.generator[0]
+    assert isinstance(first, torch.nn.Linear)
+    got = first(noise)
+    with torch.no_grad():
+        cast = [t if low is None else t.to(low) for t in (noise, first.weight, first.bias)]
+        want = torch.nn.functional.linear(*cast)
+    fresh = (
+        torch.allclose(got, want, rtol=1e-2, atol=1e-3)  # XLA fuses, and may round otherwise
+        if cell.device == "xla"
+        else torch.equal(got, want)
+    )
+    assert fresh, (
+        f"{where}: the generator's forward after its real step, inside the same "
+        "autocast region, used other parameters than the step produced (max abs diff "
+        f"{(got.double() - want.double()).abs().max().item():.3g}): a cast cached before the step "
+        "(PREC-004)"
+    )

@@ -3,7 +3,8 @@
 Each optimizer stands for one way an optimizer's ``step`` can treat its closure: torch's first-order optimizers
 (call it once, :class:`RecordingSGD`), a two-pass optimizer (:class:`TwoPassSAM`), one that evaluates it several
 times or returns something else (:class:`EvaluatingSGD`), and ``step`` signatures without a ``closure`` parameter.
-:func:`frozen` is the toggling an oracle of several optimizers does by hand.
+:func:`frozen` is the toggling an oracle of several optimizers does by hand; :func:`toggled_closure` the closure such an
+oracle hands a bare optimizer that evaluates it itself.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 
 from lightning_optimizer.conformance.harness import Batch, cell_device, cell_dtype, mse
+from lightning_optimizer.conformance.plain_loop import ClipFunction
 from lightning_optimizer.spec import Cell, OptimizerWrapper, TrainingContext
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "TwoPassSAM",
     "closure_of",
     "frozen",
+    "toggled_closure",
 ]
 
 _UNSET: Any = object()
@@ -35,13 +38,22 @@ FIRST_RESULT: Any = object()
 
 
 def closure_of(
-    context: TrainingContext, wrapper: OptimizerWrapper[Any], model: torch.nn.Module, batch: Batch, cell: Cell
+    context: TrainingContext,
+    wrapper: OptimizerWrapper[Any],
+    model: torch.nn.Module,
+    batch: Batch,
+    cell: Cell,
+    blow_up: bool = False,
 ) -> Callable[[], torch.Tensor]:
-    """The closure form's closure: ``model``'s MSE on ``batch`` under ``context.autocast()``, ``wrapper.backward``."""
+    """The closure form's closure: ``model``'s MSE on ``batch`` under ``context.autocast()``, ``wrapper.backward``.
+
+    With ``blow_up`` the loss is infinite (a planted overflow). The closure returns the loss.
+    """
 
     def closure() -> torch.Tensor:
         with context.autocast():
             loss = mse(model, batch, cell_device(cell), cell_dtype(cell))
+        loss = loss * float("inf") if blow_up else loss
         wrapper.backward(loss)
         return loss
 
@@ -59,6 +71,32 @@ def frozen(params: Iterable[torch.Tensor]) -> Iterator[None]:
     finally:
         for param in held:
             param.requires_grad_(True)
+
+
+def toggled_closure(
+    optimizer: torch.optim.Optimizer,
+    loss_of: Callable[[], torch.Tensor],
+    others: Iterable[torch.Tensor] = (),
+    clip: ClipFunction | None = None,
+) -> Callable[[], torch.Tensor]:
+    """A bare closure-evaluating optimizer's closure, doing by hand what the rules do to each evaluation.
+
+    Each evaluation zeroes ``optimizer``'s gradients (to ``None``), computes ``loss_of()`` and its backward with
+    ``others`` (another optimizer's parameters) toggled off by :func:`frozen`, then clips ``optimizer``'s parameters
+    with ``clip``; it returns the loss.
+    """
+    held = list(others)
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        with frozen(held):
+            loss = loss_of()
+            loss.backward()
+        if clip is not None:
+            clip([param for group in optimizer.param_groups for param in group["params"]])
+        return loss
+
+    return closure
 
 
 class RecordingSGD(torch.optim.SGD):

@@ -31,6 +31,7 @@ from lightning_optimizer.conformance.scenarios import (
     loss_backward,
     micro_step,
 )
+from lightning_optimizer.conformance.xla_epochs import xla_counts
 from lightning_optimizer.spec import Cell, ImplementationInfo
 
 __all__ = ["SpmdUnavailable", "start_spmd", "train_spmd_epoch"]
@@ -98,7 +99,6 @@ def train_spmd_epoch(
     import numpy as np
     import torch_xla.runtime as xr
 
-    met: Any = importlib.import_module("torch_xla.debug.metrics")  # torch_xla leaves these unannotated
     xs: Any = importlib.import_module("torch_xla.distributed.spmd")
 
     devices = xr.global_runtime_device_count()
@@ -118,7 +118,7 @@ def train_spmd_epoch(
         for tensor in (x, y):
             xs.mark_sharding(tensor, mesh, ("data", None))
         outcomes.append([])
-        before = met.counter_value("MarkStep") or 0
+        before = xla_counts()["cuts"]
         with context.batch(batch_idx, is_last=batch_idx == len(batches) - 1):
             for j, (model, wrapper) in enumerate(zip(prepared, wrappers, strict=True)):
                 backward: Callable[[torch.Tensor], None] = loss_backward if plain_backward[j] else wrapper.backward
@@ -129,6 +129,6 @@ def train_spmd_epoch(
 
                 micro_step(wrapper, form, loss_of, backward, make_optimizer_step[j][batch_idx], batch_idx in sync_at[j])
                 outcomes[-1].append([w.last_outcome for w in wrappers])
-        cuts.append((met.counter_value("MarkStep") or 0) - before)
+        cuts.append(xla_counts()["cuts"] - before)
         params.append([[p.detach().cpu().clone() for p in model.parameters()] for model in prepared])
     return {"params": params, "outcomes": outcomes, "cuts": cuts, "graphs": _compiled_graphs()}

@@ -9,15 +9,13 @@ outside it, and under 16-mixed one plain ``GradScaler`` (``scaler.scale(loss / N
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
-from functools import partial
+from contextlib import AbstractContextManager
 
 import pytest
 import torch
 
-from lightning_optimizer.conformance.gan import Gan, dis_loss, gan_batches, gan_call, gen_loss, plain_gan, probe
+from lightning_optimizer.conformance.gan import LOW_DTYPES, assert_outside_autocast, check_gan_in_regions, probe
 from lightning_optimizer.conformance.harness import (
     assert_params_close,
     cell_device,
@@ -33,25 +31,9 @@ from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
 MakeContext = Callable[..., TrainingContext]
 A, S = StepOutcome.ACCUMULATED, StepOutcome.STEPPED
 
-LOW_DTYPES = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
-"""The dtype autocast computes in, per mixed precision."""
-
-
-def _assert_outside(seen: list[bool], what: str, count: int | None = None) -> None:
-    assert seen, f"{what}: no backward reached the probe"
-    if count is not None:
-        assert len(seen) == count, f"{what}: {len(seen)} backward passes reached the probe, expected {count}"
-    inside = [i for i, enabled in enumerate(seen) if enabled]
-    assert not inside, (
-        f"{what}: backward passes {inside} of {len(seen)} ran with autocast on; a wrapper's backward runs autograd "
-        "outside autocast wherever it is called (BWD-002)"
-    )
-
-
 # -- PREC-004: a GAN iteration in one autocast region -------------------------------------------------------------
 
 
-GAN_BATCHES = 5
 GEN_CLOSES = (False, True, False, True, True)
 """The generator's ``make_optimizer_step`` per batch: windows {0, 1}, {2, 3}, {4}; the discriminator's is True."""
 
@@ -82,7 +64,7 @@ def test_gan_iteration_in_one_autocast_region(make_context: MakeContext, cell: C
     it; parameters are compared after every batch. In 32-true the region casts nothing (the control); 64-true and
     bf16-true would repeat it.
     """
-    _gan_scenario(make_context, cell, form, around)
+    check_gan_in_regions(make_context, cell, form, around, GEN_CLOSES)
 
 
 @pytest.mark.requirement("PREC-004", "BWD-002")
@@ -95,71 +77,7 @@ def test_closures_in_a_region_the_user_opened_cast_anew(make_context: MakeContex
     its cache setting from the user's would hand the discriminator's closure the generator's weights from before
     its step. (In a true precision the context opens no region of its own inside the user's: not a cell here.)
     """
-    _gan_scenario(make_context, cell, "closure", "own-region")
-
-
-def _gan_scenario(make_context: MakeContext, cell: Cell, form: str, around: str) -> None:
-    """The GAN of the two checks above, against its plain loop (``around``: iteration, epoch or own-region)."""
-    low, device_type = LOW_DTYPES.get(cell.precision), cell_device(cell).type
-    where = f"{form}, region around the {around}"
-    context = make_context()
-    base = Gan()
-    oracle = oracle_copy(base, cell)
-    model = context.prepare_module(base)
-    assert isinstance(model, Gan) and isinstance(oracle, Gan)
-    opt_gen = context.wrap(torch.optim.Adam(model.generator.parameters(), lr=0.05))
-    opt_dis = context.wrap(torch.optim.SGD(model.discriminator.parameters(), lr=0.5, momentum=0.5))
-    plain = (
-        torch.optim.Adam(oracle.generator.parameters(), lr=0.05),
-        torch.optim.SGD(oracle.discriminator.parameters(), lr=0.5, momentum=0.5),
-    )
-    batches = gan_batches(cell, GAN_BATCHES)
-
-    def own() -> AbstractContextManager[object]:
-        """The user's own region (its weight cache on), around each iteration of both loops."""
-        return torch.autocast(device_type, dtype=low) if around == "own-region" and low is not None else nullcontext()
-
-    # The plain loop's epoch, then the implementation's: regions are thread state, and one must not run inside the
-    # other's. The oracle's parameters after each batch are kept, and compared after the implementation's batch.
-    oracle_after, stepped = [], []
-    for ran in plain_gan(oracle, plain, batches, cell, GEN_CLOSES, [True] * GAN_BATCHES, own):
-        oracle_after.append(copy.deepcopy(oracle))
-        stepped += ran
-    outcomes: list[tuple[StepOutcome | None, StepOutcome | None]] = []
-    with context.autocast() if around == "epoch" else nullcontext():
-        for batch_idx, ((noise, real), closes) in enumerate(zip(batches, GEN_CLOSES, strict=True)):
-            iteration = context.autocast() if around == "iteration" else nullcontext()
-            with context.batch(batch_idx, is_last=batch_idx == GAN_BATCHES - 1), iteration, own():
-                gan_call(opt_gen, partial(gen_loss, model, noise), closes, form)
-                outcomes.append((opt_gen.last_outcome, opt_dis.last_outcome))
-                first = model.generator[0]
-                assert isinstance(first, torch.nn.Linear)
-                if closes:  # what the first layer computes from its parameters as they are now, cast by hand
-                    got = first(noise)
-                    with torch.no_grad():
-                        cast = [t if low is None else t.to(low) for t in (noise, first.weight, first.bias)]
-                        want = torch.nn.functional.linear(*cast)
-                    fresh = (
-                        torch.allclose(got, want, rtol=1e-2, atol=1e-3)  # XLA fuses, and may round otherwise
-                        if cell.device == "xla"
-                        else torch.equal(got, want)
-                    )
-                    assert fresh, (
-                        f"{where}, batch {batch_idx}: the generator's forward after its real step, inside the same "
-                        "autocast region, used other parameters than the step produced (max abs diff "
-                        f"{(got.double() - want.double()).abs().max().item():.3g}): a cast cached before the step "
-                        "(PREC-004)"
-                    )
-                gan_call(opt_dis, partial(dis_loss, model, noise, real), True, form)
-                outcomes.append((opt_gen.last_outcome, opt_dis.last_outcome))
-            assert_params_close(model, oracle_after[batch_idx], cell, f"{where}, after batch {batch_idx}")
-    _assert_outside(model.seen, f"{where}: the backward passes through the discriminator")
-    calls = expected_outcomes([outcome for closes in GEN_CLOSES for outcome in (S if closes else A, S)], stepped)
-    dis_before: list[StepOutcome | None] = [None, *calls[1::2]]  # the generator's call, then the discriminator's
-    want_outcomes = [
-        pair for i in range(GAN_BATCHES) for pair in ((calls[2 * i], dis_before[i]), tuple(calls[2 * i : 2 * i + 2]))
-    ]
-    assert outcomes == want_outcomes, f"(generator, discriminator) outcomes were {outcomes}, expected {want_outcomes}"
+    check_gan_in_regions(make_context, cell, "closure", "own-region", GEN_CLOSES)
 
 
 # -- BWD-002: the backward outside autocast, wherever it is called ------------------------------------------------
@@ -254,7 +172,7 @@ def test_backward_runs_outside_autocast(make_context: MakeContext, cell: Cell, w
                     wrapper.backward(_spread(model(x)))
                 wrapper.step()
             outcomes.append(wrapper.last_outcome)
-    _assert_outside(model.seen, f"wrapper.backward ({where})", HEAD_BATCHES)
+    assert_outside_autocast(model.seen, f"wrapper.backward ({where})", HEAD_BATCHES)
 
     plain, scaler, stepped = torch.optim.SGD(oracle.parameters(), lr=1.0), oracle_scaler(cell), []
     for window in ([0, 1], [2, 3]):
@@ -309,7 +227,7 @@ def test_backward_hooks_run_outside_autocast(make_context: MakeContext, cell: Ce
                 wrapper.step()
     finally:
         handle.remove()
-    _assert_outside(model.seen, f"wrapper.backward ({where})", 1)
+    assert_outside_autocast(model.seen, f"wrapper.backward ({where})", 1)
     assert before == [False] and after == [False], (
         f"{where}: the backward hooks saw autocast {'on' if any(before + after) else 'off'} (before_backward: "
         f"{before}, after_backward: {after}); they run outside autocast, as the backward between them (BWD-002)"

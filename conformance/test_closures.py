@@ -29,7 +29,7 @@ from lightning_optimizer.conformance.harness import (
     refuses,
     tolerance_for,
 )
-from lightning_optimizer.conformance.optimizer_kinds import RecordingSGD, TwoPassSAM, closure_of, frozen
+from lightning_optimizer.conformance.optimizer_kinds import RecordingSGD, TwoPassSAM, closure_of, toggled_closure
 from lightning_optimizer.conformance.oracles import WindowOracle, oracle_copy
 from lightning_optimizer.conformance.plain_loop import (
     clipper,
@@ -58,15 +58,10 @@ def _sam_beside_sgd_oracle_batch(
     """
     clip_norm = None if clip is None else clipper("norm", clip)
 
-    def oracle_closure() -> torch.Tensor:
-        sam.zero_grad(set_to_none=True)
-        with frozen(oracle.b.parameters()):
-            loss = oracle_loss(oracle.a, batch, cell, factor=1.0) + oracle_loss(oracle.b, batch, cell, factor=1.0)
-            loss.backward()
-        if clip_norm is not None:
-            clip_norm(list(oracle.a.parameters()))
-        return loss
+    def loss_of() -> torch.Tensor:
+        return oracle_loss(oracle.a, batch, cell, factor=1.0) + oracle_loss(oracle.b, batch, cell, factor=1.0)
 
+    oracle_closure = toggled_closure(sam, loss_of, oracle.b.parameters(), clip_norm)
     sam.step(oracle_closure)
     sam.zero_grad(set_to_none=True)
     if steps:

@@ -11,7 +11,7 @@ LBFGS's data-dependent loop recompiles on every evaluation under XLA (minutes pe
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import torch
@@ -24,14 +24,12 @@ from lightning_optimizer.conformance.assertions import (
     grads,
     last_outcome,
     param_values,
-    requires_grad_flags,
     snapshot,
     state_diff,
 )
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     REORDERED_TOLERANCES,
-    Batch,
     Halves,
     PlannedFailure,
     assert_params_close,
@@ -43,119 +41,18 @@ from lightning_optimizer.conformance.harness import (
     mse,
     refuses,
 )
-from lightning_optimizer.conformance.optimizer_kinds import closure_of, frozen
-from lightning_optimizer.conformance.oracles import oracle_copy
-from lightning_optimizer.conformance.plain_loop import ClipFunction, clipper, params_of, real_step, scaled_backward
+from lightning_optimizer.conformance.lbfgs_rig import LbfgsRig
+from lightning_optimizer.conformance.plain_loop import ClipFunction, clipper
 from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
 A, S = StepOutcome.ACCUMULATED, StepOutcome.STEPPED
 LBFGS_CELLS = pytest.mark.cells(devices=("cpu", "cuda"), precisions=("64-true", "32-true"))
-LBFGS_HYPER: dict[str, Any] = {"lr": 0.5, "max_iter": 4, "line_search_fn": "strong_wolfe"}
-"""With a line search LBFGS converges here, clipped or not: a last-bit difference of a valid implementation (a
-norm summed in another order) stays far inside the tolerance, which it would not if the steps diverged."""
-"""Four iterations per step: five evaluations of the closure, and parameters that move between them."""
-SGD_LR = 0.1
-
-
-class _Lbfgs:
-    """A wrapped LBFGS and a bare one on the oracle's copy; on :class:`Halves`, LBFGS on ``a`` and SGD on ``b``.
-
-    The wrapper's closure zeroes by ``zeroing`` (``"none"``, ``"set_to_none"``, ``"zeros"``) and calls
-    ``wrapper.backward`` or ``loss.backward`` (``backward``). The bare LBFGS's closure zeroes, toggles ``b`` off and
-    clips (``clip``: the context's clipping) by hand.
-    """
-
-    def __init__(
-        self,
-        make_context: MakeContext,
-        cell: Cell,
-        base: torch.nn.Module,
-        hyper: dict[str, Any] = LBFGS_HYPER,
-        clip: ClipFunction | None = None,
-        zeroing: str = "set_to_none",
-        backward: str = "wrapper",
-        **settings: Any,
-    ) -> None:
-        self.cell, self.clip, self.zeroing, self.backward = cell, clip, zeroing, backward
-        self.device, self.dtype, self.halves = cell_device(cell), cell_dtype(cell), isinstance(base, Halves)
-        self.context = make_context(**settings)
-        self.oracle, self.model = cast(Any, oracle_copy(base, cell)), cast(Any, self.context.prepare_module(base))
-        lbfgs_params = (self.model.a if self.halves else self.model).parameters()
-        self.lbfgs = self.context.wrap(torch.optim.LBFGS(lbfgs_params, **hyper))
-        self.oracle_lbfgs = torch.optim.LBFGS((self.oracle.a if self.halves else self.oracle).parameters(), **hyper)
-        if self.halves:
-            self.sgd = self.context.wrap(torch.optim.SGD(self.model.b.parameters(), lr=SGD_LR))
-            self.oracle_sgd = torch.optim.SGD(self.oracle.b.parameters(), lr=SGD_LR)
-        self.evaluations: list[tuple[dict[str, bool], list[str]]] = []
-        """As each evaluation of the wrapper's closures begins: the flags, and the parameters with a gradient."""
-        self.oracle_evaluations = 0
-
-    def loss(self, model: Any, batch: Batch) -> torch.Tensor:
-        """The model's loss; on halves both halves': LBFGS sees ``b``'s term, which must not reach ``b``."""
-        if self.halves:
-            return mse(model.a, batch, self.device, self.dtype) + mse(model.b, batch, self.device, self.dtype)
-        return mse(model, batch, self.device, self.dtype)
-
-    def closure(self, batch: Batch) -> Callable[[], torch.Tensor]:
-        """The wrapper's LBFGS closure: zero, forward, backward, return the loss."""
-
-        def closure() -> torch.Tensor:
-            with_grads = [name for name, param in self.model.named_parameters() if param.grad is not None]
-            self.evaluations.append((requires_grad_flags(self.model), with_grads))
-            if self.zeroing != "none":
-                self.lbfgs.zero_grad(set_to_none=self.zeroing == "set_to_none")
-            loss = self.loss(self.model, batch)
-            self.lbfgs.backward(loss) if self.backward == "wrapper" else loss.backward()
-            return loss
-
-        return closure
-
-    def step(self, batch: Batch, what: str = "an LBFGS step", make_optimizer_step: bool | None = None) -> None:
-        """A step of the wrapper and of the bare LBFGS: the same loss returned; on halves, several evaluations."""
-
-        def oracle_closure() -> torch.Tensor:
-            self.oracle_evaluations += 1
-            self.oracle_lbfgs.zero_grad()
-            with frozen(self.oracle.b.parameters() if self.halves else ()):
-                loss = self.loss(self.oracle, batch)
-                loss.backward()
-            if self.clip is not None:
-                self.clip(params_of(self.oracle_lbfgs))
-            return loss
-
-        start, tol = len(self.evaluations), REORDERED_TOLERANCES[self.cell.precision]
-        got = self.lbfgs.step(self.closure(batch), make_optimizer_step=make_optimizer_step)
-        want, msg = self.oracle_lbfgs.step(oracle_closure), f"{what}: step must return what LBFGS's own step returns"
-        torch.testing.assert_close(got, want, rtol=tol.rtol, atol=tol.atol, msg=msg)
-        several = not self.halves or len(self.evaluations) - start > 1
-        assert several, "LBFGS was not allowed to evaluate the closure several times"
-
-    def sgd_step(self, batch: Batch, make_optimizer_step: bool) -> None:
-        """The SGD wrapper's call on ``b``."""
-        self.sgd.step(closure_of(self.context, self.sgd, self.model.b, batch, self.cell), make_optimizer_step)
-
-    def oracle_sgd_window(self, batches: list[Batch]) -> None:
-        """The bare SGD's step on the mean of ``batches``' gradients of ``b``, clipped as the context clips."""
-        for batch in batches:
-            scaled_backward(mse(self.oracle.b, batch, self.device, self.dtype), None)
-        real_step(self.oracle_sgd, len(batches), None, clip=self.clip)
-
-    def assert_toggled(self, what: str) -> None:
-        """Every evaluation so far saw only ``a`` requiring grad; every flag is back to ``True`` now."""
-        for index, (seen, _) in enumerate(self.evaluations):
-            wrong = {name: flag for name, flag in seen.items() if flag != name.startswith("a.")}
-            assert not wrong, (
-                f"{what}: in LBFGS evaluation {index} these flags were wrong (LBFGS's own parameters a.* must "
-                f"require grad, the SGD wrapper's b.* must not): {wrong}"
-            )
-        after = requires_grad_flags(self.model)
-        assert all(after.values()), f"{what}: flags not restored after the step: {after}"
 
 
 def _alongside_sgd(make_context: MakeContext, cell: Cell, clip: ClipFunction | None = None, **settings: Any) -> None:
     """LBFGS steps twice, first while the SGD wrapper's window is open; each step checked against the oracle."""
-    pair = _Lbfgs(make_context, cell, Halves(31, 32), clip=clip, **settings)
+    pair = LbfgsRig(make_context, cell, Halves(31, 32), clip=clip, **settings)
     batches = make_batches(4, seed=5)
     pair.sgd_step(batches[0], False)
     sgd_window, sgd_params = grads(pair.model.b.parameters()), param_values(pair.model.b.parameters())
@@ -229,7 +126,7 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
     Under either failure policy (FAIL-005): LBFGS's parameters, gradients (those a backward left before the call
     included) and state are as before the call, and the SGD wrapper's open window is untouched (FAIL-002).
     """
-    pair = _Lbfgs(make_context, cell, Halves(31, 32), **failure_settings(on_failure))
+    pair = LbfgsRig(make_context, cell, Halves(31, 32), **failure_settings(on_failure))
     model = pair.model
     batches = make_batches(3, seed=7)
     pair.step(batches[0])  # LBFGS has a history now, which a failed step must not extend
@@ -279,7 +176,7 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
 def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> None:
     """``make_optimizer_step=False``, and ``accumulate_grad_batches=2``: ``ValueError`` before the closure runs."""
     batch = make_batches(1, seed=9)[0]
-    lone = _Lbfgs(make_context, cell, make_model())
+    lone = LbfgsRig(make_context, cell, make_model())
     model, oracle, wrapper, calls = lone.model, lone.oracle, lone.lbfgs, lone.evaluations
     for make_step in (None, True):  # refused before the first step (no state yet) and after one (a history)
         values, state = param_values(model.parameters()), cloned(wrapper.optimizer.state_dict())
@@ -322,7 +219,7 @@ def test_lbfgs_refuses_to_accumulate(make_context: MakeContext, cell: Cell) -> N
 def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell) -> None:
     """A non-callable closure or a non-bool ``make_optimizer_step``: ``TypeError``; LBFGS never starts a step."""
     batch = make_batches(1, seed=9)[0]
-    lone = _Lbfgs(make_context, cell, make_model())
+    lone = LbfgsRig(make_context, cell, make_model())
     model, oracle, wrapper, closure, calls = lone.model, lone.oracle, lone.lbfgs, lone.closure(batch), lone.evaluations
     inner_steps: list[int] = []
     wrapper.optimizer.register_step_pre_hook(lambda *args: inner_steps.append(1))
@@ -366,7 +263,7 @@ def test_lbfgs_step_refuses_bad_arguments(make_context: MakeContext, cell: Cell)
 def test_lbfgs_evaluates_the_closure_itself(make_context: MakeContext, cell: Cell) -> None:
     """LBFGS steps as a bare LBFGS does with the same closure, and returns what LBFGS returns."""
     batch = make_batches(1)[0]
-    lone = _Lbfgs(make_context, cell, make_model(), {"lr": 0.5, "max_iter": 5})
+    lone = LbfgsRig(make_context, cell, make_model(), {"lr": 0.5, "max_iter": 5})
     for step in range(2):
         lone.step(batch, f"LBFGS step {step}")
     assert len(lone.evaluations) > 2, "LBFGS was not allowed to evaluate the closure several times"
@@ -413,7 +310,7 @@ def test_lbfgs_evaluations_see_only_their_own_gradients(make_context: MakeContex
     for max_iter, history_size, line_search_fn, backward in _EVALUATION_CASES:
         hyper = {"lr": 0.5, "max_iter": max_iter, "history_size": history_size, "line_search_fn": line_search_fn}
         case = f"LBFGS({hyper}), closure with {backward}.backward and zeroing {zeroing!r}"
-        lone = _Lbfgs(make_context, cell, make_model(), hyper, zeroing=zeroing, backward=backward)
+        lone = LbfgsRig(make_context, cell, make_model(), hyper, zeroing=zeroing, backward=backward)
         stale = make_batches(1, seed=12)[0]
         for step, batch in enumerate(make_batches(3, seed=11)):
             lone.evaluations.clear()
