@@ -24,9 +24,9 @@ __all__ = ["LBFGS_HYPER", "SGD_LR", "LbfgsRig"]
 
 MakeContext = Callable[..., TrainingContext]
 LBFGS_HYPER: dict[str, Any] = {"lr": 0.5, "max_iter": 4, "line_search_fn": "strong_wolfe"}
-"""With a line search LBFGS converges here, clipped or not: a last-bit difference of a valid implementation (a
-norm summed in another order) stays far inside the tolerance, which it would not if the steps diverged."""
-"""Four iterations per step: five evaluations of the closure, and parameters that move between them."""
+"""Four iterations per step: five evaluations of the closure, and parameters that move between them. With a line
+search LBFGS converges here, clipped or not: a last-bit difference of a valid implementation (a norm summed in
+another order) stays far inside the tolerance, which it would not if the steps diverged."""
 SGD_LR = 0.1
 
 

@@ -125,9 +125,10 @@ if __name__ == "__main__":
     what, folder = sys.argv[1], sys.argv[2]
     Path(folder).mkdir(parents=True, exist_ok=True)
     if what == "save":
-        from torch.multiprocessing.spawn import spawn as untyped_spawn
+        from torch.multiprocessing.spawn import start_processes as untyped_start_processes
 
-        spawn: Any = untyped_spawn
-        spawn(_save_rank, args=(_free_port(), folder), nprocs=2, join=True)
+        start_processes: Any = untyped_start_processes
+        # Forked, not spawned: this process has imported torch and run nothing yet, so each rank skips that import.
+        start_processes(_save_rank, args=(_free_port(), folder), nprocs=2, join=True, start_method="fork")
     else:
         _load(folder)
