@@ -59,8 +59,10 @@ def test_static_surface(implementation: ImplementationInfo[Any], pytestconfig: p
         root = Path(file).parents[module.count(".") + (Path(file).name == "__init__.py")]
         if root not in {Path(p) for p in sys.path if "site-packages" in p or "__editable__" in p}:
             env["MYPYPATH"] = str(root)
+    # mypy's own MYPY_CACHE_DIR chooses the cache where it is set; else pytest's cache keeps it between runs.
     store = getattr(pytestconfig, "cache", None)
     cache = store.mkdir("mypy") if store is not None else tmp_path / "mypy-cache"
+    cache = Path(os.environ.get("MYPY_CACHE_DIR") or cache)
     command = [sys.executable, "-m", "mypy", "--strict", "--config-file=", f"--cache-dir={cache}"]
     command += ["--no-error-summary", "--hide-error-context", "--follow-imports=silent", str(snippet)]
     completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)

@@ -1,6 +1,7 @@
 """The mutation report of ``tests/test_mutants.py``: a kill-rate table per requirement group, and a JSON file.
 
-Also: tests marked ``xla_device`` bring torch_xla's device up before any test runs (``start_xla_early``).
+Also: tests marked ``xla_device`` bring torch_xla's device up before any test runs (``start_xla_early``), and the
+mypy runs of the suite sessions these tests start share one cache (``MYPY_CACHE_DIR``, unless already set).
 
 ``pytest tests/test_mutants.py --mutation-report=reports/mutation.json`` prints the table after the run, writes
 the report and fails the run (exit status 1) when any mutant that ran here survived, known gaps included. Without
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         help="write the mutation report of tests/test_mutants.py as JSON to PATH; any surviving mutant fails the run",
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite's static check and the README's mypy command, in every run these tests start, share one cache.
+
+    They all run mypy with the same options (``--strict``, no configuration file), so only the first run of the
+    session analyses torch cold. The static check uses mypy's own ``MYPY_CACHE_DIR`` where it is set.
+    """
+    if "MYPY_CACHE_DIR" in os.environ:
+        yield
+        return
+    os.environ["MYPY_CACHE_DIR"] = str(tmp_path_factory.mktemp("mypy-cache"))
+    try:
+        yield
+    finally:
+        del os.environ["MYPY_CACHE_DIR"]
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_gpu_check_runs_the_suite_from_the_working_tree(tmp_path: Path) -> None:
-    # The benchmark's smoke run stands in for the GPU's 10 repeats of the small and mid-size cases.
-    bench = "--quick --impls raw,reference --cases small-32-true"
+    # The benchmark's smoke run (one process per implementation) stands in for the GPU's 10 repeats of the small
+    # and mid-size cases; tests/test_bench.py checks the smoke run's repeats themselves.
+    bench = "--quick --runs 1 --impls raw,reference --cases small-32-true"
     env = dict(os.environ, PYTHON=sys.executable, GPU_CHECK_DEVICES="cpu", GPU_CHECK_BENCH_ARGS=bench)
     command = ["bash", str(REPO / "scripts" / "gpu-check"), str(tmp_path), "-k", "wrapper_surface"]
     run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -43,8 +43,7 @@ def test_conformance_example_type_checks_and_passes_the_suite(tmp_path: Path) ->
     assert re.search(r"^SURFACE\s+ok\s+ok", run.stdout, flags=re.MULTILINE), run.stdout[-6000:]
     markdown = (tmp_path / "conformance.md").read_text(encoding="utf-8")
     assert "test_configured_clipping" in markdown and "test_static_surface" in markdown
-    # test_static_surface's mypy run left its cache here: the README's own mypy command reuses it.
-    cache = tmp_path / ".pytest_cache" / "d" / "mypy"
-    mypy = [sys.executable, "-m", "mypy", "--strict", "--config-file=", f"--cache-dir={cache}", "my_conformance.py"]
+    # The README's own mypy command, in the cache test_static_surface's run used (MYPY_CACHE_DIR, tests/conftest.py).
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--config-file=", "my_conformance.py"]
     typed = subprocess.run(mypy, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert typed.returncode == 0, f"mypy --strict rejects the README's example:\n{typed.stdout}{typed.stderr}"
