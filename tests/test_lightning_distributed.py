@@ -2,9 +2,10 @@
 
 ``ReferenceDDPStrategy`` with manual optimization, ``self.manual_backward`` in either form (backward then
 ``step()``, and inside the closure); ``ReferenceFSDPStrategy`` with automatic optimization, and resumed with
-``fit(ckpt_path=...)``. Each case is one launch of tests/lightning_scenarios/distributed.py (Lightning's own
-launcher starts the second rank), checked against a plain PyTorch loop on the global batches: both ranks' shards of
-each batch, one step per window on the mean of its micro-batches' gradients.
+``fit(ckpt_path=...)``. Every case runs in one launch of tests/lightning_scenarios/distributed.py (Lightning's own
+launcher starts the second rank; the two ranks run the cases one after another), each checked against a plain
+PyTorch loop on the global batches: both ranks' shards of each batch, one step per window on the mean of its
+micro-batches' gradients.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))  # the scenarios package and test_lightning's helpers
 
 from lightning_scenarios.distributed import (  # noqa: E402
+    CASES,
     DDP_BATCHES,
     EVERY,
     FSDP_BATCHES,
@@ -86,13 +88,18 @@ def outcome_values(windows: Sequence[Sequence[int]]) -> list[str]:
     return [outcome.value for outcome in expected_outcomes(windows, [True] * len(windows))]
 
 
-def run_ranks(case: str, out_dir: Path) -> list[dict[str, Any]]:
-    run_scenario("distributed", case, out_dir)
-    return [torch.load(out_dir / f"rank{rank}.pt") for rank in (0, 1)]
+@pytest.fixture(scope="module")
+def ranks_of(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """Each case's results on ranks 0 and 1, from one launch of every case of :data:`CASES`."""
+    out_dir = tmp_path_factory.mktemp("distributed")
+    run_scenario("distributed", ",".join(CASES), out_dir, timeout=600)
+    return {case: [torch.load(out_dir / case / f"rank{rank}.pt") for rank in (0, 1)] for case in CASES}
 
 
 @pytest.mark.parametrize("form", ["backward-then-step", "closure"])
-def test_ddp_manual_backward_matches_the_global_batch_loop(form: str, tmp_path: Path) -> None:
+def test_ddp_manual_backward_matches_the_global_batch_loop(
+    form: str, ranks_of: dict[str, list[dict[str, Any]]]
+) -> None:
     """``self.manual_backward`` on ``ReferenceDDPStrategy``, a window closed every 2 batches and the last batch.
 
     ``backward-then-step``: the backward in ``opt.toggle_model(sync_grad=closes)``, then
@@ -101,7 +108,7 @@ def test_ddp_manual_backward_matches_the_global_batch_loop(form: str, tmp_path: 
     """
     windows = windows_of(DDP_BATCHES)
     assert windows == [[0, 1], [2, 3], [4]]
-    ranks = run_ranks(f"ddp-{form}", tmp_path)
+    ranks = ranks_of[f"ddp-{form}"]
     oracle = plain_loop(global_batches(regression_data(PER_RANK_BATCH, 2 * DDP_BATCHES), PER_RANK_BATCH), windows)
     assert_equal_on_ranks_and_close(ranks, oracle, f"manual_backward, {form}, on 2 DDP ranks")
     for rank, result in enumerate(ranks):
@@ -121,14 +128,14 @@ def fsdp_oracle() -> torch.nn.Module:
     return windows_oracle("32-true", batches, FSDP_WINDOWS, EVERY, epochs=1).model
 
 
-def test_fsdp_automatic_optimization_matches_the_global_batch_loop(tmp_path: Path) -> None:
+def test_fsdp_automatic_optimization_matches_the_global_batch_loop(ranks_of: dict[str, list[dict[str, Any]]]) -> None:
     """Automatic optimization on ``ReferenceFSDPStrategy``, ``accumulate_grad_batches=2``, a last window of 1.
 
     The gathered parameters of both ranks equal the plain loop's; each window costs one reduce-scatter round, in
     its closing batch.
     """
     assert FSDP_WINDOWS == [[0, 1], [2, 3], [4, 5], [6, 7], [8]]
-    ranks = run_ranks("fsdp-automatic", tmp_path)
+    ranks = ranks_of["fsdp-automatic"]
     assert_equal_on_ranks_and_close(ranks, fsdp_oracle(), "ReferenceFSDPStrategy, automatic, windows of 2")
     for rank, result in enumerate(ranks):
         expected = closing_batches(FSDP_WINDOWS, REDUCE_SCATTERS_PER_ROUND)
@@ -138,7 +145,9 @@ def test_fsdp_automatic_optimization_matches_the_global_batch_loop(tmp_path: Pat
 
 
 @pytest.mark.parametrize("mode", ["automatic", "manual"])
-def test_fsdp_fit_resumed_from_a_window_boundary_matches_the_uninterrupted_run(mode: str, tmp_path: Path) -> None:
+def test_fsdp_fit_resumed_from_a_window_boundary_matches_the_uninterrupted_run(
+    mode: str, ranks_of: dict[str, list[dict[str, Any]]]
+) -> None:
     """A ``ModelCheckpoint`` saves at step 2 (after batch 3, the second window's end) and ``max_steps=2`` stops the
     run; a new Trainer and module resume it with ``fit(ckpt_path=...)`` for batches 4 to 8. The resumed run ends
     where an uninterrupted run ends, bit for bit, and where the plain loop ends.
@@ -146,7 +155,7 @@ def test_fsdp_fit_resumed_from_a_window_boundary_matches_the_uninterrupted_run(m
     ``automatic``: ``AutomaticWindowedRegressor``, sharded; ``manual``: ``WindowedRegressor``, sharded, its windows
     closed by the Trainer's ``accumulate_grad_batches``. Both schedule StepLR per applied step: the same plain loop.
     """
-    ranks = run_ranks(f"fsdp-resume-{mode}", tmp_path)
+    ranks = ranks_of[f"fsdp-resume-{mode}"]
     for rank, result in enumerate(ranks):
         cut, full, resumed = result["cut"], result["full"], result["resumed"]
         assert cut["checkpoint"] == {"global_step": RESUME_AT_STEP, "pending": [0, 0]}, (

@@ -1,6 +1,7 @@
 """Two CPU ranks on gloo, started by Lightning's own launcher: the forms tests/test_lightning_distributed.py checks.
 
-``python -m lightning_scenarios.distributed CASE OUT_DIR``, CASE one of :data:`CASES`:
+``python -m lightning_scenarios.distributed CASES OUT_DIR``, CASES a comma-separated list of :data:`CASES`, run one
+after another by the same two ranks (one launch: each rank imports torch and Lightning once):
 
 - ``ddp-backward-then-step``: :class:`ManualRegressor` on ``ReferenceDDPStrategy``, each micro-step
   ``self.manual_backward(loss)`` inside ``opt.toggle_model(sync_grad=closes)``, then
@@ -16,7 +17,7 @@
   the Trainer's ``accumulate_grad_batches`` closing its windows).
 
 Rank r trains on samples r, r + 2, r + 4, ... in batches of :data:`PER_RANK_BATCH` (``DistributedSampler`` without
-shuffling), so a global batch is both ranks' shards. Each rank writes ``OUT_DIR/rank<r>.pt``, one dict per run:
+shuffling), so a global batch is both ranks' shards. Each rank writes ``OUT_DIR/<case>/rank<r>.pt``, one dict per run:
 the final parameters (FSDP: gathered full tensors), the gradient collectives of each training batch (DDP: the
 all-reduces a communication hook counted; FSDP: the reduce-scatters), each ``step()``'s outcome and the global step.
 """
@@ -226,21 +227,25 @@ def run_fsdp_resume(out_dir: Path, mode: str) -> tuple[int, dict[str, Any]]:
     return trainer.global_rank, {"cut": cut, "full": full, "resumed": resumed}
 
 
-def main(case: str, out_dir: Path) -> None:
-    if case not in CASES:
-        raise SystemExit(f"unknown case {case!r}: one of {', '.join(CASES)}")
-    if case in ("ddp-backward-then-step", "ddp-closure"):
-        rank, result = run_ddp(out_dir, case.removeprefix("ddp-"))
-    elif case == "fsdp-automatic":
-        trainer, result = fsdp_fit(out_dir)
-        rank = trainer.global_rank
-    else:
-        rank, result = run_fsdp_resume(out_dir, case.removeprefix("fsdp-resume-"))
-    torch.save(result, out_dir / f"rank{rank}.pt")
+def main(cases: list[str], out_dir: Path) -> None:
+    unknown = [case for case in cases if case not in CASES]
+    if unknown:
+        raise SystemExit(f"unknown case(s) {unknown}: each one of {', '.join(CASES)}")
+    for case in cases:
+        folder = out_dir / case
+        folder.mkdir(parents=True, exist_ok=True)
+        if case in ("ddp-backward-then-step", "ddp-closure"):
+            rank, result = run_ddp(folder, case.removeprefix("ddp-"))
+        elif case == "fsdp-automatic":
+            trainer, result = fsdp_fit(folder)
+            rank = trainer.global_rank
+        else:
+            rank, result = run_fsdp_resume(folder, case.removeprefix("fsdp-resume-"))
+        torch.save(result, folder / f"rank{rank}.pt")
     # As the other scenarios: torch's documented shutdown, not the interpreter's exit with gloo threads running.
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]))
+    main(sys.argv[1].split(","), Path(sys.argv[2]))
