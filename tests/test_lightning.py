@@ -1007,7 +1007,11 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
 
     class Route(Callback):
         def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-            lightning_compat.route_accumulating_batches(trainer, lambda closure: (routed.append(1), closure()))
+            def micro_step(closure: Any) -> None:
+                routed.append(1)
+                closure()
+
+            lightning_compat.route_accumulating_batches(trainer, micro_step)
 
     class Automatic(AutomaticWindowedRegressor):
         def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:

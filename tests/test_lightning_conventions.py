@@ -376,7 +376,8 @@ class TwoOptimizers(LightningModule):
         """``(batch_idx, trainer.global_step)`` after each batch."""
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        opt_a, opt_b = self.optimizers()  # type: ignore[misc]
+        optimizers: Any = self.optimizers()  # the reference's wrappers, or Lightning's LightningOptimizers
+        opt_a, opt_b = optimizers
         x, y = batch
         loss_a = torch.nn.functional.mse_loss(self.head_a(x), y)
         opt_a.zero_grad()
