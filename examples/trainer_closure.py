@@ -79,7 +79,7 @@ def main() -> str:
     return (
         f"Lightning closure, precision {trainer.precision}, accumulate_grad_batches "
         f"{trainer.accumulate_grad_batches}: 9 windows (4, 4, 2 an epoch), global step {trainer.global_step} "
-        f"(steps applied; float16 overflows skip), loss {float(metrics['train_loss_mean_epoch']):.3f} "
+        f"(one a window, as Lightning counts step() calls), loss {float(metrics['train_loss_mean_epoch']):.3f} "
         f"+- {float(metrics['train_loss_std_epoch']):.3f}"
     )
 

@@ -79,7 +79,7 @@ def main() -> str:
     metrics = trainer.callback_metrics
     return (
         f"Lightning GAN, precision {trainer.precision}: {trainer.current_epoch} epochs, global step "
-        f"{trainer.global_step} (optimizer steps applied), loss_gen {float(metrics['loss_gen_epoch']):.3f}, "
+        f"{trainer.global_step} (steps that closed a window), loss_gen {float(metrics['loss_gen_epoch']):.3f}, "
         f"loss_dis {float(metrics['loss_dis_epoch']):.3f}"
     )
 

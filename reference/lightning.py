@@ -10,18 +10,19 @@ A project changes one argument, the Trainer's ``strategy``::
 module is imported: ``Trainer(strategy="reference")``, ``"reference_ddp"``, ``"reference_xla"``, ... see
 :data:`STRATEGY_NAMES`.) Under manual optimization ``self.optimizers()`` returns the reference's wrappers, so the
 proposal's ``opt.backward(loss)`` and ``opt.step(closure=..., make_optimizer_step=...)`` work as the contract
-says; under automatic optimization ``optimizer_step`` receives the wrapper, and its
-``optimizer.step(closure=optimizer_closure)`` is one micro-step. The Trainer's precision, device,
+says; under automatic optimization ``optimizer_step`` runs once per window, as in Lightning, and receives the
+wrapper, whose ``optimizer.step(closure=optimizer_closure)`` closes the window that the batches before it
+accumulated as micro-steps. The Trainer's precision, device,
 ``accumulate_grad_batches`` and ``gradient_clip_val`` are applied by a :class:`TrainingContext`; Lightning neither
 autocasts nor scales: the strategy brings :class:`ReferencePrecision` into Lightning's precision slot. Lightning's
-hooks, DDP's preparation before each backward and the global step come from the context's hooks
-(``TrainingContext.register_hooks``).
+hooks, DDP's preparation before each backward and the global step of manual optimization come from the context's
+hooks (``TrainingContext.register_hooks``).
 
 Why a strategy: Lightning settles the precision when the ``Trainer`` is built, before any module or callback
 code runs, and there it turns ``precision="16-mixed"`` on the CPU into ``"bf16-mixed"``, unless the strategy
 brings its own precision plugin. The strategy also owns what the reference must take over from Lightning: the
 precision plugin, the training iteration (one ``TrainingContext.batch`` per batch), the DDP wrapper and the
-``backward`` that DDP has to be prepared for, Lightning's accumulation bookkeeping, and ``connect``, the one hook
+``backward`` that DDP has to be prepared for, the batches that only accumulate, and ``connect``, the one hook
 that runs before Lightning rejects ``accumulate_grad_batches`` and ``gradient_clip_val`` for manual optimization.
 The machinery shared by the strategies, one loop per optimization mode, is in :mod:`.lightning_loops`, the
 precision plugin in :mod:`.lightning_precision`, the XLA strategy and accelerator in :mod:`.lightning_xla`; every

@@ -4,8 +4,9 @@ Lightning has no public way to read ``Trainer(precision=...)`` before its precis
 strategy that brings its own plugin, while the Trainer is being built), to ask a LightningModule whether a Trainer
 is attached to it without an exception, to count a global step that the strategy's optimizer took, to tell the
 training loop whether a batch only accumulated (a strategy can only say that it handles accumulation, not how), to
-read the loop's position in the epoch, or to make ``LightningModule.optimizers()`` return other objects than its
-``LightningOptimizer``. Each such touch is one
+read the loop's position in the epoch, to run a batch that only accumulates as a micro-step of the strategy's own
+optimizer, or to make ``LightningModule.optimizers()`` return other objects than its ``LightningOptimizer``. Each
+such touch is one
 function here; ``tests/test_lightning.py::test_lightning_fields_the_reference_touches_are_where_it_expects`` pins
 each against the installed Lightning, so a release that moves one fails there, loudly, not in a training run.
 Made for pytorch_lightning 2.6.
@@ -25,14 +26,15 @@ from pytorch_lightning.trainer.connectors.accelerator_connector import _Accelera
 __all__ = [
     "LOOP_INJECTED",
     "attached_trainer",
-    "count_automatic_optimizer_step",
     "count_manual_optimizer_step",
     "decide_accumulation",
     "forget_accumulation_decision",
+    "forget_accumulating_batches",
     "forget_loop_injections",
     "loop_position",
     "precision_being_settled",
     "requested_precision",
+    "route_accumulating_batches",
     "set_model_parallel_sizes",
     "set_module_optimizers",
     "set_strategy_optimizers",
@@ -89,13 +91,6 @@ def count_manual_optimizer_step(trainer: Trainer) -> None:
     progress.increment_completed()
 
 
-def count_automatic_optimizer_step(trainer: Trainer) -> None:
-    """Add one to ``trainer.global_step``: one optimizer step applied under automatic optimization."""
-    progress = trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step
-    progress.increment_ready()
-    progress.increment_completed()
-
-
 def decide_accumulation(trainer: Trainer, answer: Callable[[Callable[[], bool]], bool]) -> None:
     """Let ``answer`` decide whether the running batch only accumulates (``answer`` gets Lightning's own rule).
 
@@ -110,6 +105,34 @@ def decide_accumulation(trainer: Trainer, answer: Callable[[Callable[[], bool]],
 def forget_accumulation_decision(trainer: Trainer) -> None:
     """Give the epoch loop its own accumulation rule back."""
     trainer.fit_loop.epoch_loop.__dict__.pop("_should_accumulate", None)
+
+
+def route_accumulating_batches(trainer: Trainer, micro_step: Callable[[Callable[[], Any]], object]) -> None:
+    """Have the automatic loop hand the closure of each batch that only accumulates to ``micro_step``.
+
+    Lightning's ``_AutomaticOptimization.run`` builds the batch's closure (``training_step``, the
+    ``optimizer_zero_grad`` hook at a window's first batch, the backward); on a batch that only accumulates (its
+    ``_should_accumulate()``) it calls the closure itself, under its own ``no_sync``, else it calls the module's
+    ``optimizer_step`` with it and counts the step. This is that method with ``micro_step(closure)`` in place of
+    the first branch; the second is Lightning's own ``_optimizer_step``.
+    """
+    loop = trainer.fit_loop.epoch_loop.automatic_optimization
+
+    def run(optimizer: torch.optim.Optimizer, batch_idx: int, kwargs: Any) -> dict[str, Any]:
+        closure = loop._make_closure(kwargs, optimizer, batch_idx)
+        if trainer.fit_loop._should_accumulate():
+            micro_step(closure)
+        else:
+            loop._optimizer_step(batch_idx, closure)
+        result = closure.consume_result()
+        return {} if result.loss is None else result.asdict()
+
+    loop.run = run  # type: ignore[method-assign]
+
+
+def forget_accumulating_batches(trainer: Trainer) -> None:
+    """Give the automatic loop its own ``run`` back."""
+    trainer.fit_loop.epoch_loop.automatic_optimization.__dict__.pop("run", None)
 
 
 def loop_position(trainer: Trainer) -> tuple[int, bool]:

@@ -4,9 +4,9 @@ A reference strategy connects to a LightningModule and picks, once per run of th
 optimization mode: :class:`ManualLoop` (one ``TrainingContext.batch`` block around each ``training_step``) or
 :class:`AutomaticLoop` (the block spans the batch, because Lightning runs ``training_step`` inside the closure the
 wrapper's ``step()`` evaluates). The loop runs the context's hooks (Lightning's hooks, DDP's preparation before
-each backward, the global step), and :class:`TrainerChanges` keeps what it changes on the Trainer, given back at
-teardown. The public strategies are in :mod:`.lightning`; every field of Lightning touched outside its public API
-is in :mod:`.lightning_compat`.
+each backward, the global step of manual optimization), and :class:`TrainerChanges` keeps what it changes on the
+Trainer, given back at teardown. The public strategies are in :mod:`.lightning`; every field of Lightning touched
+outside its public API is in :mod:`.lightning_compat`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
+from lightning_fabric.utilities.exceptions import MisconfigurationException
 from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.plugins.precision import Precision
 from pytorch_lightning.strategies import Strategy
@@ -32,6 +33,7 @@ from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.fsdp import fsdp_modules
 from lightning_optimizer.reference.lightning_precision import ReferencePrecision
 from lightning_optimizer.reference.precision import outside_autocast
+from lightning_optimizer.reference.window import evaluates_closure
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec.implementation import GradScalerSettings
 from lightning_optimizer.spec.types import PRECISIONS, StepOutcome
@@ -128,7 +130,8 @@ class TrainerChanges:
     """Everything the reference changes on one Trainer during a run, each saved when made; :meth:`restore` undoes it.
 
     The Trainer's ``accumulate_grad_batches``, ``gradient_clip_val`` and ``gradient_clip_algorithm`` get their
-    values from before the run back, the epoch loop its own accumulation rule, the callback list its callbacks.
+    values from before the run back, the epoch loop its own accumulation rule, the automatic loop its own way to run
+    a batch, the callback list its callbacks.
     """
 
     def __init__(self, trainer: Trainer) -> None:
@@ -136,6 +139,7 @@ class TrainerChanges:
         self._arguments = (trainer.accumulate_grad_batches, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
         self._callbacks: list[Callback] = []
         self._decides_accumulation = False
+        self._routes_accumulating_batches = False
 
     def take_accumulation_and_clipping(self) -> None:
         """Hide ``accumulate_grad_batches`` and ``gradient_clip_val`` from Lightning's checks.
@@ -157,6 +161,11 @@ class TrainerChanges:
         lightning_compat.decide_accumulation(self.trainer, answer)
         self._decides_accumulation = True
 
+    def route_accumulating_batches(self, micro_step: Callable[[Callable[[], Any]], object]) -> None:
+        """Have ``micro_step`` run the closure of each batch that only accumulates (see :mod:`.lightning_compat`)."""
+        lightning_compat.route_accumulating_batches(self.trainer, micro_step)
+        self._routes_accumulating_batches = True
+
     def insert_callback(self, callback: Callback) -> None:
         """Run ``callback`` before every other callback of the Trainer."""
         _callbacks(self.trainer).insert(0, callback)
@@ -168,6 +177,9 @@ class TrainerChanges:
         if self._decides_accumulation:
             lightning_compat.forget_accumulation_decision(trainer)
             self._decides_accumulation = False
+        if self._routes_accumulating_batches:
+            lightning_compat.forget_accumulating_batches(trainer)
+            self._routes_accumulating_batches = False
         callbacks = _callbacks(trainer)
         for callback in self._callbacks:
             if callback in callbacks:
@@ -181,10 +193,9 @@ class Loop(ABC):
 
     Made by :meth:`start` when the strategy connects (it reads and checks the Trainer's settings and takes over
     what the mode needs), set up by :meth:`setup` once Lightning has placed the model, ended by :meth:`teardown`.
+    Lightning decides which batches accumulate, by its own rule (``Strategy.handles_gradient_accumulation`` stays
+    ``False``): the context's windows close at the same batches.
     """
-
-    handles_gradient_accumulation: ClassVar[bool]
-    """Lightning's question to the strategy: does it accumulate gradients itself?"""
 
     def __init__(
         self,
@@ -240,6 +251,7 @@ class Loop(ABC):
             return
         model = strategy.model
         assert model is not None
+        self._check_closure_evaluators(strategy.optimizers)
         if self.sharded and not fsdp_modules([model]):
             raise ValueError(
                 f"ReferenceFSDPStrategy found no FSDP unit in {type(model).__name__}: shard it in configure_model, "
@@ -261,7 +273,38 @@ class Loop(ABC):
             after_step=self._after_step,
         )
         strategy.optimizers = self._inner  # ``self.optimizers()`` now returns the wrappers
+        self.changes.decide_accumulation(self._accumulates)
         self._start_training()
+
+    def _check_closure_evaluators(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        """Refuse an optimizer that evaluates its closure itself (LBFGS) under accumulation, before training starts.
+
+        The contract refuses it (CLOS-002); Lightning runs it, but zeroes gradients only at a window's first batch,
+        so the re-evaluations of the closing batch add onto the window's accumulated gradients.
+        """
+        every = self.settings.accumulate_grad_batches
+        for optimizer in optimizers:
+            if every > 1 and evaluates_closure(optimizer):
+                name = type(optimizer).__name__
+                raise ValueError(
+                    f"{name} evaluates its closure several times per step and cannot accumulate gradients, so the "
+                    f"reference refuses Trainer(accumulate_grad_batches={every}) for it. Plain Lightning runs it, but "
+                    "zeroes the gradients only at a window's first batch: each re-evaluation on the closing batch "
+                    f"adds onto the accumulated gradients, and {name} steps on their sum. Use "
+                    "Trainer(accumulate_grad_batches=1) for a module that optimizes with "
+                    f"{name}"
+                )
+
+    def _accumulates(self, lightning_rule: Callable[[], bool]) -> bool:
+        """Lightning's question "does this batch only accumulate?": its own rule, or an open window before validation.
+
+        Lightning clears every gradient before a validation run inside training (``on_validation_model_zero_grad``)
+        unless it accumulates; a window the context holds open (``make_optimizer_step=False``) keeps its gradients.
+        """
+        if lightning_rule():
+            return True
+        context = self.plugin.context
+        return bool(self.trainer.validating) and context is not None and context.holds_open_window()
 
     def lightning_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> list[WrappedOptimizer[Any]]:
         """The wrappers of ``optimizers``, in their order (none before set-up)."""
@@ -314,27 +357,30 @@ class Loop(ABC):
         """After the window's preparation (mean, unscaling, clipping): the gradients the step applies."""
         _call_hooks(self.trainer, "on_before_optimizer_step", wrapper.optimizer)
 
-    def _after_step(self, wrapper: Any, outcome: StepOutcome) -> None:
-        """One global step per optimizer step applied (an accumulating micro-step or a skipped step is none)."""
-        if outcome is StepOutcome.STEPPED:
-            self._count_step()
-
     @abstractmethod
-    def _count_step(self) -> None:
-        """Count one optimizer step applied in Lightning's progress (``trainer.global_step``)."""
+    def _after_step(self, wrapper: Any, outcome: StepOutcome) -> None:
+        """A wrapper's ``step()`` returned with ``outcome``."""
 
     def teardown(self) -> None:
-        """Remove the step hooks and what Lightning's loop set on the optimizers; give the Trainer its settings back."""
+        """Remove the step hooks and what Lightning's loop set on the optimizers; give the Trainer its settings back.
+
+        The context is released: nothing of the strategy, the Trainer or the module keeps it or its wrappers
+        (``self.optimizers()`` returns Lightning's own ``LightningOptimizer`` again, as after a plain fit), so once
+        collected it no longer wraps the optimizers, and a later fit can wrap the same optimizer objects again.
+        """
         self.end_batch()
         if self._hooks is not None:
             self._hooks.remove()
-        self._hooks, self._strategy = None, None
+        strategy, self._hooks, self._strategy = self._strategy, None, None
         self.plugin.step_loss = None
         self.changes.restore()
         for optimizer in self._inner:
             lightning_compat.forget_loop_injections(optimizer)
+        if strategy is not None:
+            lightning_compat.set_strategy_optimizers(strategy, strategy.optimizers)
         self.plugin.attach(None)
         self.plugin.wrappers = {}
+        self._wrappers = {}
 
 
 class ManualLoop(Loop):
@@ -342,10 +388,11 @@ class ManualLoop(Loop):
 
     Lightning refuses ``accumulate_grad_batches`` and ``gradient_clip_val`` for manual optimization: the loop hides
     both from it until it has checked its arguments, and the context applies them (``make_optimizer_step=None``
-    closes the Trainer's windows; each window's mean is clipped).
+    closes the Trainer's windows; each window's mean is clipped). ``trainer.global_step`` counts the steps that
+    close a window, as Lightning counts each ``step()`` of its ``LightningOptimizer`` (a 16-mixed step skipped for
+    non-finite gradients included); a micro-step that only accumulates has no counterpart in Lightning and counts
+    nothing.
     """
-
-    handles_gradient_accumulation = False
 
     @staticmethod
     def _reference_clip_val(trainer: Trainer) -> float | None:
@@ -375,8 +422,9 @@ class ManualLoop(Loop):
         """
         return nullcontext()
 
-    def _count_step(self) -> None:
-        lightning_compat.count_manual_optimizer_step(self.trainer)
+    def _after_step(self, wrapper: Any, outcome: StepOutcome) -> None:
+        if outcome is StepOutcome.STEPPED or outcome is StepOutcome.SKIPPED_NON_FINITE:
+            lightning_compat.count_manual_optimizer_step(self.trainer)
 
 
 class _BatchBoundary(Callback):
@@ -391,16 +439,17 @@ class _BatchBoundary(Callback):
 
 
 class AutomaticLoop(Loop):
-    """Automatic optimization: the ``batch`` block spans the batch, and the wrapper decides each step.
+    """Automatic optimization: the ``batch`` block spans the batch; Lightning's windows, the reference's micro-steps.
 
     Lightning runs ``training_step`` inside the closure that the wrapper's ``step()`` evaluates, so the block opens
-    at the strategy's ``on_train_batch_start`` and closes at the first ``on_train_batch_end`` callback. Lightning
-    calls ``optimizer_step`` every batch; its accumulation bookkeeping (global step, LR schedulers of
-    ``interval="step"``, logging, clearing gradients for validation) follows the steps the wrapper took.
+    at the strategy's ``on_train_batch_start`` and closes at the first ``on_train_batch_end`` callback. As in
+    Lightning, the module's ``optimizer_step`` runs once per window, at the batch that closes it (the epoch's last
+    batch closes a shorter one), and is handed the wrapper; each batch before it is a micro-step of the wrapper
+    (``step(closure)``, which accumulates), where Lightning would run the closure itself. The closure is Lightning's:
+    ``training_step``, ``on_before_zero_grad`` and ``optimizer_zero_grad`` at a window's first batch, the backward.
+    Lightning counts ``trainer.global_step``, steps the LR schedulers and logs by its own rule, once per window.
     ``Trainer(gradient_clip_val=...)`` clips through the module's ``configure_gradient_clipping``, as in Lightning.
     """
-
-    handles_gradient_accumulation = True
 
     def __init__(
         self,
@@ -413,8 +462,8 @@ class AutomaticLoop(Loop):
     ) -> None:
         super().__init__(trainer, plugin, settings, changes, sharded=sharded)
         self._batch = ExitStack()
-        self._in_batches = False
-        self._stepped_in_batch = False
+        self._closure_ran = False
+        """The running batch's ``training_step`` ran (its closure was executed)."""
 
     @staticmethod
     def _reference_clip_val(trainer: Trainer) -> float | None:
@@ -424,7 +473,7 @@ class AutomaticLoop(Loop):
         """Nothing: Lightning accepts the Trainer's accumulation and clipping for automatic optimization."""
 
     def _start_training(self) -> None:
-        self.changes.decide_accumulation(self._accumulates)
+        self.changes.route_accumulating_batches(self._micro_step)
         self.changes.insert_callback(_BatchBoundary(self))
 
     def start_batch(self) -> None:
@@ -434,7 +483,7 @@ class AutomaticLoop(Loop):
         start of an epoch) reaches the context here.
         """
         self.end_batch()  # a batch Lightning did not finish (``on_train_batch_start`` returned -1)
-        self._in_batches, self._stepped_in_batch = True, False
+        self._closure_ran = False
         context = self.plugin.context
         if context is None:
             return
@@ -445,8 +494,17 @@ class AutomaticLoop(Loop):
         """Close the batch's ``batch`` block, if one is open: the iteration's scaler update."""
         self._batch.close()
 
+    def _micro_step(self, closure: Callable[[], Any]) -> None:
+        """A batch that only accumulates: its closure in one micro-step of the (one) wrapper."""
+        wrappers = self.wrappers()
+        if not wrappers:
+            closure()  # no optimizer (``configure_optimizers`` returned None): Lightning's own way
+            return
+        wrappers[0].step(closure)
+
     def training_step(self, step: Callable[[], Any]) -> Any:
         """``training_step`` (inside the wrapper's closure), its loss kept for the plugin's backward."""
+        self._closure_ran = True
         output = step()
         loss = output.get("loss") if isinstance(output, Mapping) else output
         self.plugin.step_loss = loss if isinstance(loss, torch.Tensor) else None
@@ -460,10 +518,17 @@ class AutomaticLoop(Loop):
         return outside_autocast(context.device)
 
     def _before_optimizer_step(self, wrapper: Any) -> None:
-        """The hooks, then Lightning's clipping through the module's hook, as its own loop does.
+        """Refuse a step whose batch never ran its closure; the hooks, then Lightning's clipping, as its loop does.
 
         The window is prepared already, so ``clip_gradients`` unscales nothing again.
         """
+        if not self._closure_ran and not evaluates_closure(wrapper.optimizer):
+            raise MisconfigurationException(
+                "The closure hasn't been executed: optimizer_step called optimizer.step() without running "
+                "optimizer_closure, which runs training_step, zero_grad and the backward of this batch. Call "
+                "optimizer.step(closure=optimizer_closure) in your optimizer_step override (or run optimizer_closure() "
+                "before optimizer.step()). The window was not stepped."
+            )
         super()._before_optimizer_step(wrapper)
         trainer = self.trainer
         trainer.lightning_module.configure_gradient_clipping(
@@ -472,16 +537,8 @@ class AutomaticLoop(Loop):
             gradient_clip_algorithm=trainer.gradient_clip_algorithm,
         )
 
-    def _count_step(self) -> None:
-        self._stepped_in_batch = True
-        lightning_compat.count_automatic_optimizer_step(self.trainer)
-
-    def _accumulates(self, lightning_rule: Callable[[], bool]) -> bool:
-        """Lightning's question "does this batch only accumulate?", answered by the steps the wrapper took."""
-        if not self._in_batches:
-            return lightning_rule()  # asked before the first batch of this fit (a restart): Lightning's own rule
-        context = self.plugin.context
-        return not self._stepped_in_batch or (context is not None and context.holds_open_window())
+    def _after_step(self, wrapper: Any, outcome: StepOutcome) -> None:
+        """Nothing: Lightning counts the global step itself, one per ``optimizer_step`` of a closing batch."""
 
 
 class Integration:
@@ -617,12 +674,6 @@ class ReferenceStrategyBase(Strategy):
         """Restore a checkpoint's open windows (after Lightning's ``zero_grad`` at the start of the run)."""
         super().on_train_start()
         self._integration.plugin.restore_loaded_state()
-
-    @property
-    def handles_gradient_accumulation(self) -> bool:
-        """Under automatic optimization the reference accumulates: Lightning calls ``optimizer_step`` every batch."""
-        loop = self._integration.loop
-        return loop is not None and loop.handles_gradient_accumulation
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         """Under automatic optimization, the batch's ``TrainingContext.batch`` block opens here."""

@@ -3,8 +3,9 @@
 The module is a plain automatic-optimization ``LightningModule``: ``training_step`` returns the loss,
 ``configure_optimizers`` returns one optimizer and an LR scheduler of ``interval="step"``. The Trainer's
 ``accumulate_grad_batches``, ``gradient_clip_val`` and precision apply, and a user's ``optimizer_step`` override
-receives the reference's wrapper. Every expected value comes from a loop written here: the windows worked out
-by hand, plain ``torch.autocast`` and ``torch.amp.GradScaler``, ``clip_grad_norm_`` on the unscaled mean.
+receives the reference's wrapper, once per window as Lightning calls it. Every expected value comes from a loop
+written here: the windows worked out by hand, plain ``torch.autocast`` and ``torch.amp.GradScaler``,
+``clip_grad_norm_`` on the unscaled mean.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from lightning_optimizer.spec import GradScalerSettings, Precision, StepOutcome
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lightning_scenarios.shared import (
-    BATCHES_PER_EPOCH,
     EPOCHS,
     assert_params_close,
     oracle_autocast,
@@ -150,7 +150,7 @@ def plain_loop(
     scaler_settings: GradScalerSettings | None = None,
     optimizer_kind: str = "sgd",
 ) -> Plain:
-    """One step per window on the window's mean gradient (unscaled, then clipped), the scheduler after each step.
+    """One step per window on the window's mean gradient (unscaled, then clipped), the scheduler after each window.
 
     ``accumulate`` is each epoch's ``accumulate_grad_batches``: under 16-mixed each loss is the recipe's
     ``scaler.scale(loss / N)`` (AMP-007).
@@ -195,20 +195,14 @@ def plain_loop(
                 scaler.update()
             optimizer.zero_grad(set_to_none=True)
             plain.stepped.append(len(applied) > before)
-            if plain.stepped[-1]:
-                scheduler.step()
+            scheduler.step()  # Lightning steps it after each window, a step that 16-mixed skipped included
     plain.lr = float(scheduler.get_last_lr()[0])
     return plain
 
 
-def expected_outcomes(epoch_windows: Sequence[Sequence[Window]], stepped: Sequence[bool]) -> list[StepOutcome]:
-    closing = iter(stepped)
-    outcomes: list[StepOutcome] = []
-    for windows in epoch_windows:
-        for window in windows:
-            outcomes += [StepOutcome.ACCUMULATED] * (len(window) - 1)
-            outcomes.append(StepOutcome.STEPPED if next(closing) else StepOutcome.SKIPPED_NON_FINITE)
-    return outcomes
+def expected_outcomes(stepped: Sequence[bool]) -> list[StepOutcome]:
+    """What ``optimizer_step`` sees after each window's closing step (the batches before it never reach the hook)."""
+    return [StepOutcome.STEPPED if taken else StepOutcome.SKIPPED_NON_FINITE for taken in stepped]
 
 
 def fit(trainer: Trainer, model: LightningModule) -> list[str]:
@@ -243,8 +237,8 @@ def test_automatic_optimization_matches_a_plain_loop(
 ) -> None:
     """Parameters, outcomes, global step, LR schedule and the hook's gradients, window by window.
 
-    A skipped 16-mixed step is neither a global step nor a scheduler step; the epoch's last, shorter window is
-    the mean of its own batches.
+    As in Lightning, a window whose 16-mixed step was skipped is a global step and a scheduler step all the same;
+    the epoch's last, shorter window is the mean of its own batches.
     """
     model = AutomaticRegressor(optimizer=optimizer_kind)
     probe = GradientProbe()
@@ -271,13 +265,13 @@ def test_automatic_optimization_matches_a_plain_loop(
 
     what = f"automatic optimization, {precision}, windows of {accumulate}"
     assert_params_close(model.net, plain.model, TOLERANCES[precision], what)
-    assert model.outcomes == expected_outcomes(epoch_windows, plain.stepped)
+    assert model.outcomes == expected_outcomes(plain.stepped)
     if scaler is not None:
         assert not all(plain.stepped), "the scale was meant to overflow at first"
-    assert trainer.global_step == sum(plain.stepped)
+    assert trainer.global_step == len(plain.stepped), "Lightning's count: one per window, a skipped step included"
     assert trainer.lr_scheduler_configs[0].scheduler.get_last_lr()[0] == pytest.approx(plain.lr, rel=1e-12)
     assert all(isinstance(given, WrappedOptimizer) for given in model.given)
-    assert len(model.given) == EPOCHS * 10, "optimizer_step is called for every batch, with the wrapper"
+    assert len(model.given) == len(plain.stepped), "optimizer_step is called once per window, with the wrapper"
     assert not any(isinstance(optimizer, WrappedOptimizer) for optimizer in probe.optimizers)
     assert len(probe.grads) == len(plain.grads), "on_before_optimizer_step once per real step, skipped ones too"
     tolerance = TOLERANCES[precision]
@@ -322,7 +316,7 @@ def test_gradient_accumulation_scheduler_changes_the_windows_per_epoch(tmp_path:
     epoch_windows = [WINDOWS_OF[2], WINDOWS_OF[4]]
     plain = plain_loop("32-true", epoch_windows, [2, 4])
     assert_params_close(model.net, plain.model, TOLERANCES["32-true"], "GradientAccumulationScheduler")
-    assert model.outcomes == expected_outcomes(epoch_windows, plain.stepped)
+    assert model.outcomes == expected_outcomes(plain.stepped)
     assert trainer.global_step == len(WINDOWS_OF[2]) + len(WINDOWS_OF[4])
 
 
@@ -417,9 +411,9 @@ def test_xla_through_the_trainer_matches_a_plain_loop(
     assert_params_close(
         model.net, plain.model, REORDERED_TOLERANCES[precision], f"XLA through the Trainer, {precision}"
     )
-    assert model.outcomes == expected_outcomes([WINDOWS_OF[3]], plain.stepped)
-    assert trainer.global_step == sum(plain.stepped)
-    assert len(model.given) == BATCHES_PER_EPOCH
+    assert model.outcomes == expected_outcomes(plain.stepped)
+    assert trainer.global_step == len(plain.stepped)
+    assert len(model.given) == len(plain.stepped)
 
 
 @pytest.mark.xla_device
