@@ -247,6 +247,7 @@ class Loop(ABC):
         strategy._check_device(device)
         context = self.settings.context(device.type, sharded=self.sharded)
         self.plugin.attach(context, trainer.global_rank, trainer.world_size)
+        self.plugin.backward_region = self.backward_region
         if trainer.state.fn != TrainerFn.FITTING:
             return
         model = strategy.model
@@ -686,22 +687,6 @@ class ReferenceStrategyBase(Strategy):
         if self._integration.loop is not None:
             self._integration.loop.end_batch()
         super().on_exception(exception)
-
-    def backward(
-        self, closure_loss: torch.Tensor, optimizer: torch.optim.Optimizer | None, *args: Any, **kwargs: Any
-    ) -> torch.Tensor:
-        """Lightning's backward (``manual_backward``, the automatic closure's), where Lightning runs it [BWD-002].
-
-        Automatic optimization: outside autocast, as Lightning's loop runs it after ``training_step``. Manual
-        optimization: where ``training_step`` calls ``manual_backward``, inside Lightning's forward region, as plain
-        Lightning runs it; the wrappers' ``opt.backward(loss)`` leaves it. Either way it is a scaled backward for
-        the 16-mixed closure check.
-        """
-        context, loop = self._integration.plugin.context, self._integration.loop
-        if context is None or loop is None:
-            return super().backward(closure_loss, optimizer, *args, **kwargs)
-        with loop.backward_region(context), context.parts.scaling.backward():  # a scaled backward [AMP-008]
-            return super().backward(closure_loss, optimizer, *args, **kwargs)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Lightning's training step, where the running loop runs it.

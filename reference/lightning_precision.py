@@ -6,8 +6,8 @@ state are the context's. Made by the reference strategies of :mod:`.lightning`, 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -44,6 +44,10 @@ def _to_cpu(value: Any) -> Any:
     return value
 
 
+def _anywhere(context: TrainingContext) -> AbstractContextManager[Any]:
+    return nullcontext()
+
+
 class ReferencePrecision(Precision):
     """Lightning's precision plugin slot, filled by the reference's :class:`TrainingContext`.
 
@@ -65,6 +69,8 @@ class ReferencePrecision(Precision):
         """The run's wrappers by the ``id`` of their inner optimizer (set by the strategy)."""
         self.step_loss: torch.Tensor | None = None
         """Automatic optimization: the loss the running ``training_step`` returned, for its backward."""
+        self.backward_region: Callable[[TrainingContext], AbstractContextManager[Any]] = _anywhere
+        """Where Lightning's own backward and its hooks run, relative to the context's autocast (the running loop's)."""
 
     def configure(self, precision: PrecisionName) -> None:
         """Take on the Trainer's precision (called by the strategy when it connects)."""
@@ -72,9 +78,11 @@ class ReferencePrecision(Precision):
         self._dtypes = _dtype_plugin(precision)
 
     def attach(self, context: TrainingContext | None, rank: int = 0, world_size: int = 1) -> None:
-        """Use ``context`` (``None``: the run ended) on rank ``rank`` of ``world_size``."""
+        """Use ``context`` (``None``: the run ended, and with it its loop's backward region) on rank ``rank``."""
         self.context, self._rank, self._world_size = context, rank, world_size
         self._pending_state = None
+        if context is None:
+            self.backward_region = _anywhere
 
     def restore_loaded_state(self) -> None:
         """Give the context the state ``load_state_dict`` received, once training starts.
@@ -113,7 +121,13 @@ class ReferencePrecision(Precision):
                 stack.enter_context(self.context.autocast())
             yield
 
-    # -- Lightning's own backward (``self.manual_backward``) -------------------------------------------------
+    # -- Lightning's own backward (``self.manual_backward``, the automatic closure's) ---------------------------
+    #
+    # Lightning's ``Strategy.backward`` calls these three in turn; the reference strategies leave it as it is, so
+    # that what wraps or replaces it (a test's mock, another plugin) sees Lightning's own.
+
+    def _backward_region(self) -> AbstractContextManager[Any]:
+        return nullcontext() if self.context is None else self.backward_region(self.context)
 
     def pre_backward(self, tensor: torch.Tensor, module: LightningModule) -> torch.Tensor:  # type: ignore[override]
         """Lightning's hooks, then the context's loss scale (16-mixed), as the wrappers' ``backward`` applies it.
@@ -124,7 +138,8 @@ class ReferencePrecision(Precision):
         ``scaler.scale(loss / N)`` either way (AMP-007).
         """
         step_loss, self.step_loss = self.step_loss, None
-        tensor = super().pre_backward(tensor if step_loss is None else step_loss, module)
+        with self._backward_region():
+            tensor = super().pre_backward(tensor if step_loss is None else step_loss, module)
         return (
             tensor
             if self.context is None
@@ -139,9 +154,10 @@ class ReferencePrecision(Precision):
         *args: Any,
         **kwargs: Any,
     ) -> None:
-        """Lightning's backward; the 1.x form ``manual_backward(loss, opt)`` is refused before autograd runs.
+        """Lightning's backward, in the running loop's region, as a scaled backward [BWD-002, AMP-008].
 
-        ``opt`` would otherwise reach ``Tensor.backward`` as its ``gradient`` and fail inside autograd.
+        The 1.x form ``manual_backward(loss, opt)`` is refused before autograd runs: ``opt`` would otherwise reach
+        ``Tensor.backward`` as its ``gradient`` and fail inside autograd.
         """
         if args and isinstance(args[0], torch.optim.Optimizer):
             raise TypeError(
@@ -149,7 +165,17 @@ class ReferencePrecision(Precision):
                 "further arguments to Tensor.backward. Call self.manual_backward(loss), or opt.backward(loss) on "
                 "the wrapper of that optimizer"
             )
-        super().backward(tensor, model, optimizer, *args, **kwargs)
+        if self.context is None:
+            super().backward(tensor, model, optimizer, *args, **kwargs)
+            return
+        with self.backward_region(self.context), self.context.parts.scaling.backward():
+            super().backward(tensor, model, optimizer, *args, **kwargs)
+
+    def post_backward(self, tensor: torch.Tensor, module: LightningModule) -> torch.Tensor:  # type: ignore[override]
+        """Lightning's hooks after the backward, in the running loop's region."""
+        with self._backward_region():
+            result: torch.Tensor = super().post_backward(tensor, module)
+            return result
 
     def clip_gradients(
         self,

@@ -21,6 +21,7 @@ import torch
 pytest.importorskip("pytorch_lightning", reason="the Lightning integration needs pytorch-lightning, not installed")
 
 from lightning_optimizer.conformance.harness import make_model
+from lightning_optimizer.spec import StepOutcome
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))  # the scenarios package and test_lightning's helpers
@@ -84,7 +85,11 @@ def closing_batches(windows: Sequence[Sequence[int]], per_round: int = 1) -> lis
     return [per_round if batch in closing else 0 for batch in range(windows[-1][-1] + 1)]
 
 
-def outcome_values(windows: Sequence[Sequence[int]]) -> list[str]:
+def outcome_values(windows: Sequence[Sequence[int]], *, automatic: bool = False) -> list[str]:
+    """The outcomes a module records after each ``step()``: every batch's (manual), or each window's closing one
+    (automatic: Lightning calls ``optimizer_step`` once per window)."""
+    if automatic:
+        return [StepOutcome.STEPPED.value] * len(windows)
     return [outcome.value for outcome in expected_outcomes(windows, [True] * len(windows))]
 
 
@@ -140,7 +145,7 @@ def test_fsdp_automatic_optimization_matches_the_global_batch_loop(ranks_of: dic
     for rank, result in enumerate(ranks):
         expected = closing_batches(FSDP_WINDOWS, REDUCE_SCATTERS_PER_ROUND)
         assert result["reduce_scatters"] == expected, f"rank {rank}: reduce-scatters per batch"
-        assert result["outcomes"] == outcome_values(FSDP_WINDOWS), f"rank {rank}"
+        assert result["outcomes"] == outcome_values(FSDP_WINDOWS, automatic=True), f"rank {rank}"
         assert result["global_step"] == len(FSDP_WINDOWS)
 
 
@@ -161,9 +166,12 @@ def test_fsdp_fit_resumed_from_a_window_boundary_matches_the_uninterrupted_run(
         assert cut["checkpoint"] == {"global_step": RESUME_AT_STEP, "pending": [0, 0]}, (
             f"rank {rank}: the checkpoint is not at a window boundary"
         )
-        assert cut["outcomes"] == outcome_values(FSDP_WINDOWS[:RESUME_AT_STEP])
+        automatic = mode == "automatic"
+        assert cut["outcomes"] == outcome_values(FSDP_WINDOWS[:RESUME_AT_STEP], automatic=automatic)
         resumed_windows = FSDP_WINDOWS[RESUME_AT_STEP:]
-        assert resumed["outcomes"] == outcome_values(resumed_windows), f"rank {rank}: the resumed run's batches"
+        assert resumed["outcomes"] == outcome_values(resumed_windows, automatic=automatic), (
+            f"rank {rank}: the resumed run's batches"
+        )
         expected = closing_batches(FSDP_WINDOWS, REDUCE_SCATTERS_PER_ROUND)[resumed_windows[0][0] :]
         assert resumed["reduce_scatters"] == expected, f"rank {rank}: reduce-scatters per resumed batch"
         assert resumed["global_step"] == full["global_step"] == len(FSDP_WINDOWS)
