@@ -31,7 +31,6 @@ from typing import Any
 import torch
 from pytorch_lightning import Callback, LightningDataModule, LightningModule, Trainer
 from pytorch_lightning.callbacks import ModelCheckpoint
-from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DistributedSampler, TensorDataset
 
@@ -39,7 +38,7 @@ from lightning_optimizer.conformance.harness import make_model
 from lightning_optimizer.reference.lightning import ReferenceDDPStrategy, ReferenceFSDPStrategy, wrapped_optimizers
 from lightning_optimizer.spec import StepOutcome
 from lightning_scenarios.ddp import CountAllReduces, Shards, ddp_trainer
-from lightning_scenarios.fsdp import CountReduceScatters, ShardedRegressor
+from lightning_scenarios.fsdp import CountReduceScatters, ShardedRegressor, shard_linear_layers
 from lightning_scenarios.shared import AutomaticWindowedRegressor, Batch, ResumableBatches, regression_data
 
 CASES = ("ddp-backward-then-step", "ddp-closure", "fsdp-automatic", "fsdp-resume-automatic", "fsdp-resume-manual")
@@ -106,11 +105,7 @@ class ShardedAutomaticRegressor(AutomaticWindowedRegressor):
     """``AutomaticWindowedRegressor`` whose ``Linear`` layers ``configure_model`` shards over the data-parallel mesh."""
 
     def configure_model(self) -> None:
-        mesh = self.device_mesh
-        assert mesh is not None, "ModelParallelStrategy gives the module its device mesh before configure_model"
-        for layer in self.net:
-            if isinstance(layer, torch.nn.Linear):
-                fully_shard(layer, mesh=mesh["data_parallel"])
+        shard_linear_layers(self)
 
 
 class AllReducesPerBatch(CountAllReduces):

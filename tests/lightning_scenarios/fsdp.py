@@ -20,18 +20,23 @@ from torch.distributed.tensor import DTensor
 from lightning_optimizer.conformance.scenarios import CollectiveCounter
 from lightning_optimizer.reference.lightning import ReferenceFSDPStrategy
 from lightning_scenarios.ddp import ACCUMULATE, REGRESSION_BATCH, SAVE_AFTER, Shards
-from lightning_scenarios.shared import BATCHES_PER_EPOCH, WindowedRegressor, regression_data
+from lightning_scenarios.shared import BATCHES_PER_EPOCH, AutomaticWindowedRegressor, WindowedRegressor, regression_data
+
+
+def shard_linear_layers(module: WindowedRegressor | AutomaticWindowedRegressor) -> None:
+    """``fully_shard`` each ``Linear`` of ``module.net`` over the data-parallel axis of the module's device mesh."""
+    mesh = module.device_mesh
+    assert mesh is not None, "ModelParallelStrategy gives the module its device mesh before configure_model"
+    for layer in module.net:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh["data_parallel"])
 
 
 class ShardedRegressor(WindowedRegressor):
     """``WindowedRegressor`` whose ``Linear`` layers ``configure_model`` shards."""
 
     def configure_model(self) -> None:
-        mesh = self.device_mesh
-        assert mesh is not None, "ModelParallelStrategy gives the module its device mesh before configure_model"
-        for layer in self.net:
-            if isinstance(layer, torch.nn.Linear):
-                fully_shard(layer, mesh=mesh["data_parallel"])
+        shard_linear_layers(self)
 
 
 class CountReduceScatters(Callback):
