@@ -8,6 +8,11 @@ parent sends each rank the name of a scenario (a function in :mod:`lightning_opt
 ``"module:function"`` elsewhere) and gets back what it returns. A rank that raises, dies or does not answer within
 the timeout fails the cell with a message that says which rank and why; the pool is then stopped (no process is
 left behind) and the next cell starts a new one.
+
+A rank's standard error goes to a log file of the pool, with :mod:`faulthandler` on: the failure of a rank that died
+quotes the end of its log, native crash and Python stack included. A rank killed by a signal (an abort in a
+collective library, say) fails the scenario only if it does so again on a fresh pool: the first crash is reported as
+a :class:`RankCrashWarning` with that log, and the scenario runs once more.
 """
 
 from __future__ import annotations
@@ -15,9 +20,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import shutil
 import socket
+import tempfile
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.context import BaseContext
@@ -26,12 +34,14 @@ from typing import Any
 
 from lightning_optimizer.spec import Cell
 
-__all__ = ["RankFailure", "RankPool"]
+__all__ = ["RankCrashWarning", "RankFailure", "RankPool"]
 
 ANSWER_TIMEOUT_S = 120.0
 START_TIMEOUT_S = 120.0
 FAILED_GRACE_S = 2.0
 """How long the ranks of a failed pool get to leave by themselves before they are killed: one may hang for good."""
+LOG_TAIL_LINES = 40
+"""How many of a dead rank's last log lines its failure quotes."""
 PRELOAD = ["torch", "torch.distributed"]
 """What the fork server imports once for every rank it starts: most of a rank's start-up time. Not torch_xla, whose
 SPMD mode a rank must choose before the runtime starts (:func:`.spmd.start_spmd`)."""
@@ -48,6 +58,15 @@ def _start_method() -> BaseContext:
 
 class RankFailure(RuntimeError):
     """A rank raised, died or did not answer in time."""
+
+    def __init__(self, message: str, *, crashed: bool = False) -> None:
+        super().__init__(message)
+        self.crashed = crashed
+        """Whether a rank was killed by a signal: a crash, not an error that the scenario raised or a hang."""
+
+
+class RankCrashWarning(UserWarning):
+    """A rank was killed by a signal and its scenario passed when run again on a fresh pool."""
 
 
 @dataclass(frozen=True)
@@ -85,10 +104,16 @@ def _serve(
     answers: Any,
     spmd_devices: int | None,
     environ: dict[str, str],
+    log_path: str,
 ) -> None:  # pragma: no cover - runs in the child processes
     """A rank's loop: take the parent's environment, join the group, run scenarios until told to stop (``None``)."""
     try:
+        import faulthandler
         import importlib
+
+        log = open(log_path, "a", buffering=1)  # noqa: SIM115 - open for the process's whole life
+        os.dup2(log.fileno(), 2)  # native libraries' messages too
+        faulthandler.enable(file=log, all_threads=True)
 
         os.environ.clear()  # a forked rank starts with the fork server's environment, not the parent's of now
         os.environ.update(environ)
@@ -149,9 +174,23 @@ class RankPool:
         self._processes: list[BaseProcess] = []
         self._requests: list[Any] = []
         self._answers: Any = None
+        self._log_dir: str | None = None
 
     def run(self, scenario: str, cell: Cell, **kwargs: Any) -> list[Any]:
-        """Run ``scenario`` on every rank; return the results in rank order, or raise :class:`RankFailure`."""
+        """Run ``scenario`` on every rank; return the results in rank order, or raise :class:`RankFailure`.
+
+        A scenario during which a rank crashed (was killed by a signal) runs once more on a fresh pool; a second
+        crash fails it, a pass is reported as a :class:`RankCrashWarning` that quotes the crashed rank's log.
+        """
+        try:
+            return self._run_once(scenario, cell, kwargs)
+        except RankFailure as failure:
+            if not failure.crashed:
+                raise
+            warnings.warn(RankCrashWarning(f"{failure}\n(the scenario runs once more on a fresh pool)"), stacklevel=2)
+        return self._run_once(scenario, cell, kwargs)
+
+    def _run_once(self, scenario: str, cell: Cell, kwargs: dict[str, Any]) -> list[Any]:
         if not self._processes:
             self._start()
         for requests in self._requests:
@@ -180,6 +219,9 @@ class RankPool:
                 process.kill()
                 process.join(timeout=10)
         self._processes, self._requests, self._answers = [], [], None
+        if self._log_dir is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+            self._log_dir = None
 
     def _start(self) -> None:
         context: Any = _start_method()  # typeshed gives BaseContext no Process or Queue
@@ -187,6 +229,7 @@ class RankPool:
         port = _free_port()
         self._answers = context.Queue()
         self._requests = [context.Queue() for _ in range(self.world_size)]
+        self._log_dir = tempfile.mkdtemp(prefix="conformance-ranks-")
         for rank in range(self.world_size):
             args = (
                 rank,
@@ -199,6 +242,7 @@ class RankPool:
                 self._answers,
                 self.spmd_devices,
                 dict(os.environ),
+                self._log_path(rank),
             )
             process = context.Process(target=_serve, args=args, daemon=True, name=f"conformance-rank-{rank}")
             process.start()
@@ -209,9 +253,27 @@ class RankPool:
             self.stop(grace=FAILED_GRACE_S)
             raise
 
+    def _log_path(self, rank: int) -> str:
+        assert self._log_dir is not None
+        return os.path.join(self._log_dir, f"rank-{rank}.log")
+
     def _dead(self) -> str:
-        dead = [p for p in self._processes if not p.is_alive()]
-        return ", ".join(f"{p.name} died (exit code {p.exitcode})" for p in dead)
+        """Which ranks died, how, and the end of each one's log; empty while all are alive."""
+        reports = []
+        for rank, process in enumerate(self._processes):
+            if process.is_alive():
+                continue
+            report = f"{process.name} died (exit code {process.exitcode})"
+            try:
+                with open(self._log_path(rank), errors="replace") as log:
+                    tail = "".join(log.readlines()[-LOG_TAIL_LINES:]).rstrip()
+            except OSError:
+                tail = ""
+            reports.append(f"{report}, the end of its log:\n{tail}" if tail else report)
+        return "; ".join(reports)
+
+    def _crashed(self) -> bool:
+        return any((p.exitcode or 0) < 0 for p in self._processes if not p.is_alive())
 
     def _collect(self, timeout: float, what: str) -> dict[int, Any]:
         answers: dict[int, Any] = {}
@@ -222,7 +284,7 @@ class RankPool:
             except queue.Empty:
                 deadline -= 1.0
                 if self._dead():
-                    raise RankFailure(f"{self._dead()} while {what}") from None
+                    raise RankFailure(f"{self._dead()} while {what}", crashed=self._crashed()) from None
                 if deadline <= 0:
                     missing = sorted(set(range(self.world_size)) - set(answers))
                     raise RankFailure(f"rank(s) {missing} did not answer within {timeout:.0f} s while {what}") from None
@@ -230,6 +292,6 @@ class RankPool:
             if status == "error":
                 time.sleep(0.5)  # a peer that died is often why this rank failed: say so first
                 cause = f"{self._dead()}; " if self._dead() else ""
-                raise RankFailure(f"{cause}rank {rank} raised while {what}:\n{payload}")
+                raise RankFailure(f"{cause}rank {rank} raised while {what}:\n{payload}", crashed=self._crashed())
             answers[rank] = payload
         return answers

@@ -11,6 +11,7 @@ import os
 import socket
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,7 @@ def test_results_come_back_in_rank_order_and_the_pool_is_reused(pool: RankPool) 
     [
         ("raises_on_rank_1", r"(?s)rank 1 raised .*rank 1 fails on purpose"),
         ("dies_on_rank_1", r"conformance-rank-1 died \(exit code 3\)"),
+        ("aborts_on_rank_1", r"(?s)conformance-rank-1 died \(exit code -6\), the end of its log:.*on purpose.*Fatal"),
         ("hangs_on_rank_1", r"rank\(s\) \[0, 1\] did not answer within 8 s|rank\(s\) \[1\] did not answer"),
         ("raises_mid_window_on_rank_1", r"(?s)rank 1 raised .*rank 1 fails mid-window on purpose"),
         ("dies_mid_window_on_rank_1", r"conformance-rank-1 died \(exit code 3\)"),
@@ -81,14 +83,27 @@ def test_a_failing_rank_fails_the_cell_in_bounded_time(
     if scenario.startswith("hangs"):
         pool.answer_timeout = 8
     started = time.monotonic()
-    with pytest.raises(RankFailure, match=message):
+    crashes = pytest.warns(ranks.RankCrashWarning) if scenario.startswith("aborts") else nullcontext()
+    with crashes, pytest.raises(RankFailure, match=message):
         pool.run(scenario, CELL)
-    assert time.monotonic() - started < 60, "the failure took too long to report"
+    assert time.monotonic() - started < 60 * (2 if scenario.startswith("aborts") else 1), "the failure took too long"
     assert pool.alive == 0, "a rank process outlived the failure"
     leftover = [child.name for child in multiprocessing.active_children() if child.name.startswith("conformance-rank")]
     assert not leftover, f"rank processes left behind: {leftover}"
     assert not dist.is_initialized(), "the test process joined a process group"
-    assert len(ports) == 1 and not _listening(ports[0]), "the failed process group's rendezvous store still listens"
+    assert not any(_listening(port) for port in ports), "a failed process group's rendezvous store still listens"
+    assert len(ports) == (2 if scenario.startswith("aborts") else 1), "a crash ran other than once more"
     assert pool.run("rank_and_size", CELL) == [(0, 2), (1, 2)], "the next cell did not get a fresh pool"
-    assert len(ports) == 2, "the next cell did not start a new process group"
+    assert len(ports) == (3 if scenario.startswith("aborts") else 2), "the next cell did not start a new process group"
     pool.stop()
+
+
+def test_a_rank_that_crashes_once_is_reported_and_its_scenario_runs_again(pool: RankPool, tmp_path: Path) -> None:
+    """A crash (a rank killed by a signal) that does not happen again on a fresh pool warns, quoting the rank's log."""
+    try:
+        with pytest.warns(ranks.RankCrashWarning, match=r"(?s)conformance-rank-1 died \(exit code -6\).*Fatal"):
+            result = pool.run("aborts_once_on_rank_1", CELL, marker=str(tmp_path / "crashed"))
+        assert result == [0, 1]
+        assert pool.alive == 2, "the scenario's second run did not leave a working pool"
+    finally:
+        pool.stop()

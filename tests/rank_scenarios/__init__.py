@@ -33,6 +33,23 @@ def dies_on_rank_1(info: ImplementationInfo[Any], cell: Cell) -> None:
     dist.barrier()
 
 
+def aborts_on_rank_1(info: ImplementationInfo[Any], cell: Cell) -> None:
+    """Rank 1 aborts as a native library does, after writing a line to its standard error."""
+    if dist.get_rank() == 1:
+        os.write(2, b"terminate called after throwing an instance of 'on purpose'\n")
+        os.abort()
+    dist.barrier()
+
+
+def aborts_once_on_rank_1(info: ImplementationInfo[Any], cell: Cell, marker: str) -> int:
+    """Rank 1 aborts the first time (when ``marker`` does not exist yet, which it then creates); then passes."""
+    if dist.get_rank() == 1 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.abort()
+    dist.barrier()
+    return dist.get_rank()
+
+
 def hangs_on_rank_1(info: ImplementationInfo[Any], cell: Cell) -> None:
     if dist.get_rank() == 1:
         time.sleep(600)
