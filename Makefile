@@ -71,11 +71,17 @@ lint: env
 peers: env
 	$(BIN)/python scripts/peers --reports $(REPORTS)/peers
 
-# Lightning's own tests of manual optimization and LightningOptimizer, at the tag tests/lightning_own/expected.json
-# pins, with every single-device Trainer on the reference's strategy (not part of `make test`: it reads a clone of
-# Lightning, LIGHTNING_REPO=path, or clones the tag under .cache/, which needs the network).
-lightning-own-tests: env
+# Lightning's own tests of optimization on one CPU device, at the tag tests/lightning_own/expected.json pins, plain
+# and with every single-device Trainer on the reference's strategy, compared per test (not part of `make test`: it
+# takes about half an hour, and reads a clone of Lightning, LIGHTNING_REPO=path, or clones the tag under .cache/,
+# which needs the network). What those test files need beyond the dev tools goes to a folder of its own first.
+lightning-own-tests: env .cache/lightning-own-tests-deps/.installed
 	$(BIN)/python scripts/lightning-own-tests $(if $(LIGHTNING_REPO),--lightning-repo $(LIGHTNING_REPO))
+
+.cache/lightning-own-tests-deps/.installed: requirements/lightning-own-tests.txt
+	rm -rf $(@D)
+	$(BIN)/python -m pip install -q --no-deps --target $(@D) -r $<
+	touch $@
 
 # docs/dimensions.md: per requirement, the dimensions its checks vary (rendered from the checks' markers).
 dimensions: env

@@ -87,7 +87,7 @@ class Accumulation:
         else:
             window.steps += 1
             window.last_outcome = StepOutcome.STEPPED
-        window.optimizer.zero_grad(set_to_none=True)
+        window.clear_gradients()
         window.pending = 0
         window.stage = WindowStage.READY
 

@@ -43,7 +43,7 @@ class Closures:
         """One evaluation by the inner optimizer: gradients cleared, toggled, reduced, clipped [CLOS-004]."""
         window = context._windows[index]
         call.advance(CallStage.REEVALUATING)
-        window.optimizer.zero_grad(set_to_none=True)
+        window.clear_gradients()
         loss = context.run_closure(call, index, closure)
         context.parts.preparation.prepare_evaluation(context, window)
         call.advance(CallStage.STEPPING)

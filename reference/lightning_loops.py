@@ -692,11 +692,12 @@ class ReferenceStrategyBase(Strategy):
         """Lightning's training step, where the running loop runs it.
 
         Manual optimization: inside one ``TrainingContext.batch`` block. Automatic optimization: inside the closure
-        of the wrapper's ``step()``, in the block the batch opened.
+        of the wrapper's ``step()``, in the block the batch opened. Outside a run (before setup, after teardown: a
+        loop driven by hand) it is Lightning's own, on the Trainer's own optimizers.
         """
         loop = self._integration.loop
         if loop is None:
-            raise RuntimeError("training_step ran before the reference strategy was set up")
+            return super().training_step(*args, **kwargs)
         return loop.training_step(lambda: super(ReferenceStrategyBase, self).training_step(*args, **kwargs))
 
     def teardown(self) -> None:

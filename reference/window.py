@@ -79,6 +79,16 @@ class Window:
         """The optimizer's parameters, every group, in order (read each time: groups can be added)."""
         return [param for group in self.optimizer.param_groups for param in group["params"]]
 
+    def clear_gradients(self) -> None:
+        """Set the gradients of the parameters to ``None`` [ZERO-001, CLOS-004].
+
+        Not the inner optimizer's ``zero_grad``: that is the user's call (``wrapper.zero_grad()``), and an override
+        of it (or a framework that counts it) sees only the user's calls, not the context's own clearing.
+        """
+        for group in self.optimizer.param_groups:
+            for param in group["params"]:
+                param.grad = None
+
     def has_gradients(self) -> bool:
         """Whether any of the parameters has a gradient."""
         for group in self.optimizer.param_groups:

@@ -192,6 +192,50 @@ def test_optimizer_zero_grad_runs_where_lightning_runs_it(tmp_path: Path, accumu
     assert named(reference.events, *order) == named(lightning.events, *order)
 
 
+class CountingSGD(torch.optim.SGD):
+    """SGD that counts the calls of its ``zero_grad`` and ``step``, as an optimizer subclass of a user's would."""
+
+    def __init__(self, params: Any, **kwargs: Any) -> None:
+        super().__init__(params, **kwargs)
+        self.calls = {"zero_grad": 0, "step": 0}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.calls["zero_grad"] += 1
+        super().zero_grad(set_to_none)
+
+    def step(self, closure: Any = None) -> Any:
+        self.calls["step"] += 1
+        return super().step(closure)
+
+
+class WithCountingSGD(Recorder):
+    def configure_optimizers(self) -> Any:
+        self.counting = CountingSGD(self.net.parameters(), lr=0.1, momentum=0.9)
+        return self.counting
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_the_inner_optimizer_sees_lightnings_calls_only(tmp_path: Path, accumulate: int) -> None:
+    """The inner optimizer's ``zero_grad`` and ``step`` are called as often as under Lightning: the context clears
+    the gradients after a real step (ZERO-001) without calling the optimizer's ``zero_grad``."""
+    runs = both(tmp_path, WithCountingSGD, 10, accumulate_grad_batches=accumulate)
+    lightning, reference = runs["lightning"][0].counting.calls, runs["reference"][0].counting.calls
+    assert lightning == {"zero_grad": 2 * len(windows(10, accumulate))} | {"step": 2 * len(windows(10, accumulate))}
+    assert reference == lightning
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_strategy_outside_a_fit_runs_lightnings_training_step(tmp_path: Path, kind: str) -> None:
+    """After ``fit`` (a loop driven by hand, as Lightning's own tests drive one) ``training_step`` is Lightning's."""
+    model, trainer = both(tmp_path, Recorder, 4)[kind]
+    batch = next(iter(regression_loader(batches=1)))
+    with torch.no_grad():
+        want = model.loss(batch)
+        got = trainer.strategy.training_step(batch, 0)
+    torch.testing.assert_close(got, want)
+    assert model.events[-1] == ("training_step", 0, trainer.global_step)
+
+
 class SteppingEveryOtherBatch(Recorder):
     """An ``optimizer_step`` that runs the closure every batch, but steps only at odd batches."""
 

@@ -57,21 +57,32 @@ def test_outcomes_and_verdicts_from_a_junit_report(tmp_path: Path) -> None:
         "trainer/optimization/test_manual_optimization.py::test_a[gpu]": ("skipped", "Requires: [GPUs>=1]"),
         "trainer/optimization/test_manual_optimization.py::test_b": ("failed", "boom"),
     }
-    failing = {
-        "core/test_lightning_optimizer.py::test_lightning_optimizer": "asserts Lightning's class name",
-        "core/test_lightning_optimizer.py::test_state": "listed, but it passes",
-        "core/test_lightning_optimizer.py::test_gone": "listed, not collected",
+    plain = {**found, "trainer/optimization/test_manual_optimization.py::test_b": ("passed", "")}
+    plain["core/test_lightning_optimizer.py::test_lightning_optimizer"] = ("passed", "")
+    plain["core/test_lightning_optimizer.py::test_plain_fails"] = ("failed", "needs a GPU")
+    reference = {**found, "core/test_lightning_optimizer.py::test_plain_fails": ("failed", "needs a GPU")}
+    may_differ = {
+        "core/test_lightning_optimizer.py::test_lightning_optimizer": {"class": "internal", "reason": "the class name"},
+        "core/test_lightning_optimizer.py::test_state": {"class": "divergence", "reason": "listed, but it passes"},
+        "core/test_lightning_optimizer.py::test_gone": {"class": "internal", "reason": "listed, not collected"},
     }
-    lines = script.compare(found, failing)
-    unexpected = sorted(line.split()[2] for line in lines if line.startswith("!!"))
+    lines = script.compare(plain, reference, may_differ)
+    unexpected = sorted(line.split()[2].rstrip(":") for line in lines if line.startswith("!!"))
     assert unexpected == [
-        "core/test_lightning_optimizer.py::test_gone:",
-        "core/test_lightning_optimizer.py::test_state:",
-        "trainer/optimization/test_manual_optimization.py::test_b:",
+        "core/test_lightning_optimizer.py::test_gone",  # listed, not collected
+        "core/test_lightning_optimizer.py::test_state",  # listed, passes now
+        "trainer/optimization/test_manual_optimization.py::test_b",  # passes plain, fails with the reference
     ]
-    assert any(
-        line.split()[:2] == ["failed", "core/test_lightning_optimizer.py::test_lightning_optimizer"] for line in lines
-    )
+    expected = [line.split()[:2] for line in lines if not line.startswith("!!")]
+    assert ["internal", "core/test_lightning_optimizer.py::test_lightning_optimizer:"] in expected
+    assert ["plain-failed", "core/test_lightning_optimizer.py::test_plain_fails:"] in expected
+    assert ["plain-skipped", "trainer/optimization/test_manual_optimization.py::test_a[gpu]:"] in expected
+    assert len(lines) == 6, "a test passed on both sides and unlisted is not a line"
+
+    table = script.per_file(plain, reference)
+    assert table[2] == "| core/test_lightning_optimizer.py | 2 | 1 | 0 | 1 | 2 | 0 |"
+    assert table[3] == "| trainer/optimization/test_manual_optimization.py | 1 | 0 | 1 | 0 | 1 | 1 |"
+    assert table[-1] == "| all | 3 | 1 | 1 | 1 | 3 | 1 |"
 
 
 def test_the_import_rewrite_targets_the_standalone_packages(tmp_path: Path) -> None:
@@ -89,11 +100,16 @@ def test_the_import_rewrite_targets_the_standalone_packages(tmp_path: Path) -> N
     ]
 
 
-def test_expected_outcomes_name_a_pinned_tag_and_a_reason_for_each_failure() -> None:
+def test_expected_outcomes_name_a_pinned_tag_and_a_class_and_reason_for_each_difference() -> None:
+    script = _script()
     expected = json.loads((REPO / "tests" / "lightning_own" / "expected.json").read_text(encoding="utf-8"))
     assert expected["tag"].count(".") == 2
     assert all(path.startswith("tests/tests_pytorch/") for path in expected["files"] + expected["support"])
-    assert expected["failing"] and all(len(reason) > 40 for reason in expected["failing"].values())
+    assert expected["may_differ"]
+    for function, entry in expected["may_differ"].items():
+        assert "::" in function and "[" not in function, f"{function}: a test function, parameters left out"
+        assert entry["class"] in script.CLASSES, f"{function}: class {entry['class']!r}"
+        assert len(entry["reason"]) > 40, f"{function}: a reason of one real line"
 
 
 def test_the_swap_gives_single_device_cpu_trainers_the_reference_strategy(tmp_path: Path) -> None:

@@ -1,16 +1,17 @@
 """pytest plugin for Lightning's own tests: every single-device CPU ``Trainer`` runs the reference's strategy.
 
 A ``Trainer`` built with the default ``strategy="auto"``, on one device (``devices`` left out, ``1``, ``"1"`` or
-``[0]``) and the CPU (``accelerator`` left out or ``"cpu"``), gets ``ReferenceSingleDeviceStrategy()``; every other
-``Trainer`` is left as its test wrote it. Loaded with ``-p reference_swap`` by ``scripts/lightning-own-tests``.
-torch_xla is imported first when installed: Lightning's accelerator discovery imports it inside a test, which sets
-environment variables that the tests' own leak check would blame on that test.
+``[0]``) and the CPU (``accelerator`` left out or ``"cpu"``), each also as the ``PL_TRAINER_*`` environment variables
+that Lightning reads set it, gets ``ReferenceSingleDeviceStrategy()``; every other
+``Trainer`` is left as its test wrote it. Loaded with ``-p reference_swap`` by ``scripts/lightning-own-tests``;
+torch_xla is imported first, as on the plain side (``xla_first.py``, which says why).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from typing import Any
 
 from pytorch_lightning import Trainer
@@ -18,7 +19,7 @@ from pytorch_lightning import Trainer
 from lightning_optimizer.reference.lightning import ReferenceSingleDeviceStrategy
 
 if importlib.util.find_spec("torch_xla") is not None:
-    import torch_xla  # noqa: F401
+    import torch_xla  # noqa: F401 - before any test, as xla_first.py does on the plain side
 
 SWAPPED: list[Trainer] = []
 """The Trainers that got the reference's strategy, in order."""
@@ -26,11 +27,16 @@ SWAPPED: list[Trainer] = []
 _lightning_init = Trainer.__init__
 
 
+def _argument(kwargs: dict[str, Any], name: str) -> Any:
+    """A Trainer argument as Lightning resolves it: given, else from ``PL_TRAINER_<NAME>``, else ``"auto"``."""
+    return kwargs.get(name, os.environ.get(f"PL_TRAINER_{name.upper()}", "auto"))
+
+
 def _single_device(kwargs: dict[str, Any]) -> bool:
     return (
-        kwargs.get("strategy", "auto") == "auto"
-        and kwargs.get("devices", "auto") in ("auto", 1, "1", [0])
-        and kwargs.get("accelerator", "auto") in ("auto", "cpu")
+        _argument(kwargs, "strategy") == "auto"
+        and _argument(kwargs, "devices") in ("auto", 1, "1", [0])
+        and _argument(kwargs, "accelerator") in ("auto", "cpu")
     )
 
 
