@@ -126,3 +126,22 @@ def test_the_swap_gives_single_device_cpu_trainers_the_reference_strategy(tmp_pa
         assert [single] == reference_swap.SWAPPED
     finally:
         Trainer.__init__ = reference_swap._lightning_init  # type: ignore[method-assign]
+
+
+def test_the_listed_folders_and_files_give_the_test_files_a_pattern_selects(tmp_path: Path) -> None:
+    script = _script()
+    tests = tmp_path / "tests"
+    names = ("loops/test_a.py", "loops/optimization/test_b.py", "loops/helper.py", "core/test_c.py", "core/test_d.py")
+    for name in names:
+        (tests / "tests_pytorch" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tests / "tests_pytorch" / name).write_text("", encoding="utf-8")
+    listed = ["tests/tests_pytorch/loops", "tests/tests_pytorch/core/test_c.py"]
+    assert script.test_files(tests, listed, None) == [
+        "tests_pytorch/loops/optimization/test_b.py",
+        "tests_pytorch/loops/test_a.py",
+        "tests_pytorch/core/test_c.py",
+    ]
+    assert script.test_files(tests, listed, ["test_b", "core/"]) == [
+        "tests_pytorch/loops/optimization/test_b.py",
+        "tests_pytorch/core/test_c.py",
+    ]
