@@ -3,23 +3,19 @@
 A ``Trainer`` built with the default ``strategy="auto"``, on one device (``devices`` left out, ``1``, ``"1"`` or
 ``[0]``) and the CPU (``accelerator`` left out or ``"cpu"``), each also as the ``PL_TRAINER_*`` environment variables
 that Lightning reads set it, gets ``ReferenceSingleDeviceStrategy()``; every other
-``Trainer`` is left as its test wrote it. Loaded with ``-p reference_swap`` by ``scripts/lightning-own-tests``;
-torch_xla is imported first, as on the plain side (``xla_first.py``, which says why).
+``Trainer`` is left as its test wrote it. Loaded with ``-p reference_swap`` by ``scripts/lightning-own-tests``, after
+``-p xla_first`` as on the plain side.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 from typing import Any
 
 from pytorch_lightning import Trainer
 
 from lightning_optimizer.reference.lightning import ReferenceSingleDeviceStrategy
-
-if importlib.util.find_spec("torch_xla") is not None:
-    import torch_xla  # noqa: F401 - before any test, as xla_first.py does on the plain side
 
 SWAPPED: list[Trainer] = []
 """The Trainers that got the reference's strategy, in order."""
