@@ -79,7 +79,10 @@ class Accumulation:
         window.stage = WindowStage.READY
 
     def closed(self, window: Window, *, skipped: bool) -> None:
-        """The real step returned: the window empty, the step counted unless skipped [AMP-004, ZERO-001, SCHED-002]."""
+        """The real step returned: the window empty, the step counted unless skipped [AMP-004, SCHED-002].
+
+        What the step leaves of its gradients is the zeroing setting's (:mod:`.zeroing`).
+        """
         if skipped:
             window.last_outcome = StepOutcome.SKIPPED_NON_FINITE
             # A scheduler built on the inner optimizer would otherwise warn that it stepped first.
@@ -87,7 +90,6 @@ class Accumulation:
         else:
             window.steps += 1
             window.last_outcome = StepOutcome.STEPPED
-        window.clear_gradients()
         window.pending = 0
         window.stage = WindowStage.READY
 

@@ -88,7 +88,10 @@ class LossScaling:
         """
         if any(window.stage is WindowStage.PREPARED for window in windows):
             return
-        self.update(tensor for window in windows for tensor in parallel.window_tensors(window))
+        # What a real step left and no window took yet (zero_grad_after_step=False) is unscaled already [ZERO-005].
+        self.update(
+            tensor for window in windows for tensor in parallel.window_tensors(window) if not window.holds_left(tensor)
+        )
 
     def state_dict(self) -> dict[str, Any] | None:
         """What a checkpoint holds of the scaling (``None``: nothing)."""
@@ -152,8 +155,10 @@ class GradScaling(LossScaling):
 
     def step(self, optimizer: torch.optim.Optimizer, step: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
         """The scaler's step of ``optimizer``; ``False`` when it skipped the step for non-finite gradients."""
-        if not _gradients(optimizer):
-            step(**kwargs)  # nothing to unscale, nothing to find non-finite: GradScaler.step would refuse
+        if not torch_compat.has_unscaled(self._scaler, optimizer):
+            # Nothing was scaled in the window (no gradient when it was unscaled; what it carries from the last step
+            # is unscaled already): nothing to find non-finite, and GradScaler.step would unscale the carried part.
+            step(**kwargs)
             return True
         if torch_compat.steps_through_inf(optimizer) and torch_compat.found_inf(self._scaler, optimizer):
             self._stepped_since_update = True

@@ -18,6 +18,7 @@ from lightning_optimizer.reference.window import Window, WindowStage
 
 if TYPE_CHECKING:
     from lightning_optimizer.reference.failure import Transaction
+    from lightning_optimizer.reference.zeroing import Taking
 
 __all__ = ["Call", "CallStage"]
 
@@ -53,7 +54,7 @@ _NEXT: dict[CallStage, frozenset[CallStage]] = {
 class Call:
     """One ``step()`` call of ``window``: its stage, and whether it closes the window (``real``)."""
 
-    __slots__ = ("prepared_before", "real", "skipped", "stage", "stage_before", "transaction", "window")
+    __slots__ = ("prepared_before", "real", "skipped", "stage", "stage_before", "taking", "transaction", "window")
 
     def __init__(self, window: Window, *, real: bool) -> None:
         self.window = window
@@ -67,6 +68,8 @@ class Call:
         """The loss scaler skipped the real step for non-finite gradients."""
         self.transaction: Transaction
         """The failure policy's transaction of this call (set when the call begins)."""
+        self.taking: Taking | None = None
+        """What the window held before this call took its carried part (``zero_grad_after_step=False``), if it did."""
         window.stage = WindowStage.CLOSING if real else WindowStage.ACCUMULATING
 
     def advance(self, to: CallStage) -> None:

@@ -32,6 +32,7 @@ def _context_for(
     gradient_clip_algorithm: ClipAlgorithm = "norm",
     grad_scaler: GradScalerSettings | None = None,
     on_failure: FailurePolicy = "discard",
+    zero_grad_after_step: bool = True,
 ) -> TrainingContext:
     scaler = None
     if grad_scaler is not None and cell.precision == "16-mixed":  # the suite passes settings in 16-mixed only
@@ -45,6 +46,7 @@ def _context_for(
         scaler=scaler,
         strategy="fsdp" if cell.strategy == "fsdp" else "ddp",
         on_failure=on_failure,
+        zero_grad_after_step=zero_grad_after_step,
     )
 
 

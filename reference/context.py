@@ -27,6 +27,7 @@ from lightning_optimizer.reference.state import StateFormat, copy_state, restore
 from lightning_optimizer.reference.toggling import Toggling
 from lightning_optimizer.reference.window import Window, WindowStage
 from lightning_optimizer.reference.wrapper import WrappedOptimizer, wrapper_class
+from lightning_optimizer.reference.zeroing import zeroing
 from lightning_optimizer.spec.context import BackwardHook, OptimizerStepHook, StepHook
 from lightning_optimizer.spec.types import DeviceKind, FailurePolicy, Precision
 
@@ -70,6 +71,7 @@ class TrainingContext:
         scaler: GradScaler | None = None,
         strategy: Literal["ddp", "fsdp"] = "ddp",
         on_failure: FailurePolicy = "discard",
+        zero_grad_after_step: bool = True,
     ) -> None:
         plugin = resolve_precision(precision)
         clip_val, clip_algorithm = check_clipping(gradient_clip_val, gradient_clip_algorithm)
@@ -82,6 +84,7 @@ class TrainingContext:
             preparation=preparation(clip_val, clip_algorithm),
             parallel=data_parallel(strategy),
             failure=failure_policy(on_failure),
+            zeroing=zeroing(zero_grad_after_step),
             toggling=Toggling(),
             closures=Closures(),
             hooks=Hooks(),
@@ -111,6 +114,11 @@ class TrainingContext:
         return self.parts.failure.name
 
     @property
+    def zero_grad_after_step(self) -> bool:
+        """Whether a real step clears its gradients (``False``: the user's ``zero_grad()`` does) [ZERO-003]."""
+        return self.parts.zeroing.clears_after_step
+
+    @property
     def accumulate_grad_batches(self) -> int:
         """Micro-steps per window when ``make_optimizer_step`` is ``None``.
 
@@ -136,10 +144,13 @@ class TrainingContext:
         return any(window.pending for window in self._windows)
 
     def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Move ``module`` to the device and cast it to the precision (in place); wrap it for DDP or shard it."""
+        """Cast ``module`` as the precision does and move it to the device (in place); wrap it for DDP or shard it.
+
+        The cast comes first, as in Lightning: a module the precision refuses (PREC-002) is left as it was.
+        """
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"prepare_module expects a torch.nn.Module, got {type(module).__name__}")
-        module = self.parts.precision.convert_module(module.to(self.device))
+        module = self.parts.precision.convert_module(module).to(self.device)
         module, self.parts.parallel = self.parts.parallel.prepare(module, self.device)
         return module
 
@@ -178,7 +189,9 @@ class TrainingContext:
         parts.refusals.check_step(self, window, closure, make_optimizer_step, kwargs)
         real = parts.accumulation.closes(make_optimizer_step, window.pending, self._position)
         parts.refusals.check_transition(window, real, closure)
+        taking = None if window.left is None else parts.zeroing.take(window)  # the window's first micro-step [ZERO-005]
         call = self._call = Call(window, real=real)
+        call.taking = taking
         call.transaction = self._begin(call, closure)
         try:
             result = self._run(call, index, closure, kwargs, wrapper)
@@ -254,11 +267,14 @@ class TrainingContext:
         if discarded:
             if prepared:
                 scaling.forget(window.optimizer)  # the window it unscaled is gone: the next one unscales anew
-            error.add_note(discard_note(window))
+            error.add_note(discard_note(window, carried=bool(window.carried)))
+            self.parts.zeroing.drop(window)  # the carried part goes with the window [ZERO-007]
             self.parts.accumulation.discarded(window)
             return
         if prepared_here:
             scaling.forget(window.optimizer)  # this call's unscaling is undone with the window
+        if call.taking is not None:
+            self.parts.zeroing.untake(window, call.taking)  # the carried part as before the call [ZERO-007]
         window.stage = call.stage_before
 
     def _finish(self, call: Call) -> None:
@@ -268,6 +284,7 @@ class TrainingContext:
             self.parts.accumulation.accumulated(call.window)
             return
         self.parts.accumulation.closed(call.window, skipped=call.skipped)
+        self.parts.zeroing.after_step(call.window, skipped=call.skipped)  # cleared, or left to the user [ZERO-001]
         if self._position is None:
             self._end_iteration()
 
@@ -321,6 +338,7 @@ class TrainingContext:
         hooks = parts.hooks
         with outside_autocast(parts.device.torch_device):
             parts.refusals.check_backward(self, loss)
+            self._take_carried()
             if hooks.before_backward:
                 hooks.run_backward(hooks.before_backward, wrapper, loss)
             backward: Callable[..., None] = parts.scaling.scale(loss, parts.accumulation.every).backward
@@ -329,12 +347,33 @@ class TrainingContext:
             if hooks.after_backward:
                 hooks.run_backward(hooks.after_backward, wrapper, loss)
 
+    def _take_carried(self) -> None:
+        """A wrapper's backward: the windows that carry what their last step left take it now [ZERO-005, ZERO-006].
+
+        Those that hold a parameter requiring grad (not toggled off), which the backward may reach; each is checked
+        before any takes.
+        """
+        carrying = [
+            window
+            for window in self._windows
+            if window.left is not None and any(param.requires_grad for param in window.left)
+        ]
+        if not carrying:
+            return
+        zeroing = self.parts.zeroing
+        for window in carrying:
+            zeroing.check_take(window)
+        for window in carrying:
+            zeroing.take(window)
+
     def _unscale_gradients(self, index: int) -> None:
         """``wrapper.unscale_gradients()``: prepare the window now [CLIP-002]."""
         window, call = self._windows[index], self._call
         self.parts.refusals.check_unscale(window)
         if self.parts.refusals.prepared(self, window):
             return
+        if window.left is not None:
+            self.parts.zeroing.take(window)  # the window's preparation begins: it carries what was left [ZERO-005]
         if call is not None and call.window is window and call.stage is CallStage.REEVALUATING:
             return  # the inner optimizer's own evaluation: the context prepares it [CLOS-005]
         if call is not None and call.window is window:  # in the closure of the closing step
@@ -352,6 +391,7 @@ class TrainingContext:
             return
         if call is not None and call.window is window:
             call.transaction.cleared(set_to_none)
+        self.parts.zeroing.clear(window, set_to_none)  # what the window carries goes too [ZERO-005]
         window.optimizer.zero_grad(set_to_none=set_to_none)
         self.parts.parallel.clear_unsynced(window)
 

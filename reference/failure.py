@@ -83,12 +83,16 @@ def failure_policy(name: object) -> FailurePolicyRule:
     raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {name!r}")
 
 
-def discard_note(window: Window) -> str:
-    """The note a discarded window's exception carries: what was lost, and how to keep it [FAIL-003]."""
+def discard_note(window: Window, *, carried: bool = False) -> str:
+    """The note a discarded window's exception carries: what was lost, and how to keep it [FAIL-003, ZERO-007].
+
+    ``carried``: the window also carried the gradients of the last real step (``zero_grad_after_step=False``).
+    """
+    also = " and the gradients it carried from the last real step" if carried else ""
     return (
         f"on_failure='discard': the window of {type(window.optimizer).__name__} was discarded with its "
-        f"{window.pending + 1} micro-step(s); build the TrainingContext with on_failure='restore' to keep a failed "
-        "call's window"
+        f"{window.pending + 1} micro-step(s){also}; build the TrainingContext with on_failure='restore' to keep a "
+        "failed call's window"
     )
 
 

@@ -27,7 +27,16 @@ from lightning_optimizer.reference.fsdp import (
 )
 from lightning_optimizer.reference.window import Window
 
-__all__ = ["DataParallel", "Replicated", "Sharded", "data_parallel", "distributed_world_size", "no_sync"]
+__all__ = [
+    "DataParallel",
+    "Replicated",
+    "Sharded",
+    "as_shard_of",
+    "data_parallel",
+    "distributed_world_size",
+    "local_shard",
+    "no_sync",
+]
 
 _NOTHING = nullcontext()
 
@@ -179,7 +188,7 @@ class Sharded(Replicated):
         for param in params:
             full = unsynced.get(id(param))
             grads.append(None if full is None or full.grad is None else full.grad.detach().clone())
-        sharded = [None if p.grad is None else _local_shard(p.grad).detach().clone() for p in params]
+        sharded = [None if p.grad is None else local_shard(p.grad).detach().clone() for p in params]
         return {"grads": grads, "sharded_grads": sharded}
 
     def check_window_state(self, index: int, params: list[torch.Tensor], entry: WindowEntry) -> None:
@@ -191,7 +200,7 @@ class Sharded(Replicated):
                 "saved by a context without FSDP"
             )
         for j, (param, shard) in enumerate(zip(params, shards, strict=True)):
-            local = _local_shard(param)
+            local = local_shard(param)
             if shard is not None and (not isinstance(shard, torch.Tensor) or shard.shape != local.shape):
                 what = getattr(shard, "shape", type(shard).__name__)
                 raise ValueError(
@@ -209,7 +218,7 @@ class Sharded(Replicated):
                         full = unsynced.get(id(param))
                         if full is not None:
                             full.grad = None if grad is None else grad.to(device=full.device, dtype=full.dtype).clone()
-                        param.grad = None if shard is None else _as_shard_of(param, shard)
+                        param.grad = None if shard is None else as_shard_of(param, shard)
         finally:
             for unit in units:
                 unit.reshard()
@@ -229,11 +238,12 @@ def data_parallel(strategy: object) -> DataParallel:
     return Replicated()
 
 
-def _local_shard(tensor: torch.Tensor) -> torch.Tensor:
+def local_shard(tensor: torch.Tensor) -> torch.Tensor:
+    """The rank's own part of ``tensor``: its local shard when it is a ``DTensor``, else itself."""
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
-def _as_shard_of(param: torch.Tensor, shard: torch.Tensor) -> torch.Tensor:
+def as_shard_of(param: torch.Tensor, shard: torch.Tensor) -> torch.Tensor:
     """A gradient for the sharded ``param`` whose local part is ``shard``."""
     local = shard.to(device=param.device, dtype=param.dtype).clone()
     if not isinstance(param, DTensor):

@@ -1,6 +1,8 @@
 """Precision: how each precision casts the module, and where forward and backward passes run relative to autocast.
 
-Autocast as torch's AMP recipe and Lightning use it: the region's weight cache off, so that a forward after a real
+Module casting as Lightning's precision plugins do it: 64-true as ``module.double()``, the ``-true`` half precisions
+as ``module.to(dtype)``, 32-true and the mixed precisions not at all [PREC-001, PREC-002]. Autocast as torch's AMP
+recipe and Lightning use it: the region's weight cache off, so that a forward after a real
 step in the same region casts the new parameters [PREC-004], and every backward of the context outside the region
 [BWD-002]. Loss scaling is in :mod:`.amp`.
 """
@@ -14,7 +16,7 @@ import torch
 
 from lightning_optimizer.spec.types import PRECISIONS, Precision
 
-__all__ = ["SUPPORTED_PRECISIONS", "PrecisionPlugin", "outside_autocast", "resolve_precision"]
+__all__ = ["SUPPORTED_PRECISIONS", "PrecisionPlugin", "check_no_complex", "outside_autocast", "resolve_precision"]
 
 
 _NO_AUTOCAST = nullcontext()
@@ -23,16 +25,32 @@ _NO_AUTOCAST = nullcontext()
 
 @dataclass(frozen=True)
 class PrecisionPlugin:
-    """One precision: the dtype parameters live in, the autocast dtype (mixed only), whether losses are scaled."""
+    """One precision: the dtype it casts the module to, the autocast dtype (mixed only), whether losses are scaled.
+
+    ``param_dtype`` is the floating-point dtype ``prepare_module`` casts to: float64 in 64-true, bfloat16 and float16
+    in the ``-true`` half precisions; ``None`` in 32-true and the mixed precisions, which convert nothing, as
+    Lightning's plugins do [PREC-001, PREC-002].
+    """
 
     name: Precision
-    param_dtype: torch.dtype
+    param_dtype: torch.dtype | None
     autocast_dtype: torch.dtype | None = None
     scales_loss: bool = False
 
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Cast the module's floating-point parameters and buffers to the parameter dtype."""
-        return module.to(dtype=self.param_dtype)
+        """Cast the module as Lightning's plugin for the precision does (in place) [PREC-001, PREC-002].
+
+        64-true: floating-point tensors to float64, as ``module.double()`` (complex and integer ones kept). The
+        ``-true`` half precisions: ``module.to(dtype)``, which would also cast complex tensors and discard their
+        imaginary part, so a complex parameter or buffer is refused first. The others: nothing.
+        """
+        dtype = self.param_dtype
+        if dtype is None:
+            return module
+        if dtype is torch.float64:
+            return module.double()
+        check_no_complex(module, self.name, dtype)
+        return module.to(dtype=dtype)
 
     def autocast(self, device: torch.device) -> AbstractContextManager[None]:
         """The forward-pass region: autocast to the mixed dtype, or nothing for a true precision.
@@ -45,12 +63,36 @@ class PrecisionPlugin:
         return torch.autocast(device_type=device.type, dtype=self.autocast_dtype, cache_enabled=False)
 
     def check_parameter(self, param: torch.Tensor) -> None:
-        """Refuse a floating-point parameter that is not in the parameter dtype."""
-        if param.is_floating_point() and param.dtype != self.param_dtype:
+        """Refuse a floating-point parameter in a dtype this precision does not train [ERR-007]."""
+        if not param.is_floating_point():
+            return
+        if self.param_dtype is not None and param.dtype != self.param_dtype:
             raise ValueError(
                 f"precision {self.name!r} needs {self.param_dtype} parameters, but the optimizer holds a "
                 f"{param.dtype} parameter: call context.prepare_module(model) before building the optimizer on "
                 "its parameters"
+            )
+        if self.scales_loss and param.dtype == torch.float16:
+            raise ValueError(
+                f"precision {self.name!r} scales the loss with torch.amp.GradScaler, which cannot unscale the "
+                "gradients of a torch.float16 parameter: keep the module's parameters in float32 (16-mixed runs the "
+                "forward in float16 under autocast), or use precision '16-true' for float16 weights"
+            )
+
+
+def check_no_complex(module: torch.nn.Module, precision: str, dtype: torch.dtype) -> None:
+    """Refuse a module with a complex parameter or buffer, which ``module.to(dtype)`` would make real [PREC-002]."""
+    named = [
+        *(("parameter", name, tensor) for name, tensor in module.named_parameters()),
+        *(("buffer", name, tensor) for name, tensor in module.named_buffers()),
+    ]
+    for kind, name, tensor in named:
+        if tensor.is_complex():
+            raise ValueError(
+                f"precision {precision!r} casts the module with module.to({dtype}), which would discard the imaginary "
+                f"part of its complex {kind} {name!r} ({tensor.dtype}); keep complex values out of the module's "
+                "parameters and buffers (compute them in forward), or use a precision that keeps them (32-true, "
+                "64-true or a mixed one)"
             )
 
 
@@ -67,10 +109,11 @@ def outside_autocast(device: torch.device) -> AbstractContextManager[None]:
 
 _PLUGINS: dict[str, PrecisionPlugin] = {
     "64-true": PrecisionPlugin("64-true", torch.float64),
-    "32-true": PrecisionPlugin("32-true", torch.float32),
+    "32-true": PrecisionPlugin("32-true", None),
     "bf16-true": PrecisionPlugin("bf16-true", torch.bfloat16),
-    "bf16-mixed": PrecisionPlugin("bf16-mixed", torch.float32, autocast_dtype=torch.bfloat16),
-    "16-mixed": PrecisionPlugin("16-mixed", torch.float32, autocast_dtype=torch.float16, scales_loss=True),
+    "16-true": PrecisionPlugin("16-true", torch.float16),
+    "bf16-mixed": PrecisionPlugin("bf16-mixed", None, autocast_dtype=torch.bfloat16),
+    "16-mixed": PrecisionPlugin("16-mixed", None, autocast_dtype=torch.float16, scales_loss=True),
 }
 
 SUPPORTED_PRECISIONS: frozenset[Precision] = frozenset(plugin.name for plugin in _PLUGINS.values())

@@ -1,9 +1,10 @@
 """The preparation of a window for its real step: its steps, in order, once per window.
 
 The window's mean [ACC-001, AMP-007], the cross-replica reduction of the device [XLA-001], the loss scaler's
-unscaling [AMP-002], clipping [CLIP-001]: each step is one object, and :class:`Preparation` runs them in order. An
-optimizer that evaluates its closure itself has each evaluation's gradients reduced and clipped
-(:attr:`Preparation.evaluation`). ``unscale_gradients()`` runs the same preparation early [CLIP-002].
+unscaling [AMP-002], the gradients carried from the last step [ZERO-005], clipping [CLIP-001]: each step is one
+object, and :class:`Preparation` runs them in order. An optimizer that evaluates its closure itself has each
+evaluation's gradients reduced and clipped (:attr:`Preparation.evaluation`). ``unscale_gradients()`` runs the same
+preparation early [CLIP-002].
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+import torch
+
 from lightning_optimizer.reference.accumulation import normalise_window
 from lightning_optimizer.reference.clipping import ClipAlgorithm, clip_gradients
 from lightning_optimizer.reference.window import Window
@@ -19,7 +22,16 @@ from lightning_optimizer.reference.window import Window
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
 
-__all__ = ["Clipping", "Preparation", "PreparationStep", "Reduction", "Unscaling", "WindowMean", "preparation"]
+__all__ = [
+    "AddCarried",
+    "Clipping",
+    "Preparation",
+    "PreparationStep",
+    "Reduction",
+    "Unscaling",
+    "WindowMean",
+    "preparation",
+]
 
 
 class PreparationStep(Protocol):
@@ -72,6 +84,31 @@ class Unscaling:
         context.parts.scaling.unscale(window.optimizer)
 
 
+class AddCarried:
+    """``zero_grad_after_step=False``: the gradients the window carries from the last step, added to its mean.
+
+    After the mean, the reduction and the unscaling, which the carried part went through at its own step, and
+    before clipping, which clips what the step applies [ZERO-005]. The carried tensors stay as they are (a failed
+    call may put them back).
+    """
+
+    def changes(self, context: TrainingContext, window: Window) -> bool:
+        """Whether the window carries anything."""
+        return bool(window.carried)
+
+    def __call__(self, context: TrainingContext, window: Window) -> None:
+        """Add the carried gradients to the parameters' (a copy of them where a parameter has none)."""
+        carried = window.carried
+        if not carried:
+            return
+        with torch.no_grad():
+            for param, grad in carried.items():
+                if param.grad is None:
+                    param.grad = grad.clone()
+                else:
+                    param.grad.add_(grad)
+
+
 @dataclass(frozen=True)
 class Clipping:
     """Gradient clipping by total norm over every parameter of the optimizer, or by value."""
@@ -111,6 +148,10 @@ class Preparation:
 
 
 def preparation(clip_val: float | None, clip_algorithm: ClipAlgorithm) -> Preparation:
-    """The contract's order: mean, reduction, unscaling, clipping (when configured) [AMP-002, CLIP-001, XLA-001]."""
+    """The contract's order: mean, reduction, unscaling, the carried part, clipping (when configured).
+
+    [AMP-002, CLIP-001, XLA-001, ZERO-005]
+    """
     clipping: tuple[PreparationStep, ...] = () if clip_val is None else (Clipping(clip_val, clip_algorithm),)
-    return Preparation(steps=(WindowMean(), Reduction(), Unscaling(), *clipping), evaluation=(Reduction(), *clipping))
+    steps: tuple[PreparationStep, ...] = (WindowMean(), Reduction(), Unscaling(), AddCarried(), *clipping)
+    return Preparation(steps=steps, evaluation=(Reduction(), *clipping))

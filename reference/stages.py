@@ -3,21 +3,21 @@
 A :class:`~lightning_optimizer.reference.TrainingContext` is composed of collaborators (``context.parts``,
 :class:`~lightning_optimizer.reference.context.Parts`), each one object: the precision, loss scaling, the device,
 the accumulation rule, the preparation steps, data parallelism, the failure policy, toggling, closures, hooks,
-refusals and the checkpoint format. A variant of the reference (the project's broken implementations in
-``tests/mutants``, a framework's subclass) replaces a collaborator with another object that keeps its protocol, or
-overrides one of the :data:`STAGE_NAMES`: the public stages of a call. It never replaces the call itself (the
-transaction around the stages), so a failed call is still left as its failure policy says. ``tests/test_mutants.py``
-holds every mutant to this seam.
+refusals, the checkpoint format and what a real step leaves of its gradients. A variant of the reference (the
+project's broken implementations in ``tests/mutants``, a framework's subclass) replaces a collaborator with another
+object that keeps its protocol, or overrides one of the :data:`STAGE_NAMES`: the public stages of a call. It never
+replaces the call itself (the transaction around the stages), so a failed call is still left as its failure policy
+says. ``tests/test_mutants.py`` holds every mutant to this seam.
 
 The protocols are the collaborators' classes themselves, documented where they live:
 
 - :class:`~.precision.PrecisionPlugin`, :class:`~.amp.LossScaling`, :class:`~.devices.Device`;
 - :class:`~.accumulation.Accumulation`; :class:`~.preparation.Preparation` and its
-  :class:`~.preparation.PreparationStep` (``WindowMean``, ``Reduction``, ``Unscaling``, ``Clipping``);
+  :class:`~.preparation.PreparationStep` (``WindowMean``, ``Reduction``, ``Unscaling``, ``AddCarried``, ``Clipping``);
 - :class:`~.parallel.Replicated` and :class:`~.parallel.Sharded`;
 - :class:`~.failure.FailurePolicyRule` and its :class:`~.failure.Transaction` (``Discard``, ``Restore``);
 - :class:`~.toggling.Toggling`, :class:`~.closures.Closures`, :class:`~.hooks.Hooks`, :class:`~.refusals.Refusals`,
-  :class:`~.state.StateFormat`.
+  :class:`~.state.StateFormat`, :class:`~.zeroing.Zeroing` (``ClearAfterStep``, ``LeaveToUser``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from lightning_optimizer.reference.preparation import Preparation
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.reference.toggling import Toggling
+from lightning_optimizer.reference.zeroing import Zeroing
 
 __all__ = ["COLLABORATORS", "CONSTRUCTION_HOOKS", "STAGE_NAMES", "Parts"]
 
@@ -73,6 +74,8 @@ class Parts:
     """Every refusal, before anything changes [ERR-*, REENT-001, CLIP-002]."""
     state: StateFormat
     """The context's checkpoint [CKPT-*]."""
+    zeroing: Zeroing
+    """What a real step leaves of its gradients: cleared, or left to the user and carried [ZERO-*]."""
 
 
 COLLABORATORS: frozenset[str] = frozenset(field.name for field in dataclasses.fields(Parts))

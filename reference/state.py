@@ -1,8 +1,9 @@
 """The context's own checkpoint: its format, the whole state checked before any of it loads [CKPT-002, CKPT-003].
 
-A state holds the format, the precision, the world size, the failure policy [FAIL-006], the loss divisor of open
-16-mixed windows [AMP-007], the loss scaler (its pending update too, CKPT-004) and, per optimizer, its counts, its
-parameters' shapes and its open window's gradients in the data parallelism's own layout (:mod:`.parallel`).
+A state holds the format, the precision, the world size, the failure policy [FAIL-006], the zeroing setting
+[ZERO-007], the loss divisor of open 16-mixed windows [AMP-007], the loss scaler (its pending update too, CKPT-004)
+and, per optimizer, its counts, its parameters' shapes, its open window's gradients in the data parallelism's own
+layout (:mod:`.parallel`) and the gradients its window carries from the last real step (this rank's part).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lightning_optimizer.reference.accumulation import check_count
-from lightning_optimizer.reference.parallel import distributed_world_size
+from lightning_optimizer.reference.parallel import as_shard_of, distributed_world_size, local_shard
 from lightning_optimizer.reference.window import Window
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["STATE_FORMAT", "StateFormat", "copy_state", "restore_copy"]
 
-STATE_FORMAT = 6
+STATE_FORMAT = 7
 
 
 class StateFormat:
@@ -35,11 +36,13 @@ class StateFormat:
             "precision": context.precision,
             "world_size": distributed_world_size(),
             "on_failure": context.on_failure,
+            "zero_grad_after_step": context.zero_grad_after_step,
             "window_divisor": context.parts.scaling.window_divisor(context.accumulate_grad_batches),
             "scaler": parts.scaling.state_dict(),
             "optimizers": [
                 {"pending": window.pending, "steps": window.steps, "shapes": [list(p.shape) for p in window.params()]}
                 | parts.parallel.open_window_state(window)
+                | {"carried": _carried_state(window)}
                 for window in context._windows
             ],
         }
@@ -51,6 +54,7 @@ class StateFormat:
         context.parts.scaling.load_state_dict(state["scaler"])
         for window, entry in zip(context._windows, entries, strict=True):
             window.pending, window.steps = entry["pending"], entry["steps"]  # last_outcome is not state [STEP-004]
+            _load_carried(window, entry["carried"])
         context.parts.parallel.load_windows(context._windows, entries)
 
     def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
@@ -65,6 +69,12 @@ class StateFormat:
             raise ValueError(
                 f"the state was saved by a context with on_failure={state.get('on_failure')!r}, this one has "
                 f"on_failure={context.on_failure!r}: load it into a context built with the same policy"
+            )
+        if state.get("zero_grad_after_step") is not context.zero_grad_after_step:
+            raise ValueError(
+                f"the state was saved by a context with zero_grad_after_step={state.get('zero_grad_after_step')!r}, "
+                f"this one has zero_grad_after_step={context.zero_grad_after_step!r}: load it into a context built "
+                "with the same setting"
             )
         context.parts.scaling.check_state(state.get("scaler"))
         _check_world_size(state)
@@ -95,6 +105,7 @@ class StateFormat:
         if len(grads) != len(params):
             raise ValueError(f"optimizer {index}: the state's gradients do not match its {len(params)} parameters")
         context.parts.parallel.check_window_state(index, params, entry)
+        _check_carried(index, params, entry.get("carried"))
         for j, (param, shape, grad) in enumerate(zip(params, shapes, grads, strict=True)):
             if shape != list(param.shape):
                 raise ValueError(
@@ -103,6 +114,39 @@ class StateFormat:
             if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
                 what = getattr(grad, "shape", type(grad).__name__)
                 raise ValueError(f"optimizer {index}, parameter {j}: saved gradient {what} for a {param.shape} param")
+
+
+def _carried_state(window: Window) -> list[torch.Tensor | None]:
+    """What the window carries from the last real step, per parameter (this rank's part) [ZERO-007]."""
+    carried = window.carried or {}
+    return [None if (grad := carried.get(p)) is None else local_shard(grad).detach().clone() for p in window.params()]
+
+
+def _check_carried(index: int, params: list[torch.Tensor], carried: object) -> None:
+    """Refuse a carried part that is not one tensor or ``None`` per parameter, each of this rank's shape."""
+    if not isinstance(carried, list) or len(carried) != len(params):
+        count = len(carried) if isinstance(carried, list) else type(carried).__name__
+        raise ValueError(
+            f"optimizer {index}: the state's carried gradients must be a list of {len(params)} entries, got {count}"
+        )
+    for j, (param, grad) in enumerate(zip(params, carried, strict=True)):
+        local = local_shard(param)
+        if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != local.shape):
+            what = getattr(grad, "shape", type(grad).__name__)
+            raise ValueError(
+                f"optimizer {index}, parameter {j}: saved carried gradient {what} for a {local.shape} part"
+            )
+
+
+def _load_carried(window: Window, carried: list[torch.Tensor | None]) -> None:
+    """Give the window the carried part of the state (checked already); nothing of the last step is left now."""
+    loaded = {
+        param: as_shard_of(param, grad)
+        for param, grad in zip(window.params(), carried, strict=True)
+        if grad is not None
+    }
+    window.carried = loaded or None
+    window.left = None
 
 
 def _open(state: dict[str, Any]) -> bool:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import enum
 import inspect
+import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -70,10 +72,28 @@ class Window:
     """The optimizer declares that its ``step`` evaluates the closure itself (LBFGS)."""
     takes_closure: bool = field(init=False)
     """The optimizer's ``step`` takes a ``closure``: a real step hands it one."""
+    left: dict[torch.Tensor, tuple[weakref.ref[torch.Tensor], int]] | None = field(default=None, repr=False)
+    """``zero_grad_after_step=False``: the gradients the last taken real step left on each parameter, not taken yet
+    (a reference that does not keep them alive, and the version counter they had) [ZERO-004]; the user's, not state."""
+    carried: dict[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
+    """``zero_grad_after_step=False``: the gradients the window took from the last step, set aside until its
+    preparation adds them to its mean [ZERO-005]."""
 
     def __post_init__(self) -> None:
         self.evaluates_closure = evaluates_closure(self.optimizer)
         self.takes_closure = takes_closure(self.optimizer)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # What the last step left is the user's, on gradients a copy does not carry (and weak references do not copy).
+        return {**self.__dict__, "left": None}
+
+    def holds_left(self, param: torch.Tensor) -> bool:
+        """Whether ``param``'s gradient is still what the last taken real step left on it (not taken yet)."""
+        left = self.left
+        if left is None or param.grad is None:
+            return False
+        entry = left.get(param)
+        return entry is not None and entry[0]() is param.grad
 
     def params(self) -> list[torch.Tensor]:
         """The optimizer's parameters, every group, in order (read each time: groups can be added)."""

@@ -5,13 +5,14 @@ position. A framework (or a plain loop) creates one, prepares the model with it,
 runs forward passes under its autocast, and tells it where the loop is.
 
 Non-normative: in a framework's own loop, the context sits where the framework decides precision, device and
-loop position. The reference joins ``pytorch_lightning.Trainer.fit`` as a strategy
-(``lightning_optimizer.reference.lightning``), not as a callback or a module base class: Lightning fixes the
-precision while the ``Trainer`` is built, and on the CPU replaces 16-mixed by bf16-mixed unless the strategy
-brings its own precision plugin. The strategy is also where the context's other duties sit in Lightning: the
-precision plugin (autocast and loss scaling applied once), the loop position (one ``batch`` per training step),
-the DDP wrapper and its preparation before each backward. Its ``connect`` hook runs before Lightning refuses
-accumulation and clipping under manual optimization, so those ``Trainer`` arguments reach the context.
+loop position. The reference joins Lightning's ``Trainer.fit`` as a strategy
+(``lightning_optimizer.reference.lightning`` for ``lightning.pytorch``,
+``lightning_optimizer.reference.pytorch_lightning`` for ``pytorch_lightning``), not as a callback or a module base
+class: Lightning fixes the precision while the ``Trainer`` is built, and on the CPU replaces 16-mixed by bf16-mixed
+unless the strategy brings its own precision plugin. The strategy is also where the context's other duties sit in
+Lightning: the precision plugin (autocast and loss scaling applied once), the loop position (one ``batch`` per
+training step), the DDP wrapper and its preparation before each backward. Its ``connect`` hook runs before Lightning
+refuses accumulation and clipping under manual optimization, so those ``Trainer`` arguments reach the context.
 """
 
 from __future__ import annotations
@@ -61,14 +62,17 @@ class TrainingContext(Protocol):
         [ERR-006] Device ``"xla"`` where torch_xla cannot be imported raises an error that names torch_xla.
 
     Precision
-        [PREC-001] 64-true and 32-true: no autocast; ``prepare_module`` casts the module's floating-point
-        parameters and buffers (BatchNorm's running statistics) to float64 and float32 (the mixed precisions keep
-        them in float32 too); buffers that are not floating point (BatchNorm's ``num_batches_tracked``) keep their
-        dtype.
+        [PREC-001] 64-true and 32-true: no autocast. ``prepare_module`` converts dtypes as Lightning's precision
+        plugins do: 64-true casts the module's floating-point parameters and buffers to float64, as
+        ``module.double()`` does (complex and integer tensors keep their dtype); 32-true and the mixed precisions
+        convert nothing, so a module keeps the dtypes it was built with (a float64 buffer or parameter stays
+        float64, a complex one complex).
 
-        [PREC-002] bf16-true: the module's floating-point parameters and buffers, and so the optimizer state, live
-        in bfloat16, as ``module.to(torch.bfloat16)`` leaves them (Lightning's bf16-true); other buffers keep their
-        dtype.
+        [PREC-002] bf16-true and 16-true: the module's floating-point parameters and buffers, and so the optimizer
+        state, live in bfloat16 and float16, as ``module.to(dtype)`` leaves them (Lightning's bf16-true and
+        16-true); integer buffers keep their dtype. No autocast and no loss scaler: a 16-true step is never
+        skipped. ``prepare_module`` refuses a module that holds a complex parameter or buffer with ``ValueError``
+        naming it, before anything changes: ``module.to(dtype)`` would discard its imaginary part.
 
         [PREC-003] bf16-mixed: forward passes run under bfloat16 autocast; no loss scaler, never a skipped
         step.
@@ -213,8 +217,8 @@ class TrainingContext(Protocol):
         [CKPT-003] ``load_state_dict`` rejects a state for another layout (other optimizers, other parameter
         shapes), or a malformed one (any entry of the wrong kind, the loss scaler's included), with ``ValueError``
         before changing anything; so is, under 16-mixed, a state taken with a window open at another
-        ``accumulate_grad_batches`` (its gradients carry that divisor, AMP-007), and a state of another failure
-        policy (FAIL-006).
+        ``accumulate_grad_batches`` (its gradients carry that divisor, AMP-007), a state of another failure
+        policy (FAIL-006), and one of another ``zero_grad_after_step`` (ZERO-007).
 
         [CKPT-004] A state taken inside ``batch()`` after a real step, before the block ends, holds the
         iteration's pending loss-scaler update (that an optimizer stepped, and whether its gradients were
@@ -307,10 +311,61 @@ class TrainingContext(Protocol):
         is collected the optimizer can be wrapped again.
 
         [ERR-007] ``wrap`` refuses, with ``ValueError``, an optimizer that holds a floating-point parameter off the
-        context's device or in another dtype than the precision's parameter dtype (float64 in 64-true, bfloat16 in
-        bf16-true, float32 otherwise: what ``prepare_module`` gives), frozen ones (``requires_grad=False``)
-        included, since they may be unfrozen later; ``add_param_group`` on a wrapper refuses such a parameter the
-        same way, before the inner optimizer changes.
+        context's device or in a dtype the precision does not train: other than float64 in 64-true, bfloat16 in
+        bf16-true and float16 in 16-true (what ``prepare_module`` gives), and float16 under 16-mixed (the loss
+        scaler cannot unscale float16 gradients); 32-true, bf16-mixed and 16-mixed otherwise take any
+        floating-point dtype, as ``prepare_module`` leaves it (PREC-001). Frozen parameters
+        (``requires_grad=False``) are checked too, since they may be unfrozen later; ``add_param_group`` on a
+        wrapper refuses such a parameter the same way, before the inner optimizer changes.
+
+    Zeroing (what a real step leaves of its gradients)
+        [ZERO-003] ``zero_grad_after_step`` is ``True`` (the default) or ``False``, given at construction and read
+        back from the ``zero_grad_after_step`` property; any other value (``1``, ``None``, ``"no"``) raises
+        ``TypeError`` at construction. ``True``: every real step clears the gradients it applied (ZERO-001). An
+        implementation that does not claim the feature ``"user_zero_grad"`` may refuse ``False`` with
+        ``ValueError``.
+
+        [ZERO-004] ``zero_grad_after_step=False``: a real step that is taken leaves the gradients of the wrapper's
+        parameters as it applied them, until the user's ``zero_grad()`` clears them (when no window is open,
+        ZERO-002), as Lightning's ``optimizer_zero_grad`` hook clears them. A real step skipped for non-finite
+        gradients (16-mixed) sets them to ``None`` all the same (ZERO-001).
+
+        Rationale: Lightning's automatic loop clears gradients in the module's ``optimizer_zero_grad`` hook, which
+        a module may override to keep them across steps; carried infinities would skip every later step.
+
+        [ZERO-005] ``zero_grad_after_step=False``: a window carries the gradients that the last taken real step
+        of its wrapper left, as they are when the window takes them: at the wrapper's first ``step()`` call since
+        that step, or at the first ``backward()`` of any wrapper of the context, whichever comes first. Until the
+        window's first micro-step has accumulated, the wrapper's ``zero_grad()`` clears them, taken or not
+        (``set_to_none=False`` leaves zeros, which carry nothing). The real step that closes the window applies the
+        carried gradients plus the mean of the window's own micro-steps, ``c + (g_1 + ... + g_k) / k`` (ACC-001 over
+        the window's micro-steps alone, whatever its length). The carried part is what the last step applied: it
+        is not divided by the window's length, not unscaled again under 16-mixed, and not rescaled when the loss
+        scale changes (AMP-006); under DDP, FSDP and XLA it is not reduced again, since every rank holds the same
+        (plain DDP, which reduces it with the window's gradients, gives the same to rounding). It is clipped with
+        the rest, since CLIP-001 clips what the step applies, and ``unscale_gradients()`` makes the gradients that
+        sum (CLIP-002). An optimizer that evaluates its closure itself carries nothing (CLOS-004). The price: one
+        extra set of the wrapper's gradients while its window carries some; nothing under ``True``.
+
+        Rationale: plain Lightning's 16-mixed and torch's recipe unscale the carried gradients a second time with
+        the window's, which divides them by the loss scale; the carried part is kept apart so that it is not.
+
+        [ZERO-006] ``zero_grad_after_step=False``: gradients that the last real step left and that changed in place
+        before the window took them (a backward outside ``step()`` and the wrappers' ``backward()``, such as
+        ``loss.backward()`` before ``step()``; an in-place ``zero_grad(set_to_none=False)`` of the module or of the
+        inner optimizer) cannot be told from the carried part: the ``step()`` or ``backward()`` that would take
+        them raises ``RuntimeError`` naming ``opt.zero_grad()``, and changes nothing. Gradients that were replaced or
+        set to ``None`` outside the wrapper (``model.zero_grad()``) carry nothing.
+
+        [ZERO-007] ``zero_grad_after_step=False``: a window's carried part fails with it: a failed call under
+        ``on_failure="discard"`` clears it with the window (FAIL-003; the exception's note says that the carried
+        gradients went too), under ``"restore"`` it is as before the call, taken or not (FAIL-004). Once taken it
+        is part of the window: a state or copy holds it (CKPT-002, PICKLE-001). Gradients that a real step left and
+        no window has taken are the user's, as an optimizer's ``state_dict()`` holds no gradients: they are not
+        context state, and a state taken then continues the same trajectory where the resumed run has the same
+        gradients (cleared by ``zero_grad()`` at the window's start, as Lightning clears them). States and copies
+        carry the setting; ``load_state_dict`` refuses a state of the other setting with ``ValueError`` before
+        changing anything (CKPT-003).
     """
 
     @property
@@ -331,6 +386,11 @@ class TrainingContext(Protocol):
     @property
     def on_failure(self) -> FailurePolicy:
         """What a failed ``step()`` leaves of its window: ``"discard"`` or ``"restore"``. [FAIL-001]"""
+        ...
+
+    @property
+    def zero_grad_after_step(self) -> bool:
+        """Whether a real step clears the gradients it applied, or leaves them to ``zero_grad()``. [ZERO-003]"""
         ...
 
     def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:

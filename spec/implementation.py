@@ -130,7 +130,8 @@ class ContextFactory(Protocol[ContextT_co]):
     suite passes scale by powers of two, so rescaling an open window (AMP-006) is exact. In other cells it passes
     none (``grad_scaler=None``). In a cell of strategy ``"fsdp"`` the context shards what it prepares (FSDP-001).
     The suite passes ``on_failure="restore"`` only to an implementation that claims the feature ``"exact_restore"``,
-    and leaves the default (``"discard"``, FAIL-001) otherwise.
+    and leaves the default (``"discard"``, FAIL-001) otherwise; likewise ``zero_grad_after_step=False`` only to one
+    that claims ``"user_zero_grad"`` (ZERO-003), leaving the default ``True`` otherwise.
     """
 
     def __call__(
@@ -142,8 +143,9 @@ class ContextFactory(Protocol[ContextT_co]):
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         grad_scaler: GradScalerSettings | None = None,
         on_failure: FailurePolicy = "discard",
+        zero_grad_after_step: bool = True,
     ) -> ContextT_co:
-        """A new training context for ``cell`` with this accumulation schedule, clipping, loss scaler and policy."""
+        """A new training context for ``cell`` with this accumulation schedule, clipping, loss scaler and policies."""
         ...
 
 
@@ -171,7 +173,7 @@ class ImplementationInfo(Generic[ContextT_co]):
 
 FACTORY_CALL = (
     "factory(cell, *, accumulate_grad_batches=1, gradient_clip_val=None, gradient_clip_algorithm='norm', "
-    "grad_scaler=None, on_failure='discard')"
+    "grad_scaler=None, on_failure='discard', zero_grad_after_step=True)"
 )
 """How the suite calls a context factory (see :class:`ContextFactory`)."""
 
@@ -196,6 +198,7 @@ def check_factory(factory: object) -> None:
             gradient_clip_algorithm="norm",
             grad_scaler=None,
             on_failure="discard",
+            zero_grad_after_step=True,
         )
     except TypeError as error:
         name = getattr(factory, "__qualname__", type(factory).__name__)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import enum
 from typing import Final, Literal, get_args
 
-CONTRACT_VERSION: Final = "2026.12.8"
+CONTRACT_VERSION: Final = "2026.12.9"
 """Version of the contract stated by this package; implementations declare the one they follow."""
 
-Precision = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "bf16-true"]
+Precision = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "bf16-true", "16-true"]
 """Precision names, spelled as Lightning spells them."""
 
 DeviceKind = Literal["cpu", "cuda", "xla"]
@@ -19,11 +19,18 @@ Strategy = Literal["none", "ddp", "fsdp", "spmd"]
 FSDP2's ``fully_shard`` (``fsdp``), or, on XLA, one process driving several devices under SPMD (``spmd``, XLA-002)."""
 
 Feature = Literal[
-    "closure_evaluating_optimizers", "checkpointing", "pickling", "lr_schedulers", "hooks", "exact_restore"
+    "closure_evaluating_optimizers",
+    "checkpointing",
+    "pickling",
+    "lr_schedulers",
+    "hooks",
+    "exact_restore",
+    "user_zero_grad",
 ]
 """Optional capabilities an implementation may claim; checks that need one are ``n/a`` without it.
 
-``exact_restore``: the context takes ``on_failure="restore"`` (FAIL-004)."""
+``exact_restore``: the context takes ``on_failure="restore"`` (FAIL-004). ``user_zero_grad``: the context takes
+``zero_grad_after_step=False`` (ZERO-003), leaving the gradients of a real step to the user's ``zero_grad()``."""
 
 FailurePolicy = Literal["discard", "restore"]
 """What a failed ``step()`` leaves of its window (FAIL-001): discarded (the default), or restored exactly."""

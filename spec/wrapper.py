@@ -138,7 +138,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         stays open, as asked).
 
         [ZERO-001] After a real step (taken or skipped), the gradients of the wrapper's parameters are
-        ``None``.
+        ``None``; a context built with ``zero_grad_after_step=False`` leaves those of a taken step to the user's
+        ``zero_grad()`` instead (ZERO-003 to ZERO-007).
 
         [CLOS-001] The closure runs exactly once per call, inside the autocast region of the context (a wrapper's
         ``backward`` in it leaves the region, BWD-002), except that on a real step the inner optimizer may evaluate
@@ -249,8 +250,9 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
 
         [ZERO-002] While a window is open (micro-steps accumulated since the last real step) the call does
         nothing, so the ``zero_grad(); backward(); step()`` loop stays correct under accumulation; otherwise it
-        is the inner optimizer's ``zero_grad(set_to_none)``. After ``unscale_gradients()`` and before the
-        closing step it raises instead (CLIP-002).
+        clears them as the inner optimizer's ``zero_grad(set_to_none)`` does, the gradients a window carries
+        included (ZERO-005). After ``unscale_gradients()`` and before the closing step it raises instead
+        (CLIP-002).
         """
         ...
 

@@ -53,6 +53,7 @@ def _never_called(
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
     on_failure: FailurePolicy = "discard",
+    zero_grad_after_step: bool = True,
 ) -> TrainingContext:
     raise AssertionError("the claims are read without building a context")
 

@@ -58,6 +58,7 @@ class ClipValueContext(MutantContext):
         scaler: GradScaler | None = None,
         strategy: Any = "ddp",
         on_failure: Any = "discard",
+        zero_grad_after_step: Any = True,
     ) -> None:
         value = None if gradient_clip_val is None else self.clip_value(gradient_clip_val)
         super().__init__(
@@ -68,6 +69,7 @@ class ClipValueContext(MutantContext):
             scaler=scaler,
             strategy=strategy,
             on_failure=on_failure,
+            zero_grad_after_step=zero_grad_after_step,
         )
         self.parts.preparation = preparation(value, gradient_clip_algorithm)
 
@@ -106,6 +108,7 @@ def mutant_info(context_class: type[ContextT], name: str) -> ImplementationInfo[
         gradient_clip_algorithm: ClipAlgorithm = "norm",
         grad_scaler: GradScalerSettings | None = None,
         on_failure: FailurePolicy = "discard",
+        zero_grad_after_step: bool = True,
     ) -> ContextT:
         scaler = None
         if grad_scaler is not None and cell.precision == "16-mixed":
@@ -120,6 +123,7 @@ def mutant_info(context_class: type[ContextT], name: str) -> ImplementationInfo[
             strategy="fsdp" if cell.strategy == "fsdp" else "ddp",
             # Only what the suite asked for: the context's own default decides otherwise (FAIL-001).
             **({"on_failure": on_failure} if on_failure != "discard" else {}),
+            **({"zero_grad_after_step": zero_grad_after_step} if zero_grad_after_step is not True else {}),
         )
 
     info: ImplementationInfo[Any] = dataclasses.replace(

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.window import Window
+from lightning_optimizer.reference.zeroing import ClearAfterStep
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class KeepsEvaluationGradients(Accumulation):
-    def closed(self, window: Window, *, skipped: bool) -> None:
+class KeepsEvaluationGradients(ClearAfterStep):
+    def after_step(self, window: Window, *, skipped: bool) -> None:
         kept = [(param, param.grad) for param in window.params()] if window.evaluates_closure else []
-        super().closed(window, skipped=skipped)
+        super().after_step(window, skipped=skipped)
         for param, grad in kept:
             param.grad = grad
 
@@ -25,7 +25,7 @@ class KeepsEvaluationGradients(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = KeepsEvaluationGradients(self.parts.accumulation.every)
+        self.parts.zeroing = KeepsEvaluationGradients()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.window import Window
+from lightning_optimizer.reference.zeroing import ClearAfterStep
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class NoZeroGrad(Accumulation):
-    def closed(self, window: Window, *, skipped: bool) -> None:
+class NoZeroGrad(ClearAfterStep):
+    def after_step(self, window: Window, *, skipped: bool) -> None:
         kept = [(param, param.grad) for param in window.params()]
-        super().closed(window, skipped=skipped)
+        super().after_step(window, skipped=skipped)
         for param, grad in kept:  # the real step's zero_grad undone: the window's gradients stay
             param.grad = grad
 
@@ -21,7 +21,7 @@ class NoZeroGrad(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = NoZeroGrad(self.parts.accumulation.every)
+        self.parts.zeroing = NoZeroGrad()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.window import Window
+from lightning_optimizer.reference.zeroing import ClearAfterStep
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class ZeroFirstGroupOnly(Accumulation):
-    def closed(self, window: Window, *, skipped: bool) -> None:
+class ZeroFirstGroupOnly(ClearAfterStep):
+    def after_step(self, window: Window, *, skipped: bool) -> None:
         grads = [(param, param.grad) for group in window.optimizer.param_groups[1:] for param in group["params"]]
-        super().closed(window, skipped=skipped)
+        super().after_step(window, skipped=skipped)
         for param, grad in grads:
             param.grad = grad
 
@@ -25,7 +25,7 @@ class ZeroFirstGroupOnly(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = ZeroFirstGroupOnly(self.parts.accumulation.every)
+        self.parts.zeroing = ZeroFirstGroupOnly()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -41,6 +41,7 @@ def _factory(
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
     on_failure: FailurePolicy = "discard",
+    zero_grad_after_step: bool = True,
 ) -> BrokenContext:
     scaler = GradScaler(cell.device, **grad_scaler.as_kwargs()) if grad_scaler is not None else None
     return BrokenContext(
@@ -51,6 +52,7 @@ def _factory(
         gradient_clip_algorithm=gradient_clip_algorithm,
         scaler=scaler,
         on_failure=on_failure,
+        zero_grad_after_step=zero_grad_after_step,
     )
 
 

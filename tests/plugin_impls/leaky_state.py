@@ -111,6 +111,7 @@ def _leaky(kinds: tuple[str, ...]) -> Callable[..., TrainingContext]:
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         grad_scaler: GradScalerSettings | None = None,
         on_failure: FailurePolicy = "discard",
+        zero_grad_after_step: bool = True,
     ) -> TrainingContext:
         left = [LEAKS[kind][0] for kind in kinds if LEAKS[kind][2]()]
         if left:
@@ -124,6 +125,7 @@ def _leaky(kinds: tuple[str, ...]) -> Callable[..., TrainingContext]:
             gradient_clip_algorithm=gradient_clip_algorithm,
             scaler=scaler,
             on_failure=on_failure,
+            zero_grad_after_step=zero_grad_after_step,
         )
 
     return factory

@@ -22,6 +22,7 @@ class CellContext(TrainingContext):
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         grad_scaler: GradScalerSettings | None = None,
         on_failure: FailurePolicy = "discard",
+        zero_grad_after_step: bool = True,
     ) -> None:
         scaler = None if grad_scaler is None else GradScaler(cell.device, **grad_scaler.as_kwargs())
         super().__init__(
@@ -32,6 +33,7 @@ class CellContext(TrainingContext):
             gradient_clip_algorithm=gradient_clip_algorithm,
             scaler=scaler,
             on_failure=on_failure,
+            zero_grad_after_step=zero_grad_after_step,
         )
 
 
@@ -43,6 +45,7 @@ def make_context(
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
     on_failure: FailurePolicy = "discard",
+    zero_grad_after_step: bool = True,
 ) -> TrainingContext:
     return CellContext(
         cell,
@@ -51,6 +54,7 @@ def make_context(
         gradient_clip_algorithm=gradient_clip_algorithm,
         grad_scaler=grad_scaler,
         on_failure=on_failure,
+        zero_grad_after_step=zero_grad_after_step,
     )
 
 
