@@ -333,19 +333,20 @@ class TrainingContext(Protocol):
         Rationale: Lightning's automatic loop clears gradients in the module's ``optimizer_zero_grad`` hook, which
         a module may override to keep them across steps; carried infinities would skip every later step.
 
-        [ZERO-005] ``zero_grad_after_step=False``: a window carries the gradients that the last taken real step
-        of its wrapper left, as they are when the window takes them: at the wrapper's first ``step()`` call since
-        that step, or at the first ``backward()`` of any wrapper of the context, whichever comes first. Until the
+        [ZERO-005] ``zero_grad_after_step=False``: a window carries the gradients that the last taken real step of its
+        wrapper left, as they are when the window takes them: at the wrapper's first ``step()`` or
+        ``unscale_gradients()`` call since that step, or at the first ``backward()`` of any wrapper of the context while
+        one of the window's parameters requires grad (not toggled off, TOGGLE-001), whichever comes first. Until the
         window's first micro-step has accumulated, the wrapper's ``zero_grad()`` clears them, taken or not
         (``set_to_none=False`` leaves zeros, which carry nothing). The real step that closes the window applies the
-        carried gradients plus the mean of the window's own micro-steps, ``c + (g_1 + ... + g_k) / k`` (ACC-001 over
-        the window's micro-steps alone, whatever its length). The carried part is what the last step applied: it
-        is not divided by the window's length, not unscaled again under 16-mixed, and not rescaled when the loss
-        scale changes (AMP-006); under DDP, FSDP and XLA it is not reduced again, since every rank holds the same
-        (plain DDP, which reduces it with the window's gradients, gives the same to rounding). It is clipped with
-        the rest, since CLIP-001 clips what the step applies, and ``unscale_gradients()`` makes the gradients that
-        sum (CLIP-002). An optimizer that evaluates its closure itself carries nothing (CLOS-004). The price: one
-        extra set of the wrapper's gradients while its window carries some; nothing under ``True``.
+        carried gradients plus the mean of the window's own micro-steps, ``c + (g_1 + ... + g_k) / k`` (ACC-001 over the
+        window's micro-steps alone, whatever its length). The carried part is what the last step applied: it is not
+        divided by the window's length, not unscaled again under 16-mixed, and not rescaled when the loss scale changes
+        (AMP-006); under DDP, FSDP and XLA it is not reduced again, since every rank holds the same (plain DDP, which
+        reduces it with the window's gradients, gives the same to rounding). It is clipped with the rest, since CLIP-001
+        clips what the step applies, and ``unscale_gradients()`` makes the gradients that sum (CLIP-002). An optimizer
+        that evaluates its closure itself carries nothing (CLOS-004). The price: one extra set of the wrapper's
+        gradients while its window carries some; nothing under ``True``.
 
         Rationale: plain Lightning's 16-mixed and torch's recipe unscale the carried gradients a second time with
         the window's, which divides them by the loss scale; the carried part is kept apart so that it is not.
