@@ -24,12 +24,17 @@ IMPLEMENTATIONS = (
     "reference-direct",
     "reference-restore",
     "reference-direct-restore",
+    "reference-user-zero",
+    "reference-carry",
     "lightning",
     "fabric",
     "accelerate",
 )
 """The timed loops of :mod:`bench.loops`; ``raw`` first: every ratio is taken against it. The ``-restore`` loops
-are the reference with ``on_failure="restore"`` (FAIL-004), whose price is paid only under accumulation."""
+are the reference with ``on_failure="restore"`` (FAIL-004), whose price is paid only under accumulation. The
+``reference-user-zero`` and ``reference-carry`` loops are the reference with ``zero_grad_after_step=False``
+(ZERO-003): the closure calls ``zero_grad()`` at each window's first micro-step (Lightning's automatic loop), or at
+every other window's, so that the windows between carry the last step's gradients (ZERO-005)."""
 RESTORE_IMPLEMENTATIONS = ("reference-restore", "reference-direct-restore")
 
 

@@ -81,6 +81,8 @@ def build_loop(impl: str, case: Case, device: torch.device) -> Loop:
         "reference-direct": _reference_direct,
         "reference-restore": lambda case, device: _reference_closure(case, device, "restore"),
         "reference-direct-restore": lambda case, device: _reference_direct(case, device, "restore"),
+        "reference-user-zero": lambda case, device: _reference_user_zero(case, device, every=1),
+        "reference-carry": lambda case, device: _reference_user_zero(case, device, every=2),
         "lightning": _lightning,
         "fabric": _fabric,
         "accelerate": _accelerate,
@@ -168,7 +170,7 @@ def _raw(case: Case, device: torch.device) -> Loop:
 
 
 def _reference_parts(
-    case: Case, device: torch.device, on_failure: str
+    case: Case, device: torch.device, on_failure: str, *, zero_grad_after_step: bool = True
 ) -> tuple[Any, torch.nn.Module, Any, torch.Tensor, torch.Tensor]:
     from lightning_optimizer.reference import TrainingContext
 
@@ -177,6 +179,7 @@ def _reference_parts(
         "cuda" if device.type == "cuda" else "cpu",
         accumulate_grad_batches=case.accumulate,
         on_failure=on_failure,  # type: ignore[arg-type]
+        zero_grad_after_step=zero_grad_after_step,
     )
     model = context.prepare_module(case.model.build())
     optimizer = context.wrap(case.build_optimizer(model.parameters()))
@@ -215,6 +218,30 @@ def _reference_direct(case: Case, device: torch.device, on_failure: str = "disca
 
     note = "opt.backward(loss); opt.step() without a closure" + _accumulation_note(case) + _policy_note(on_failure)
     return StepLoop(_policy_impl("reference-direct", on_failure), note, micro_step, case, device, model)
+
+
+def _reference_user_zero(case: Case, device: torch.device, *, every: int) -> Loop:
+    context, model, optimizer, inputs, targets = _reference_parts(case, device, "discard", zero_grad_after_step=False)
+    window = case.accumulate * every
+
+    # zero_grad_after_step=False: the closure clears the gradients at the first micro-step of every ``every``-th
+    # window, as Lightning's optimizer_zero_grad hook does (every=1) or an override that keeps them (every=2).
+    def micro_step(batch_idx: int, is_last: bool) -> None:
+        with context.batch(batch_idx, is_last=is_last):
+
+            def closure() -> torch.Tensor:
+                if batch_idx % window == 0:
+                    optimizer.zero_grad()
+                with context.autocast():
+                    loss = mse(model(inputs), targets)
+                optimizer.backward(loss)
+                return loss
+
+            optimizer.step(closure)
+
+    cadence = "each window's first micro-step" if every == 1 else "every other window's first micro-step"
+    note = f"zero_grad_after_step=False, zero_grad() at {cadence}" + _accumulation_note(case)
+    return StepLoop("reference-user-zero" if every == 1 else "reference-carry", note, micro_step, case, device, model)
 
 
 def _accumulation_note(case: Case) -> str:

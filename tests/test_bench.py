@@ -54,18 +54,20 @@ def test_quick_run_writes_the_report_and_the_chart(tmp_path: Path) -> None:
 
 
 def test_the_raw_accumulation_loop_computes_what_the_reference_does() -> None:
-    # The same weights after 2 steps of 4 micro-steps: loss / 4 per micro-step is the reference's window mean.
+    # The same weights after 2 steps of 4 micro-steps: loss / 4 per micro-step is the reference's window mean (also
+    # with zero_grad_after_step=False and zero_grad() at each window's start, as Lightning's automatic loop).
     script = """
 import torch
 from bench.cases import TIMED_CASES
 from bench.loops import build_loop
 case = TIMED_CASES["small-adam-acc4-32-true"]
 models = {}
-for impl in ("raw", "reference", "reference-direct", "reference-restore", "reference-direct-restore"):
+impls = ("reference", "reference-direct", "reference-restore", "reference-direct-restore", "reference-user-zero")
+for impl in ("raw", *impls):
     loop = build_loop(impl, case, torch.device("cpu"))
     loop.time(1, 1)
     models[impl] = dict(loop.model.named_parameters())
-for impl in ("reference", "reference-direct", "reference-restore", "reference-direct-restore"):
+for impl in impls:
     for name, param in models["raw"].items():
         torch.testing.assert_close(models[impl][name], param, rtol=1e-5, atol=1e-6)
 print("same")
