@@ -326,9 +326,12 @@ class TrainingContext(Protocol):
         ``ValueError``.
 
         [ZERO-004] ``zero_grad_after_step=False``: a real step that is taken leaves the gradients of the wrapper's
-        parameters as it applied them, until the user's ``zero_grad()`` clears them (when no window is open,
-        ZERO-002), as Lightning's ``optimizer_zero_grad`` hook clears them. A real step skipped for non-finite
-        gradients (16-mixed) sets them to ``None`` all the same (ZERO-001).
+        parameters as it applied them, and the context does not change them (the loss scaler's update does not rescale
+        them, AMP-006), until the user's ``zero_grad()`` clears them (when no window is open, ZERO-002), as Lightning's
+        ``optimizer_zero_grad`` hook clears them. A real step skipped for non-finite gradients (16-mixed) sets them to
+        ``None`` all the same (ZERO-001). An optimizer that evaluates its closure itself leaves its last evaluation's
+        gradients, as torch's LBFGS does; they are never carried (CLOS-004 sets them to ``None`` before its next
+        evaluation).
 
         Rationale: Lightning's automatic loop clears gradients in the module's ``optimizer_zero_grad`` hook, which
         a module may override to keep them across steps; carried infinities would skip every later step.
@@ -336,17 +339,21 @@ class TrainingContext(Protocol):
         [ZERO-005] ``zero_grad_after_step=False``: a window carries the gradients that the last taken real step of its
         wrapper left, as they are when the window takes them: at the wrapper's first ``step()`` or
         ``unscale_gradients()`` call since that step, or at the first ``backward()`` of any wrapper of the context while
-        one of the window's parameters requires grad (not toggled off, TOGGLE-001), whichever comes first. Until the
-        window's first micro-step has accumulated, the wrapper's ``zero_grad()`` clears them, taken or not
-        (``set_to_none=False`` leaves zeros, which carry nothing). The real step that closes the window applies the
-        carried gradients plus the mean of the window's own micro-steps, ``c + (g_1 + ... + g_k) / k`` (ACC-001 over the
-        window's micro-steps alone, whatever its length). The carried part is what the last step applied: it is not
-        divided by the window's length, not unscaled again under 16-mixed, and not rescaled when the loss scale changes
-        (AMP-006); under DDP, FSDP and XLA it is not reduced again, since every rank holds the same (plain DDP, which
-        reduces it with the window's gradients, gives the same to rounding). It is clipped with the rest, since CLIP-001
-        clips what the step applies, and ``unscale_gradients()`` makes the gradients that sum (CLIP-002). An optimizer
-        that evaluates its closure itself carries nothing (CLOS-004). The price: one extra set of the wrapper's
-        gradients while its window carries some; nothing under ``True``.
+        one of the window's parameters requires grad (not toggled off, TOGGLE-001), whichever comes first; it takes all
+        of them at once. Until the window's first micro-step has accumulated, the wrapper's ``zero_grad()`` clears them,
+        taken or not, as torch's ``zero_grad(set_to_none)`` clears gradients (``set_to_none=False`` leaves zeros where
+        there were gradients, which carry nothing), except after ``unscale_gradients()``, where it raises (CLIP-002).
+        The real step that closes the window applies the carried gradients plus the mean of the window's own micro-
+        steps, ``c + (g_1 + ... + g_k) / k`` (ACC-001 over the window's micro-steps alone, whatever its length). The
+        carried part is what the last step applied: it is not divided by the window's length, not unscaled again under
+        16-mixed, and not rescaled when the loss scale changes (AMP-006); under DDP, FSDP and XLA it is not reduced
+        again, since every rank holds the same (plain DDP, which reduces it with the window's gradients, gives the same
+        to rounding). It is clipped with the rest, since CLIP-001 clips what the step applies, and
+        ``unscale_gradients()`` makes the gradients that sum (CLIP-002). The price: one extra set of the wrapper's
+        gradients while its window carries some (a copy where they are views into a DDP bucket, which the next reduction
+        would overwrite); nothing under ``True``. Gradients that a context finds on the parameters and that no step of
+        its own left (a context loaded from a state, a copy) are not carried: they are the window's own, as those of a
+        backward outside ``step()``.
 
         Rationale: plain Lightning's 16-mixed and torch's recipe unscale the carried gradients a second time with
         the window's, which divides them by the loss scale; the carried part is kept apart so that it is not.
