@@ -26,7 +26,10 @@ from lightning_optimizer.spec import (
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 _AUTOCAST_DTYPES = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
-_PARAMETER_DTYPES = {"64-true": torch.float64, "bf16-true": torch.bfloat16}
+_TRUE_DTYPES = {"64-true": torch.float64, "bf16-true": torch.bfloat16, "16-true": torch.float16}
+"""The one floating-point dtype a true precision trains; 32-true and the mixed precisions take the module's own."""
+_HALF_TRUE = ("bf16-true", "16-true")
+"""The precisions that convert with ``module.to(dtype)``, which would make a complex tensor real."""
 _STATE_FORMAT = "independent-context/1"
 _OWNERS: weakref.WeakKeyDictionary[torch.optim.Optimizer, weakref.ref[Context]] = weakref.WeakKeyDictionary()
 """The live context that wraps each optimizer."""
@@ -45,6 +48,7 @@ class Context:
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         scaler_settings: GradScalerSettings | None = None,
         on_failure: FailurePolicy = "discard",
+        zero_grad_after_step: bool = True,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}")
@@ -62,6 +66,10 @@ class Context:
         if not isinstance(policy, str) or policy not in FAILURE_POLICIES:
             raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {policy!r}")
         self._on_failure: FailurePolicy = next(name for name in FAILURE_POLICIES if name == policy)
+        setting: object = zero_grad_after_step
+        if not isinstance(setting, bool):
+            raise TypeError(f"zero_grad_after_step must be True or False, got {setting!r}")
+        self._zero_grad_after_step = setting
         self._precision: Precision = next(name for name in PRECISIONS if name == precision)
         self._device = devices.resolve(device)
         self._accumulate_grad_batches = accumulate_grad_batches
@@ -104,15 +112,41 @@ class Context:
         return self._on_failure
 
     @property
+    def zero_grad_after_step(self) -> bool:
+        """Whether a real step clears the gradients it applied, or leaves them to the user's ``zero_grad()``."""
+        return self._zero_grad_after_step
+
+    @property
     def on_xla(self) -> bool:
         """Whether the context runs on an XLA device."""
         return self._device.type == "xla"
 
     def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Move and cast ``module``; with several ranks running, return it in ``DistributedDataParallel``."""
+        """Move and convert ``module`` as Lightning's precision plugins do; with several ranks, in DDP.
+
+        64-true: ``module.double()`` (floating-point tensors only); bf16-true and 16-true: ``module.to(dtype)``, a
+        module holding a complex tensor refused first; 32-true and the mixed precisions: no conversion.
+        """
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"prepare_module needs a torch.nn.Module, got {type(module).__name__}")
-        module = module.to(device=self._device, dtype=self.parameter_dtype)
+        if self._precision in _HALF_TRUE:
+            complex_tensors = [
+                f"{kind} {name!r}"
+                for kind, named in (("parameter", module.named_parameters()), ("buffer", module.named_buffers()))
+                for name, tensor in named
+                if tensor.is_complex()
+            ]
+            if complex_tensors:
+                raise ValueError(
+                    f"{self._precision} converts the module with module.to({_TRUE_DTYPES[self._precision]}), which "
+                    f"would discard the imaginary part of its complex {', '.join(complex_tensors)}: keep complex "
+                    "tensors out of the module, or train in 32-true or a mixed precision"
+                )
+        module = module.to(device=self._device)
+        if self._precision == "64-true":
+            module = module.double()
+        elif self._precision in _HALF_TRUE:
+            module = module.to(dtype=_TRUE_DTYPES[self._precision])
         if devices.distributed_world_size() > 1:
             device_ids = [self._device.index] if self._device.type == "cuda" else None
             ddp = DistributedDataParallel(module, device_ids=device_ids)
@@ -142,22 +176,35 @@ class Context:
         _OWNERS[optimizer] = weakref.ref(self)
         return wrapper
 
-    @property
-    def parameter_dtype(self) -> torch.dtype:
-        """The dtype of the module's floating-point parameters in this precision."""
-        return _PARAMETER_DTYPES.get(self._precision, torch.float32)
-
     def check_parameters(self, params: list[torch.Tensor]) -> None:
-        """Refuse floating-point parameters off the device or in another dtype than ``prepare_module`` gives."""
+        """Refuse parameters off the device or in a dtype this precision does not train (ERR-007).
+
+        64-true, bf16-true and 16-true train their one dtype (what ``prepare_module`` gives); 16-mixed any
+        floating-point dtype but float16, whose gradients the loss scaler cannot unscale; 32-true and bf16-mixed
+        any. Complex parameters are checked for their device, and refused where ``prepare_module`` refuses them.
+        """
+        trained = _TRUE_DTYPES.get(self._precision)
         for param in params:
-            if not param.is_floating_point():
+            if not (param.is_floating_point() or param.is_complex()):
                 continue
             if param.device != self._device:
                 raise ValueError(f"a parameter lives on {param.device}, this context on {self._device}: prepare first")
-            if param.dtype != self.parameter_dtype:
+            if param.is_complex():
+                if self._precision in _HALF_TRUE:
+                    raise ValueError(
+                        f"a parameter is {param.dtype}: {self._precision} trains no complex parameters "
+                        "(prepare_module refuses them)"
+                    )
+                continue
+            if trained is not None and param.dtype != trained:
                 raise ValueError(
-                    f"a parameter is {param.dtype}, but {self._precision} trains {self.parameter_dtype} parameters: "
+                    f"a parameter is {param.dtype}, but {self._precision} trains {trained} parameters: "
                     "prepare the module with the context first"
+                )
+            if self._precision == "16-mixed" and param.dtype == torch.float16:
+                raise ValueError(
+                    "a parameter is torch.float16: under 16-mixed the loss scaler cannot unscale float16 gradients; "
+                    "keep the parameters in float32 (autocast runs the forward in float16) or train in 16-true"
                 )
 
     def autocast(self) -> AbstractContextManager[None]:
@@ -285,8 +332,9 @@ class Context:
             "pending_update": self._pending_update(),
             # Under 16-mixed an open window's gradients carry this divisor (AMP-007): it loads only where it is equal.
             "accumulate_grad_batches": self._accumulate_grad_batches,
-            # A state loads only into a context of the same failure policy (FAIL-006).
+            # A state loads only into a context of the same failure policy (FAIL-006) and zeroing (ZERO-007).
             "on_failure": self._on_failure,
+            "zero_grad_after_step": self._zero_grad_after_step,
             "optimizers": [wrapper.window_state() for wrapper in self.wrappers],
         }
 
@@ -324,6 +372,14 @@ class Context:
             raise ValueError(
                 f"the state was saved by a context with on_failure={saved_policy!r}, this one has "
                 f"on_failure={self._on_failure!r}: load it into a context of the same failure policy"
+            )
+        saved_zeroing = state_dict.get("zero_grad_after_step")
+        if not isinstance(saved_zeroing, bool):
+            raise ValueError(f"the state's zero_grad_after_step is malformed: {saved_zeroing!r}")
+        if saved_zeroing != self._zero_grad_after_step:
+            raise ValueError(
+                f"the state was saved by a context with zero_grad_after_step={saved_zeroing}, this one has "
+                f"zero_grad_after_step={self._zero_grad_after_step}: load it into a context of the same setting"
             )
         windows = state_dict.get("optimizers")
         if not isinstance(windows, list) or len(windows) != len(self.wrappers):

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 import torch
-from torch.amp.grad_scaler import OptState
+from torch.amp.grad_scaler import GradScaler, OptState
 
 from independent import devices
 from independent.window import Window
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
 
-_OWN = frozenset({"_inner", "_context", "_window", "_outcome", "_closing"})
+_OWN = frozenset({"_inner", "_context", "_window", "_outcome", "_closing", "_left", "_carried"})
 _CLASSES: dict[type[torch.optim.Optimizer], type[Wrapper[Any]]] = {}
 
 
@@ -53,12 +53,19 @@ class Wrapper(Generic[OptimizerT]):
     _window: Window
     _outcome: StepOutcome | None
     _closing: bool | None
+    _left: dict[int, tuple[weakref.ref[torch.Tensor], int]]
+    """``zero_grad_after_step=False``: the gradients the last taken real step left, by parameter index, as the
+    tensor and its version counter then; no window has taken them yet (ZERO-004, ZERO-005)."""
+    _carried: dict[int, torch.Tensor]
+    """The carried part the open window took, by parameter index, kept apart from its own gradients (ZERO-005)."""
 
     @staticmethod
     def around(optimizer: OptimizerT, context: Context) -> Wrapper[OptimizerT]:
         """A wrapper of ``optimizer`` whose class derives from the optimizer's own class."""
         wrapper = cast("Wrapper[OptimizerT]", object.__new__(_class_for(type(optimizer))))
-        wrapper.__setstate__({"_inner": optimizer, "_context": context, "_window": Window(), "_outcome": None})
+        wrapper.__setstate__(
+            {"_inner": optimizer, "_context": context, "_window": Window(), "_outcome": None, "_carried": {}}
+        )
         return wrapper
 
     # -- proxying ---------------------------------------------------------------------------------------
@@ -105,19 +112,22 @@ class Wrapper(Generic[OptimizerT]):
         return f"{type(self).__name__}({self._inner!r})"
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        # Pickling a parameter drops its gradient: the open window's gradients travel beside it.
+        # Pickling a parameter drops its gradient: the open window's gradients travel beside it, and so do those
+        # that the last real step left (the copy's model has them as the original's has), marked as left.
         grads = [None if p.grad is None else p.grad.detach().clone() for p in self.parameters()]
-        own = {name: getattr(self, name) for name in _OWN if name not in ("_inner", "_closing")}
-        return (_rebuild, (self._inner,), own | {"grads": grads})
+        own = {name: getattr(self, name) for name in _OWN if name not in ("_inner", "_closing", "_left", "_carried")}
+        carried = {index: grad.detach() for index, grad in self._carried.items()}
+        return (_rebuild, (self._inner,), own | {"_carried": carried, "grads": grads, "left": self._left_indices()})
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
-            if name == "grads":
-                for param, grad in zip(self.parameters(), value, strict=True):
-                    param.grad = grad
-            else:
+            if name not in ("grads", "left"):
                 object.__setattr__(self, name, value)
         object.__setattr__(self, "_closing", None)
+        if "grads" in state:
+            for param, grad in zip(self.parameters(), state["grads"], strict=True):
+                param.grad = grad
+        self._record_left(state.get("left", ()))
 
     def state_dict(self) -> dict[str, Any]:
         """The inner optimizer's state dict, unchanged in format."""
@@ -192,10 +202,16 @@ class Wrapper(Generic[OptimizerT]):
         closes = self._closes(make_optimizer_step)
         if self._window.prepared and not closes:
             raise RuntimeError("unscale_gradients() prepared this window: the next step() must close it")
-        # A call that fails leaves the window as the context's failure policy says (FAIL-002 to FAIL-004): as it
-        # was when nothing of the call reached it, else discarded ("discard") or put back exactly ("restore", the
-        # only policy that pays for a copy of the window's gradients).
-        before = _WindowBefore(self, copy_gradients=context.on_failure == "restore")
+        self.check_left()
+        # The window takes what the last real step left before the closure runs (ZERO-005). A call that fails
+        # leaves the window as the context's failure policy says (FAIL-002 to FAIL-004): as it was when nothing of
+        # the call reached it (taken or not, ZERO-007), else discarded ("discard") or put back exactly ("restore",
+        # the only policy that pays for a copy of the window's gradients).
+        left, carried = dict(self._left), dict(self._carried)
+        taken = self.take_left()
+        before = _WindowBefore(
+            self, copy_gradients=context.on_failure == "restore", left=left, carried=carried, taken=taken
+        )
         stepping = False
         try:
             with context.running_step():
@@ -221,6 +237,13 @@ class Wrapper(Generic[OptimizerT]):
         if any(wrapper._window.prepared for wrapper in context.wrappers):
             # It would add scaled gradients to a window whose gradients are averaged and unscaled already.
             raise RuntimeError("backward() after unscale_gradients(): take the step that closes that window first")
+        # A backward reaching the gradients a real step left would add to them: every window that it can reach
+        # (one of its parameters requires grad) takes them first, as its carried part (ZERO-005).
+        reached = [w for w in context.wrappers if w._left and any(p.requires_grad for p in w.parameters())]
+        for wrapper in reached:
+            wrapper.check_left()
+        for wrapper in reached:
+            wrapper.take_left()
         device_type = context.device.type
         # Autograd and the hooks around it run as torch's recipe runs them: outside autocast, wherever this is called.
         outside: AbstractContextManager[Any] = (
@@ -249,17 +272,30 @@ class Wrapper(Generic[OptimizerT]):
         if self._closing is False:
             raise RuntimeError("this step() does not close its window: unscale_gradients() must wait for one that does")
         if not self._window.prepared:
+            self.check_left()
+            self.take_left()
             self._prepare(self._window.micro_steps + 1)
             self._window.prepared = True
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """The inner optimizer's ``zero_grad``, except while a window is open; refused on a prepared window."""
+        """The inner optimizer's ``zero_grad``, except while a window is open; refused on a prepared window.
+
+        With no window open it clears the carried part too, taken or not (ZERO-005): ``set_to_none=False`` leaves
+        zeros where the carried gradients were, as the inner optimizer leaves them in place, and they carry nothing.
+        """
         if self._window.prepared:
             # Its gradients are unscaled already (the scaler unscales once per iteration): only a step may follow.
             raise RuntimeError(
                 "unscale_gradients() prepared this window for its real step: call step() before zero_grad()"
             )
         if self._window.micro_steps == 0:
+            params = self.parameters()
+            for index, grad in self._carried.items():
+                if params[index].grad is None and not set_to_none:
+                    # Zeros where the carried gradient was, as the inner optimizer would leave it; the carried tensor
+                    # itself stays as it was, for a failed call to put back (ZERO-007).
+                    params[index].grad = torch.zeros_like(grad)
+            self._carried, self._left = {}, {}
             self._inner.zero_grad(set_to_none)
 
     def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
@@ -325,8 +361,13 @@ class Wrapper(Generic[OptimizerT]):
             for handle in handles:
                 handle.remove()
 
-    def _prepare(self, micro_steps: int) -> None:
-        """Window mean, reduction across XLA replicas, unscaling, clipping: once per real step."""
+    def _prepare(self, micro_steps: int, *, carry: bool = True) -> None:
+        """Window mean, reduction across XLA replicas, unscaling, the carried part added, clipping: once per step.
+
+        The carried part (ZERO-005) is what the last real step applied: it joins the window's own gradients after
+        they are averaged, reduced and unscaled, and is clipped with them. A fresh evaluation of the closure by the
+        inner optimizer (``carry=False``) is its own backward's alone (CLOS-004, CLOS-005).
+        """
         context = self._context
         params = [p for p in self.parameters() if p.grad is not None]
         every = context.accumulate_grad_batches
@@ -344,6 +385,15 @@ class Wrapper(Generic[OptimizerT]):
             # The scaler sets its scale up on its first scale() call, which a plain loss.backward() never made.
             context.scaler.scale(torch.zeros((), device=context.device))
             context.scaler.unscale_(self._inner)
+        if carry and self._carried:
+            every_param = self.parameters()
+            for index, carried in self._carried.items():
+                param = every_param[index]
+                if param.grad is None:
+                    param.grad = carried.clone()  # the carried tensor stays as it was, for a failed step to restore
+                else:
+                    param.grad.add_(carried)
+            params = [p for p in every_param if p.grad is not None]
         if context.clip_value is not None and params:
             if context.clip_algorithm == "norm":
                 torch.nn.utils.clip_grad_norm_(params, context.clip_value)
@@ -357,8 +407,9 @@ class Wrapper(Generic[OptimizerT]):
             self._window.prepared = True
         if ran is not None and context.precision != "16-mixed" and takes_closure(self._inner):
             kwargs = {**kwargs, "closure": self._again(*ran)}
-        # Without any gradient the scaler has nothing to check (and refuses to step): the inner optimizer steps.
-        scaler = context.scaler if any(p.grad is not None for p in self.parameters()) else None
+        # Without any gradient of its own the window was not unscaled, and the scaler has nothing to check (it
+        # refuses to step): the inner optimizer steps, on the carried part if there is one.
+        scaler = context.scaler if context.scaler is not None and _unscaled(context.scaler, self._inner) else None
         context.run_hooks("before_optimizer_step", self)
         inner_step: Callable[..., Any] = self._inner.step
         skipped = scaler is not None and sum(v.item() for v in scaler._found_inf_per_device(self._inner).values()) > 0
@@ -392,7 +443,7 @@ class Wrapper(Generic[OptimizerT]):
             self._window.prepared = False  # a fresh evaluation: its backward adds to nothing
             try:
                 again = self._run_closure(closure, closes=True)
-                self._prepare(1)
+                self._prepare(1, carry=False)
             finally:
                 self._window.prepared = True
             return again
@@ -405,7 +456,7 @@ class Wrapper(Generic[OptimizerT]):
         def evaluate() -> T | None:
             self._inner.zero_grad(set_to_none=True)  # each evaluation's gradient is its own backward alone
             result = None if closure is None else self._run_closure(closure, closes=True)
-            self._prepare(1)
+            self._prepare(1, carry=False)
             results.append(result)
             return result
 
@@ -426,6 +477,8 @@ class Wrapper(Generic[OptimizerT]):
         """Drop the window a failed call wrote into (FAIL-003), and say so on the exception that propagates."""
         for param in self.parameters():
             param.grad = None
+        carried = bool(self._carried)
+        self._carried, self._left = {}, {}
         self._window.micro_steps, self._window.prepared = 0, False
         scaler = self._context.scaler
         if scaler is not None:
@@ -436,34 +489,110 @@ class Wrapper(Generic[OptimizerT]):
         self._outcome = StepOutcome.DISCARDED
         index = next(i for i, wrapper in enumerate(self._context.wrappers) if wrapper is self)
         plural = "" if micro_steps == 1 else "s"
+        with_carried = (
+            ", with the gradients it carried from the last real step (zero_grad_after_step=False)" if carried else ""
+        )
         note = (
             f"{type(self._inner).__name__} (optimizer {index} of the context): the failed step() discarded this "
-            f"optimizer's window of {micro_steps} micro-step{plural} (its gradients are None, its step count is "
-            'unchanged); build the context with on_failure="restore" to keep a failed call\'s window as it was '
-            "before the call"
+            f"optimizer's window of {micro_steps} micro-step{plural}{with_carried} (its gradients are None, its step "
+            'count is unchanged); build the context with on_failure="restore" to keep a failed call\'s window as it '
+            "was before the call"
         )
         add_note = getattr(error, "add_note", None)  # Python 3.11 and later
         if add_note is not None:
             add_note(note)
 
     def _finish(self, outcome: StepOutcome) -> None:
-        self._inner.zero_grad(set_to_none=True)
-        self._window.close(taken=outcome is StepOutcome.STEPPED)
+        """Close the window: its gradients cleared (ZERO-001), or, when the context leaves a taken step's to the
+        user (ZERO-004), left as the step applied them and noted, so that the next window can carry them."""
+        taken = outcome is StepOutcome.STEPPED
+        leave = taken and not self._context.zero_grad_after_step
+        if not leave:
+            self._inner.zero_grad(set_to_none=True)
+        self._carried, self._left = {}, {}
+        if leave and not evaluates_closure(self._inner):  # such an optimizer carries nothing (CLOS-004)
+            self._record_left(range(len(self.parameters())))
+        self._window.close(taken=taken)
         self._outcome = outcome
+
+    # -- what a taken real step leaves (zero_grad_after_step=False) -------------------------------------
+
+    def _record_left(self, indices: Any) -> None:
+        """Note the gradients of these parameters as a real step left them: the tensor and its version."""
+        params = self.parameters()
+        self._left = {
+            index: (weakref.ref(grad), grad._version)
+            for index in indices
+            if index < len(params) and (grad := params[index].grad) is not None
+        }
+
+    def _is_left(self, index: int, grad: torch.Tensor | None) -> bool:
+        """Whether ``grad``, the gradient of parameter ``index``, is the tensor the last real step left there."""
+        return grad is not None and index in self._left and self._left[index][0]() is grad
+
+    def _left_indices(self) -> list[int]:
+        """The parameters that still hold, as their gradient, the tensor the last real step left."""
+        params = self.parameters()
+        return [index for index in self._left if index < len(params) and self._is_left(index, params[index].grad)]
+
+    def check_left(self) -> None:
+        """Refuse to take gradients a real step left that were changed in place since (ZERO-006)."""
+        params = self.parameters()
+        changed = [
+            index
+            for index in self._left_indices()
+            if cast(torch.Tensor, params[index].grad)._version != self._left[index][1]
+        ]
+        if changed:
+            raise RuntimeError(
+                f"the gradients that the last real step of {type(self._inner).__name__} left (zero_grad_after_step="
+                f"False) changed in place before this window took them ({len(changed)} of its parameters: a "
+                "backward outside step() and opt.backward(), such as loss.backward() before step(), or an in-place "
+                "zero_grad(set_to_none=False) of the module or the inner optimizer): they cannot be told from the "
+                "carried part. Call opt.zero_grad() before the window's first backward to clear them, or "
+                "opt.backward(loss) to keep them; nothing was changed"
+            )
+
+    def take_left(self) -> dict[int, torch.Tensor]:
+        """Set the gradients the last real step left aside as the window's carried part (ZERO-005).
+
+        Gradients replaced or set to ``None`` since carry nothing; the caller checked that none changed in place.
+        Returns what it took, by parameter index.
+        """
+        params = self.parameters()
+        taken = {index: cast(torch.Tensor, params[index].grad) for index in self._left_indices()}
+        for index in taken:
+            params[index].grad = None
+        self._left = {}
+        self._carried = self._carried | taken
+        return taken
 
     # -- the context's checkpoints ----------------------------------------------------------------------
 
     def rescale_open_window(self, factor: float) -> None:
-        """Bring an open window's scaled gradients to a new loss scale."""
+        """Bring an open window's scaled gradients to a new loss scale; unscaled carried gradients stay (AMP-006)."""
         if not self._window.prepared:  # micro-steps, or a backward not stepped yet: gradients at the old scale
-            for param in self.parameters():
-                if param.grad is not None:
+            for index, param in enumerate(self.parameters()):
+                if param.grad is not None and not self._is_left(index, param.grad):
                     param.grad.mul_(factor)
 
     def window_state(self) -> dict[str, Any]:
-        """This wrapper's window, gradients and counts, as plain data."""
-        grads = [None if p.grad is None else p.grad.detach().clone() for p in self.parameters()]
-        return self._window.state() | {"grads": grads, "shapes": [tuple(p.shape) for p in self.parameters()]}
+        """This wrapper's window, gradients, carried part and counts, as plain data.
+
+        Gradients that the last real step left and no window took are the user's, not the window's (ZERO-007): the
+        state holds only which parameters have them (``left``), so that a resumed run that has the same gradients
+        carries them as the original does.
+        """
+        params = self.parameters()
+        left = set(self._left_indices())
+        grads = [None if p.grad is None or i in left else p.grad.detach().clone() for i, p in enumerate(params)]
+        carried = [None if i not in self._carried else self._carried[i].detach().clone() for i in range(len(params))]
+        return self._window.state() | {
+            "grads": grads,
+            "carried": carried,
+            "left": [i in left for i in range(len(params))],
+            "shapes": [tuple(p.shape) for p in params],
+        }
 
     def window_state_problem(self, state: object) -> str | None:
         """Why ``state`` cannot be loaded into this wrapper, or ``None``."""
@@ -477,15 +606,34 @@ class Wrapper(Generic[OptimizerT]):
             return f"{len(grads) if isinstance(grads, list) else 'no'} gradients for {len(params)} parameters"
         if state.get("shapes") != [tuple(p.shape) for p in params]:
             return f"it was saved for parameters of shapes {state.get('shapes')}"
-        for index, (param, grad) in enumerate(zip(params, grads, strict=True)):
+        carried, left = state.get("carried"), state.get("left")
+        if not isinstance(carried, list) or len(carried) != len(params):
+            return "its carried gradients are not a list of one entry per parameter"
+        if not isinstance(left, list) or len(left) != len(params) or not all(isinstance(f, bool) for f in left):
+            return "its 'left' is not a list of one bool per parameter"
+        for index, (param, grad, carry) in enumerate(zip(params, grads, carried, strict=True)):
             if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
                 return f"the gradient of parameter {index} does not have its shape {tuple(param.shape)}"
+            if carry is not None and (not isinstance(carry, torch.Tensor) or carry.shape != param.shape):
+                return f"the carried gradient of parameter {index} does not have its shape {tuple(param.shape)}"
         return None
 
     def load_window_state(self, state: dict[str, Any]) -> None:
-        """Restore what ``window_state`` saved (checked by ``window_state_problem``)."""
-        for param, grad in zip(self.parameters(), state["grads"], strict=True):
-            param.grad = None if grad is None else grad.detach().clone().to(param.device)
+        """Restore what ``window_state`` saved (checked by ``window_state_problem``).
+
+        Where the state says the last real step left a gradient that no window took, the parameter keeps the
+        gradient it has here (the user's, ZERO-007), noted as left by that step.
+        """
+        params = self.parameters()
+        for param, grad, left in zip(params, state["grads"], state["left"], strict=True):
+            if not left:
+                param.grad = None if grad is None else grad.detach().clone().to(param.device)
+        self._carried = {
+            index: carry.detach().clone().to(params[index].device)
+            for index, carry in enumerate(state["carried"])
+            if carry is not None
+        }
+        self._record_left([index for index, left in enumerate(state["left"]) if left])
         self._window.load(state)
 
 
@@ -497,8 +645,18 @@ class _WindowBefore:
     anything wrote into the window since: a gradient replaced, set, or changed in place.
     """
 
-    def __init__(self, wrapper: Wrapper[Any], *, copy_gradients: bool) -> None:
+    def __init__(
+        self,
+        wrapper: Wrapper[Any],
+        *,
+        copy_gradients: bool,
+        left: dict[int, tuple[weakref.ref[torch.Tensor], int]],
+        carried: dict[int, torch.Tensor],
+        taken: dict[int, torch.Tensor],
+    ) -> None:
         self.wrapper = wrapper
+        # What the window carried or could take before the call, and what the call took (ZERO-007).
+        self.left, self.carried, self.taken = left, carried, taken
         self.params = wrapper.parameters()
         self.marks = [None if p.grad is None else (weakref.ref(p.grad), p.grad._version) for p in self.params]
         self.grads = (
@@ -525,6 +683,9 @@ class _WindowBefore:
         if self.grads is not None:
             for param, grad in zip(self.params, self.grads, strict=True):
                 param.grad = grad
+        for index, grad in self.taken.items():
+            self.params[index].grad = grad  # untaken again: the tensor and version that the last step left
+        wrapper._left, wrapper._carried = self.left, self.carried
         wrapper._window.micro_steps, wrapper._window.prepared = self.micro_steps, self.prepared
         scaler = wrapper._context.scaler
         if scaler is not None and not self.prepared:
@@ -550,6 +711,12 @@ class _Before:
                 param.grad = grad
         self.optimizer.state.clear()
         self.optimizer.load_state_dict(self.state)
+
+
+def _unscaled(scaler: GradScaler, optimizer: torch.optim.Optimizer) -> bool:
+    """Whether the scaler unscaled the optimizer's gradients in this iteration (it then checked them)."""
+    states = scaler._per_optimizer_states
+    return id(optimizer) in states and states[id(optimizer)]["stage"] is OptState.UNSCALED
 
 
 def _check_step_kwargs(optimizer: torch.optim.Optimizer, kwargs: dict[str, Any]) -> None:
