@@ -113,21 +113,22 @@ class Wrapper(Generic[OptimizerT]):
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         # Pickling a parameter drops its gradient: the open window's gradients travel beside it, and so do those
-        # that the last real step left (the copy's model has them as the original's has), marked as left.
+        # that the last real step left, which the copy finds on its parameters as its window's own: no step of the
+        # copy's left them (ZERO-005). The carried part a window took travels with it (ZERO-007).
         grads = [None if p.grad is None else p.grad.detach().clone() for p in self.parameters()]
         own = {name: getattr(self, name) for name in _OWN if name not in ("_inner", "_closing", "_left", "_carried")}
         carried = {index: grad.detach() for index, grad in self._carried.items()}
-        return (_rebuild, (self._inner,), own | {"_carried": carried, "grads": grads, "left": self._left_indices()})
+        return (_rebuild, (self._inner,), own | {"_carried": carried, "grads": grads})
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name, value in state.items():
-            if name not in ("grads", "left"):
+            if name != "grads":
                 object.__setattr__(self, name, value)
         object.__setattr__(self, "_closing", None)
+        object.__setattr__(self, "_left", {})
         if "grads" in state:
             for param, grad in zip(self.parameters(), state["grads"], strict=True):
                 param.grad = grad
-        self._record_left(state.get("left", ()))
 
     def state_dict(self) -> dict[str, Any]:
         """The inner optimizer's state dict, unchanged in format."""
@@ -511,19 +512,18 @@ class Wrapper(Generic[OptimizerT]):
             self._inner.zero_grad(set_to_none=True)
         self._carried, self._left = {}, {}
         if leave and not evaluates_closure(self._inner):  # such an optimizer carries nothing (CLOS-004)
-            self._record_left(range(len(self.parameters())))
+            self._record_left()
         self._window.close(taken=taken)
         self._outcome = outcome
 
     # -- what a taken real step leaves (zero_grad_after_step=False) -------------------------------------
 
-    def _record_left(self, indices: Any) -> None:
-        """Note the gradients of these parameters as a real step left them: the tensor and its version."""
-        params = self.parameters()
+    def _record_left(self) -> None:
+        """Note the gradients as this wrapper's real step left them: each tensor and its version counter."""
         self._left = {
-            index: (weakref.ref(grad), grad._version)
-            for index in indices
-            if index < len(params) and (grad := params[index].grad) is not None
+            index: (weakref.ref(param.grad), param.grad._version)
+            for index, param in enumerate(self.parameters())
+            if param.grad is not None
         }
 
     def _is_left(self, index: int, grad: torch.Tensor | None) -> bool:
@@ -564,7 +564,8 @@ class Wrapper(Generic[OptimizerT]):
         for index in taken:
             params[index].grad = None
         self._left = {}
-        self._carried = self._carried | taken
+        # A view (into a DDP bucket, which the next reduction overwrites) is copied; a tensor of its own is kept.
+        self._carried = self._carried | {i: g.clone() if g._base is not None else g for i, g in taken.items()}
         return taken
 
     # -- the context's checkpoints ----------------------------------------------------------------------
@@ -580,8 +581,8 @@ class Wrapper(Generic[OptimizerT]):
         """This wrapper's window, gradients, carried part and counts, as plain data.
 
         Gradients that the last real step left and no window took are the user's, not the window's (ZERO-007): the
-        state holds only which parameters have them (``left``), so that a resumed run that has the same gradients
-        carries them as the original does.
+        state holds only which parameters have them (``left``), whose gradients a load leaves as the resumed run has
+        them.
         """
         params = self.parameters()
         left = set(self._left_indices())
@@ -622,7 +623,8 @@ class Wrapper(Generic[OptimizerT]):
         """Restore what ``window_state`` saved (checked by ``window_state_problem``).
 
         Where the state says the last real step left a gradient that no window took, the parameter keeps the
-        gradient it has here (the user's, ZERO-007), noted as left by that step.
+        gradient it has here: the user's (ZERO-007), which this context finds as its window's own, since no step of
+        its own left it (ZERO-005).
         """
         params = self.parameters()
         for param, grad, left in zip(params, state["grads"], state["left"], strict=True):
@@ -633,7 +635,7 @@ class Wrapper(Generic[OptimizerT]):
             for index, carry in enumerate(state["carried"])
             if carry is not None
         }
-        self._record_left([index for index, left in enumerate(state["left"]) if left])
+        self._left = {}
         self._window.load(state)
 
 
