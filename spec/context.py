@@ -361,19 +361,23 @@ class TrainingContext(Protocol):
         [ZERO-006] ``zero_grad_after_step=False``: gradients that the last real step left and that changed in place
         before the window took them (a backward outside ``step()`` and the wrappers' ``backward()``, such as
         ``loss.backward()`` before ``step()``; an in-place ``zero_grad(set_to_none=False)`` of the module or of the
-        inner optimizer) cannot be told from the carried part: the ``step()`` or ``backward()`` that would take
-        them raises ``RuntimeError`` naming ``opt.zero_grad()``, and changes nothing. Gradients that were replaced or
-        set to ``None`` outside the wrapper (``model.zero_grad()``) carry nothing.
+        inner optimizer) cannot be told from the carried part: the ``step()``, ``unscale_gradients()`` or ``backward()``
+        that would take them raises ``RuntimeError`` naming ``opt.zero_grad()``, and changes nothing. Gradients that
+        were replaced or set to ``None`` outside the wrapper (``model.zero_grad()``; also a ``create_graph=True``
+        backward, for which autograd replaces the gradient) carry nothing: what is on the parameters then is the
+        window's own.
 
         [ZERO-007] ``zero_grad_after_step=False``: a window's carried part fails with it: a failed call under
         ``on_failure="discard"`` clears it with the window (FAIL-003; the exception's note says that the carried
-        gradients went too), under ``"restore"`` it is as before the call, taken or not (FAIL-004). Once taken it
-        is part of the window: a state or copy holds it (CKPT-002, PICKLE-001). Gradients that a real step left and
-        no window has taken are the user's, as an optimizer's ``state_dict()`` holds no gradients: they are not
-        context state, and a state taken then continues the same trajectory where the resumed run has the same
-        gradients (cleared by ``zero_grad()`` at the window's start, as Lightning clears them). States and copies
-        carry the setting; ``load_state_dict`` refuses a state of the other setting with ``ValueError`` before
-        changing anything (CKPT-003).
+        gradients went too), under ``"restore"`` it is as before the call, taken or not (FAIL-004). A take by a backward
+        in another wrapper's call stays when that call fails: it moves no gradient's value, so it does not touch that
+        window (FAIL-002). Once taken the carried part is part of the window: a state or copy holds it (CKPT-002,
+        PICKLE-001). Gradients that a real step left and no window has taken are the user's, as an optimizer's
+        ``state_dict()`` holds no gradients: they are not context state, and a run resumed from a state taken then
+        continues the same trajectory when its next window starts from cleared gradients (``zero_grad()`` at the
+        window's start, as Lightning's loop calls it); gradients it finds otherwise are its window's own (ZERO-005).
+        States and copies carry the setting; ``load_state_dict`` refuses a state of the other setting with
+        ``ValueError`` before changing anything (CKPT-003).
     """
 
     @property
