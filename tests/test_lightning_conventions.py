@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import torch
 
-pytest.importorskip("pytorch_lightning", reason="the Lightning integration needs pytorch-lightning, not installed")
+pytest.importorskip("lightning", reason="the Lightning integration needs lightning, not installed")
 
-from lightning_fabric.utilities.exceptions import MisconfigurationException
-from pytorch_lightning import LightningModule, Trainer
-from pytorch_lightning.callbacks import GradientAccumulationScheduler
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import GradientAccumulationScheduler
 
 from lightning_optimizer.conformance.harness import make_model
 from lightning_optimizer.reference import WrappedOptimizer

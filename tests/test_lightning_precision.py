@@ -9,7 +9,7 @@ silently becomes bf16-mixed); the reference through ``strategy=ReferenceSingleDe
 ``precision="16-mixed"``, with the same scaler settings.
 
 The modules are shortened copies of Lightning's examples (``domain_templates/generative_adversarial_net.py``, the
-language model of ``basics/transformer.py`` on ``pytorch_lightning.demos.Transformer``,
+language model of ``basics/transformer.py`` on ``lightning.pytorch.demos.Transformer``,
 ``basics/backbone_image_classifier.py``) and modules made for one rule each: PREC-004 (autocast's weight cache is
 off), BWD-002 (where a backward runs relative to autocast), AMP-007 (``scaler.scale(loss / N)`` under accumulation).
 """
@@ -28,12 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-pytest.importorskip("pytorch_lightning", reason="the Lightning integration needs pytorch-lightning, not installed")
+pytest.importorskip("lightning", reason="the Lightning integration needs lightning, not installed")
 
-from pytorch_lightning import LightningModule, Trainer
-from pytorch_lightning.core.optimizer import LightningOptimizer
-from pytorch_lightning.demos import Transformer
-from pytorch_lightning.plugins.precision import MixedPrecision
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.core.optimizer import LightningOptimizer
+from lightning.pytorch.demos import Transformer
+from lightning.pytorch.plugins.precision import MixedPrecision
 from torch.amp.grad_scaler import GradScaler
 from torch.utils.data import DataLoader, TensorDataset
 

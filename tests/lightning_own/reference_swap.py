@@ -13,7 +13,7 @@ import functools
 import os
 from typing import Any
 
-from pytorch_lightning import Trainer
+from lightning.pytorch import Trainer
 
 from lightning_optimizer.reference.lightning import ReferenceSingleDeviceStrategy
 

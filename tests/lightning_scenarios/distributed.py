@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pytorch_lightning import Callback, LightningDataModule, LightningModule, Trainer
-from pytorch_lightning.callbacks import ModelCheckpoint
+from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DistributedSampler, TensorDataset
 

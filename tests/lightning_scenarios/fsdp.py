@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pytorch_lightning import Callback, LightningModule, Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
