@@ -90,11 +90,13 @@ peers: env
 	$(BIN)/python scripts/peers --reports $(REPORTS)/peers
 
 # Lightning's own tests of optimization on one CPU device, at the tag tests/lightning_own/expected.json pins, plain
-# and with every single-device Trainer on the reference's strategy, compared per test (not part of `make test`: it
+# and with every single-device Trainer on the reference's strategy, compared per test, in LIGHTNING_NAMESPACE's
+# Lightning (`lightning`: the test files as written; `pytorch_lightning`: their imports rewritten, the twin package's
+# strategy) (not part of `make test`: it
 # takes 5 to 8 minutes, and reads a clone of Lightning, LIGHTNING_REPO=path, or clones the tag under .cache/,
 # which needs the network). What those test files need beyond the dev tools goes to a folder of its own first.
 lightning-own-tests: env .cache/lightning-own-tests-deps/.installed
-	$(BIN)/python scripts/lightning-own-tests $(if $(LIGHTNING_REPO),--lightning-repo $(LIGHTNING_REPO))
+	$(BIN)/python scripts/lightning-own-tests --namespace $(LIGHTNING_NAMESPACE) $(if $(LIGHTNING_REPO),--lightning-repo $(LIGHTNING_REPO))
 
 .cache/lightning-own-tests-deps/.installed: requirements/lightning-own-tests.txt
 	rm -rf $(@D)

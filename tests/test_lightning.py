@@ -513,6 +513,63 @@ def test_accumulate_grad_batches_windows(
     assert not order_warnings, [str(w.message) for w in order_warnings]
 
 
+class SkipsRestOfFirstEpoch(LightningModule):
+    """One SGD with momentum over ``Trainer(accumulate_grad_batches=3)``; ``on_train_batch_start`` returns -1 at
+    batch 1 of the first epoch, which ends that epoch with a window of one micro-step open (batch 0's)."""
+
+    def __init__(self, automatic: bool) -> None:
+        super().__init__()
+        self.automatic_optimization = automatic
+        self.net = make_model(seed=0)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        return -1 if self.current_epoch == 0 and batch_idx == 1 else None
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor | None:
+        if self.automatic_optimization:
+            return self.loss(batch)
+        opt = wrapped_optimizers(self, torch.optim.SGD)
+        opt.step(closure=lambda: opt.backward(self.loss(batch)))  # make_optimizer_step left to the schedule
+        return None
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.9)
+
+
+@pytest.mark.parametrize("automatic", [True, False], ids=["automatic", "manual"])
+def test_an_epoch_cut_short_by_on_train_batch_start_flushes_its_window(automatic: bool, tmp_path: Path) -> None:
+    """ACC-003: the window that -1 leaves open is flushed (a step on its mean), not carried into the next epoch.
+
+    By hand: epoch 0 runs batch 0 only, so its window is [0]; epoch 1 has windows [0, 1, 2] and [3, 4, 5]. Carried,
+    epoch 1's first window would hold four micro-steps and step on their mean.
+    """
+    model = SkipsRestOfFirstEpoch(automatic)
+    trainer = reference_trainer(tmp_path, "32-true", accumulate_grad_batches=3)
+    trainer.fit(model, train_dataloaders=regression_loader(batches=6))
+
+    data = regression_data(batches=6)
+    batches = [(data.tensors[0][i : i + 4], data.tensors[1][i : i + 4]) for i in range(0, len(data), 4)]
+    oracle = make_model(seed=0)
+    optimizer = torch.optim.SGD(oracle.parameters(), lr=0.1, momentum=0.9)
+    for window in ([0], [0, 1, 2], [3, 4, 5]):
+        for batch_idx in window:
+            x, y = batches[batch_idx]
+            torch.nn.functional.mse_loss(oracle(x), y).backward()
+        with torch.no_grad():
+            for param in oracle.parameters():
+                assert param.grad is not None
+                param.grad /= len(window)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    assert_params_close(model.net, oracle, TOLERANCES["32-true"], "an epoch cut short by -1, then a full epoch")
+    # Lightning counts optimizer_step calls (automatic: the flush is none) or step() calls that close a window.
+    assert trainer.global_step == (2 if automatic else 3)
+
+
 class HookRecorder(Callback):
     """Lightning's backward and optimizer-step hooks as a callback sees them, gradients at each step included."""
 
@@ -1118,6 +1175,17 @@ def test_model_parallel_mesh_sizes_are_where_the_fsdp_strategy_sets_them() -> No
 def test_ddp_strategy_owns_its_precision_plugin() -> None:
     with pytest.raises(TypeError, match=r"set Trainer\(precision=\.\.\.\)"):
         ReferenceDDPStrategy(precision_plugin=ReferencePrecision())
+
+
+def test_ddp_mixed_precision_is_refused_for_the_trainers_precision() -> None:
+    """``DistributedDataParallel(mixed_precision=...)`` would cast parameters and reduce gradients in another dtype
+    beside the reference's precision: refused when the strategy is built, naming the Trainer's precision instead."""
+    from torch.nn.parallel.distributed import _MixedPrecision
+
+    with pytest.raises(
+        TypeError, match=r"ReferenceDDPStrategy\(mixed_precision=\.\.\.\).*Trainer\(precision='bf16-mixed'\)"
+    ):
+        ReferenceDDPStrategy(mixed_precision=_MixedPrecision(param_dtype=torch.bfloat16))
 
 
 def test_the_reference_imports_without_lightning() -> None:

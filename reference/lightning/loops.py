@@ -347,16 +347,40 @@ class Loop(ABC):
         The module's ``on_train_batch_start`` returned -1, so the batch that ran last was the epoch's last batch,
         but Lightning did not say so when it ran. Its open windows (a wrapper whose last ``step()`` only
         accumulated) would otherwise carry their micro-steps into the next epoch's windows. Each flush is a
-        ``step(make_optimizer_step=True)`` without a closure in one iteration of the loop: the window's mean is
-        applied, with Lightning's ``on_before_optimizer_step`` (and clipping), as for any real step.
+        ``step(make_optimizer_step=True)`` without a closure in one iteration of the loop, with Lightning's
+        ``on_before_optimizer_step`` (and clipping) as for any real step. That call is a micro-step of its own
+        without gradients (ACC-001 takes the mean over ``k + 1`` micro-steps), so the window's ``k`` micro-steps'
+        gradients are multiplied by ``(k + 1) / k`` first: the step applies their mean. Under DDP and FSDP the
+        window's micro-steps ran without sync and no backward is left to reduce them: refused there.
         """
-        open_windows = [wrapper for wrapper in self.wrappers() if wrapper.last_outcome is StepOutcome.ACCUMULATED]
+        context = self.plugin.context
+        assert context is not None
+        pending = [entry["pending"] for entry in context.state_dict()["optimizers"]]
+        wrappers = self.lightning_optimizers(self._inner)  # the context's order
+        open_windows = [
+            (wrapper, pending[index])
+            for index, wrapper in enumerate(wrappers)
+            if wrapper.last_outcome is StepOutcome.ACCUMULATED and pending[index]
+        ]
         if not open_windows:
             return
+        if self.trainer.world_size > 1:
+            raise RuntimeError(
+                "on_train_batch_start returned -1 inside an accumulation window, which ended the epoch with "
+                f"{sum(count for _, count in open_windows)} micro-step(s) that no rank synchronised: under "
+                f"{type(self._strategy).__name__} the epoch's last window cannot be flushed without a backward. Return "
+                "-1 at a window's first batch (batch_idx % accumulate_grad_batches == 0), or leave the epoch's length "
+                "to the data (limit_train_batches)"
+            )
         self._flushing = True
         try:
             with self._flush_iteration():
-                for wrapper in open_windows:
+                for wrapper, count in open_windows:
+                    with torch.no_grad():
+                        for group in wrapper.param_groups:
+                            for param in group["params"]:
+                                if param.grad is not None:
+                                    param.grad.mul_((count + 1) / count)
                     wrapper.step(make_optimizer_step=True)
         finally:
             self._flushing = False
@@ -465,9 +489,33 @@ class ManualLoop(Loop):
         """
         return nullcontext()
 
+    _PROFILED_STEP = "optimizer_step"
+    """What Lightning's manual loop profiles around each ``LightningOptimizer.step()`` that counts a global step."""
+    _profiling_step = False
+    """The profiler's :attr:`_PROFILED_STEP` action is running (a step's hooks ran, its ``after_step`` has not)."""
+
+    def _before_optimizer_step(self, wrapper: Any) -> None:
+        """The hooks, then the profiler's ``optimizer_step`` action, as Lightning's manual loop starts it per step."""
+        super()._before_optimizer_step(wrapper)
+        self._stop_profiling_step()  # a step that failed after its hooks ran never got to ``_after_step``
+        self.trainer.profiler.start(self._PROFILED_STEP)
+        self._profiling_step = True
+
     def _after_step(self, wrapper: Any, outcome: StepOutcome) -> None:
+        """A step that closed a window: the profiler's action ends and ``trainer.global_step`` counts it."""
         if outcome is StepOutcome.STEPPED or outcome is StepOutcome.SKIPPED_NON_FINITE:
+            self._stop_profiling_step()
             compat.count_manual_optimizer_step(self.trainer)
+
+    def _stop_profiling_step(self) -> None:
+        if self._profiling_step:
+            self._profiling_step = False
+            self.trainer.profiler.stop(self._PROFILED_STEP)
+
+    def teardown(self) -> None:
+        """End the profiler's action of a step that failed, then the loop's teardown."""
+        self._stop_profiling_step()
+        super().teardown()
 
 
 class AutomaticLoop(Loop):
