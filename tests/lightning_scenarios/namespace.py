@@ -60,6 +60,14 @@ def selected() -> str:
     return namespace
 
 
+def installed_version() -> tuple[int, ...]:
+    """The release of the Lightning distribution of this run's namespace (``lightning`` or ``pytorch-lightning``)."""
+    from importlib.metadata import version
+
+    release = version("lightning" if selected() == "lightning" else "pytorch-lightning")
+    return tuple(int(part) for part in release.split("+")[0].split(".")[:3] if part.isdigit())
+
+
 def target_of(name: str) -> str | None:
     """The module that ``name`` stands for in the ``pytorch_lightning`` run, ``None`` when it is not aliased."""
     for prefix, target in ALIASES:
