@@ -558,7 +558,7 @@ def test_the_lr_finder_runs_on_the_wrappers_and_finds_what_lightning_finds(tmp_p
     """``Tuner.lr_find`` gives the strategy back the configured optimizer object (with its learning rates set for
     the search), so its steps run on that optimizer's wrapper; the search's learning rates and losses, the
     suggestion and the model afterwards are plain Lightning's."""
-    from lightning.pytorch.tuner import Tuner
+    from lightning.pytorch.tuner.tuning import Tuner
 
     found: dict[str, Any] = {}
     for kind in KINDS:

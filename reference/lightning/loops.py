@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer
+from lightning.pytorch.profilers import Profiler
 from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.amp.grad_scaler import GradScaler
@@ -498,7 +499,7 @@ class ManualLoop(Loop):
         """The hooks, then the profiler's ``optimizer_step`` action, as Lightning's manual loop starts it per step."""
         super()._before_optimizer_step(wrapper)
         self._stop_profiling_step()  # a step that failed after its hooks ran never got to ``_after_step``
-        self.trainer.profiler.start(self._PROFILED_STEP)
+        self._profiler().start(self._PROFILED_STEP)
         self._profiling_step = True
 
     def _after_step(self, wrapper: Any, outcome: StepOutcome) -> None:
@@ -510,7 +511,12 @@ class ManualLoop(Loop):
     def _stop_profiling_step(self) -> None:
         if self._profiling_step:
             self._profiling_step = False
-            self.trainer.profiler.stop(self._PROFILED_STEP)
+            self._profiler().stop(self._PROFILED_STEP)
+
+    def _profiler(self) -> Profiler:
+        """``trainer.profiler`` (set by the Trainer's constructor, which Lightning does not annotate)."""
+        profiler: Profiler = self.trainer.profiler  # type: ignore[attr-defined]
+        return profiler
 
     def teardown(self) -> None:
         """End the profiler's action of a step that failed, then the loop's teardown."""

@@ -21,12 +21,12 @@ from lightning_optimizer.reference.lightning import STRATEGY_NAMES, ReferenceSin
 from lightning_scenarios.shared import ResumableBatches, gan_batches, gan_class, reference_trainer
 
 BUILT_BY_NAME = {
-    "reference": {"devices": 1},
-    "reference_ddp": {"devices": 2},
-    "reference_ddp_find_unused_parameters_true": {"devices": 2},
-    "reference_ddp_spawn": {"devices": 2},
-    "reference_ddp_spawn_find_unused_parameters_true": {"devices": 2},
-    "reference_fsdp": {"devices": 2},
+    "reference": 1,
+    "reference_ddp": 2,
+    "reference_ddp_find_unused_parameters_true": 2,
+    "reference_ddp_spawn": 2,
+    "reference_ddp_spawn_find_unused_parameters_true": 2,
+    "reference_fsdp": 2,
 }
 """Each name a CPU ``Trainer`` is built with (not run), and its devices; ``reference_xla`` needs an XLA device."""
 
@@ -45,8 +45,8 @@ def main(out: Path) -> None:
         if name in StrategyRegistry
     }
     by_name = {
-        name: qualified(type(Trainer(strategy=name, accelerator="cpu", logger=False, **kwargs).strategy))
-        for name, kwargs in BUILT_BY_NAME.items()
+        name: qualified(type(Trainer(strategy=name, accelerator="cpu", devices=devices, logger=False).strategy))
+        for name, devices in BUILT_BY_NAME.items()
     }
     model = gan_class()()
     trainer = reference_trainer(out.parent, "32-true")
