@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH_VERSION ?= 2.9.0
 WITH_XLA ?= 1
+# Another Lightning than requirements/dev.txt pins (`lightning` and `pytorch-lightning` of that version), for the lane of
+# the oldest supported Lightning: give it a VENV of its own, as the newest-torch lane does.
+LIGHTNING_VERSION ?=
 IMPL ?= lightning_optimizer.reference
 REPORTS ?= reports
 BENCH_SUITE ?= cpu,xla
@@ -18,18 +21,26 @@ export XLA_FLAGS
 # default of one OpenMP thread per core in each, their threads wait on each other (make test took 8.4 minutes so, 7.1
 # with one thread per process, on the same machine in the same hour). The benchmarks keep torch's default. A value
 # in the environment wins.
-test audit unit conformance static mutation independent lightning-own-tests: export OMP_NUM_THREADS ?= 1
+test audit unit conformance static mutation independent lightning-own-tests lightning: export OMP_NUM_THREADS ?= 1
 
 BIN := $(VENV)/bin
 AUDIT_TESTS := tests/test_mutants.py tests/test_independent.py
 SOURCES := pyproject.toml $(shell git ls-files -co --exclude-standard spec reference conformance peers 2>/dev/null)
 PACKAGES := -p lightning_optimizer.spec -p lightning_optimizer.reference -p lightning_optimizer.conformance -p lightning_optimizer.peers
 XLA_PIN := $(if $(filter 1,$(WITH_XLA)),torch_xla==$(TORCH_VERSION))
+LIGHTNING_PINS := $(if $(LIGHTNING_VERSION),lightning==$(LIGHTNING_VERSION) pytorch-lightning==$(LIGHTNING_VERSION))
 
 EXAMPLES := $(sort $(wildcard examples/*.py))
+LIGHTNING_TESTS := $(sort $(wildcard tests/test_lightning*.py))
+# The Lightning namespace the Lightning tests and the examples run in: `lightning` (lightning.pytorch, as users import
+# it) or `pytorch_lightning` (the same files on pytorch_lightning and the reference's twin package, through the test
+# switch in tests/lightning_scenarios/namespace.py).
+LIGHTNING_NAMESPACE ?= lightning
+export LIGHTNING_NAMESPACE
+EXAMPLE_PYTHON := $(if $(filter pytorch_lightning,$(LIGHTNING_NAMESPACE)),PYTHONPATH=tests $(BIN)/python -m lightning_scenarios.example,$(BIN)/python)
 PY_SCRIPTS := scripts/peers scripts/lightning-own-tests
 
-.PHONY: env browser conformance test unit static audit independent typecheck lint format clean examples peers mutation bench dimensions dist lightning-own-tests
+.PHONY: env browser conformance test unit static audit independent typecheck lint format clean examples peers mutation bench dimensions dist lightning-own-tests lightning
 
 env: $(VENV)/.project browser
 
@@ -46,7 +57,8 @@ browser:
 $(VENV)/.deps: requirements/dev.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION) $(XLA_PIN) -r requirements/dev.txt
+	$(if $(LIGHTNING_VERSION),grep -v -E '^(lightning|pytorch-lightning)==',cat) requirements/dev.txt > $(VENV)/requirements.txt
+	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION) $(XLA_PIN) -r $(VENV)/requirements.txt $(LIGHTNING_PINS)
 	touch $@
 
 # The project itself, editable in strict mode so that mypy resolves the mapped packages.
@@ -78,11 +90,13 @@ peers: env
 	$(BIN)/python scripts/peers --reports $(REPORTS)/peers
 
 # Lightning's own tests of optimization on one CPU device, at the tag tests/lightning_own/expected.json pins, plain
-# and with every single-device Trainer on the reference's strategy, compared per test (not part of `make test`: it
+# and with every single-device Trainer on the reference's strategy, compared per test, in LIGHTNING_NAMESPACE's
+# Lightning (`lightning`: the test files as written; `pytorch_lightning`: their imports rewritten, the twin package's
+# strategy) (not part of `make test`: it
 # takes 5 to 8 minutes, and reads a clone of Lightning, LIGHTNING_REPO=path, or clones the tag under .cache/,
 # which needs the network). What those test files need beyond the dev tools goes to a folder of its own first.
 lightning-own-tests: env .cache/lightning-own-tests-deps/.installed
-	$(BIN)/python scripts/lightning-own-tests $(if $(LIGHTNING_REPO),--lightning-repo $(LIGHTNING_REPO))
+	$(BIN)/python scripts/lightning-own-tests --namespace $(LIGHTNING_NAMESPACE) $(if $(LIGHTNING_REPO),--lightning-repo $(LIGHTNING_REPO))
 
 .cache/lightning-own-tests-deps/.installed: requirements/lightning-own-tests.txt
 	rm -rf $(@D)
@@ -113,9 +127,15 @@ independent: env
 bench: env
 	$(BIN)/python -m bench --cases default,ddp,fsdp --suite $(BENCH_SUITE) --json $(REPORTS)/bench.json --chart docs/bench.png
 
-# Each example prints one summary line and exits 0.
+# Each example prints one summary line and exits 0 (in LIGHTNING_NAMESPACE's Lightning).
 examples: env
-	@set -e; for example in $(EXAMPLES); do echo "== $$example"; $(BIN)/python $$example; done
+	@set -e; for example in $(EXAMPLES); do echo "== $$example ($(LIGHTNING_NAMESPACE))"; $(EXAMPLE_PYTHON) $$example; done
+
+# The Lightning tests and the examples in one namespace (`make test` runs them in `lightning`; CI also runs
+# `make lightning LIGHTNING_NAMESPACE=pytorch_lightning`, and both on the oldest Lightning supported).
+lightning: env
+	$(BIN)/pytest $(LIGHTNING_TESTS) -p no:cacheprovider
+	$(MAKE) --no-print-directory examples
 
 # The unit tests, the suite on the reference and the static checks side by side (each leaves a core idle at times).
 test: env

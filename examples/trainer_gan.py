@@ -14,7 +14,7 @@ import tempfile
 import warnings
 
 import torch
-from pytorch_lightning import LightningModule, Trainer
+from lightning.pytorch import LightningModule, Trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_optimizer.reference.lightning import ReferenceSingleDeviceStrategy
@@ -85,6 +85,6 @@ def main() -> str:
 
 
 if __name__ == "__main__":
-    logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     print(main())

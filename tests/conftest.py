@@ -1,6 +1,8 @@
 """The mutation report of ``tests/test_mutants.py``: a kill-rate table per requirement group, and a JSON file.
 
-Also: tests marked ``xla_device`` bring torch_xla's device up before any test runs (``start_xla_early``), and the
+Also: the Lightning tests run in the namespace ``LIGHTNING_NAMESPACE`` names (``lightning``, the default, or
+``pytorch_lightning``: see ``lightning_scenarios/namespace.py``; the report's header says which); tests marked
+``xla_device`` bring torch_xla's device up before any test runs (``start_xla_early``), and the
 mypy runs of the suite sessions these tests start share one cache (``MYPY_CACHE_DIR``, unless already set).
 
 ``pytest tests/test_mutants.py --mutation-report=reports/mutation.json`` prints the table after the run, writes
@@ -14,11 +16,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the Lightning tests' scenarios package
+import lightning_scenarios  # noqa: F401  # the Lightning namespace of this run (LIGHTNING_NAMESPACE), first
 
 from lightning_optimizer.spec import REQUIREMENTS, requirement_group
 
@@ -34,6 +40,12 @@ def pytest_configure(config: pytest.Config) -> None:
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     config.addinivalue_line("markers", "xla_device: runs on torch_xla's device (skipped where torch_xla is missing)")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from lightning_scenarios.namespace import ENVIRONMENT, selected
+
+    return f"Lightning namespace: {selected()} ({ENVIRONMENT})"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

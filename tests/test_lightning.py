@@ -1,4 +1,6 @@
-"""The reference in a real ``pytorch_lightning.Trainer.fit``, through its Lightning strategies.
+"""The reference in a real ``lightning.pytorch.Trainer.fit``, through its Lightning strategies.
+
+``LIGHTNING_NAMESPACE=pytorch_lightning`` runs them in ``pytorch_lightning.Trainer.fit`` on the twin package.
 
 Every expected value comes from a plain PyTorch loop written here (plain ``torch.autocast``, a plain
 ``torch.amp.GradScaler`` under 16-mixed, windows worked out by hand), compared with the suite's tolerance
@@ -22,19 +24,19 @@ from typing import Any
 import pytest
 import torch
 
-pytest.importorskip("pytorch_lightning", reason="the Lightning integration needs pytorch-lightning, not installed")
+pytest.importorskip("lightning", reason="the Lightning integration needs lightning, not installed")
 
-from pytorch_lightning import Callback, LightningModule, Trainer
-from pytorch_lightning.callbacks import TQDMProgressBar
-from pytorch_lightning.loggers import CSVLogger
-from pytorch_lightning.loops.optimization.automatic import _AutomaticOptimization
-from pytorch_lightning.strategies import StrategyRegistry
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loops.optimization.automatic import _AutomaticOptimization
+from lightning.pytorch.strategies import StrategyRegistry
 from torch.amp.grad_scaler import GradScaler
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, TOLERANCES, Tolerance, make_model
 from lightning_optimizer.conformance.oracles import recipe_backward, recipe_window_mean
-from lightning_optimizer.reference import WrappedOptimizer, lightning_compat
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.lightning import (
     STRATEGY_NAMES,
     ReferenceDDPStrategy,
@@ -44,6 +46,7 @@ from lightning_optimizer.reference.lightning import (
     ReferenceXLAStrategy,
     wrapped_optimizers,
 )
+from lightning_optimizer.reference.lightning import compat as lightning_compat
 from lightning_optimizer.spec import GradScalerSettings, Precision, StepOutcome
 
 TESTS = Path(__file__).resolve().parent
@@ -508,6 +511,63 @@ def test_accumulate_grad_batches_windows(
     assert scheduler.get_last_lr() == pytest.approx([0.1 * 0.5 ** (sum(oracle.stepped) // 2)])
     order_warnings = [w for w in caught if "lr_scheduler.step()" in str(w.message)]
     assert not order_warnings, [str(w.message) for w in order_warnings]
+
+
+class SkipsRestOfFirstEpoch(LightningModule):
+    """One SGD with momentum over ``Trainer(accumulate_grad_batches=3)``; ``on_train_batch_start`` returns -1 at
+    batch 1 of the first epoch, which ends that epoch with a window of one micro-step open (batch 0's)."""
+
+    def __init__(self, automatic: bool) -> None:
+        super().__init__()
+        self.automatic_optimization = automatic
+        self.net = make_model(seed=0)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        return -1 if self.current_epoch == 0 and batch_idx == 1 else None
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor | None:
+        if self.automatic_optimization:
+            return self.loss(batch)
+        opt = wrapped_optimizers(self, torch.optim.SGD)
+        opt.step(closure=lambda: opt.backward(self.loss(batch)))  # make_optimizer_step left to the schedule
+        return None
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.net.parameters(), lr=0.1, momentum=0.9)
+
+
+@pytest.mark.parametrize("automatic", [True, False], ids=["automatic", "manual"])
+def test_an_epoch_cut_short_by_on_train_batch_start_flushes_its_window(automatic: bool, tmp_path: Path) -> None:
+    """ACC-003: the window that -1 leaves open is flushed (a step on its mean), not carried into the next epoch.
+
+    By hand: epoch 0 runs batch 0 only, so its window is [0]; epoch 1 has windows [0, 1, 2] and [3, 4, 5]. Carried,
+    epoch 1's first window would hold four micro-steps and step on their mean.
+    """
+    model = SkipsRestOfFirstEpoch(automatic)
+    trainer = reference_trainer(tmp_path, "32-true", accumulate_grad_batches=3)
+    trainer.fit(model, train_dataloaders=regression_loader(batches=6))
+
+    data = regression_data(batches=6)
+    batches = [(data.tensors[0][i : i + 4], data.tensors[1][i : i + 4]) for i in range(0, len(data), 4)]
+    oracle = make_model(seed=0)
+    optimizer = torch.optim.SGD(oracle.parameters(), lr=0.1, momentum=0.9)
+    for window in ([0], [0, 1, 2], [3, 4, 5]):
+        for batch_idx in window:
+            x, y = batches[batch_idx]
+            torch.nn.functional.mse_loss(oracle(x), y).backward()
+        with torch.no_grad():
+            for param in oracle.parameters():
+                assert param.grad is not None
+                param.grad /= len(window)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    assert_params_close(model.net, oracle, TOLERANCES["32-true"], "an epoch cut short by -1, then a full epoch")
+    # Lightning counts optimizer_step calls (automatic: the flush is none) or step() calls that close a window.
+    assert trainer.global_step == (2 if automatic else 3)
 
 
 class HookRecorder(Callback):
@@ -1004,6 +1064,7 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
     }, "Lightning's automatic loop runs a batch differently now: compare lightning_compat.route_accumulating_batches"
     routed: list[int] = []
     stepped: list[int] = []
+    done: list[int] = []
 
     class Route(Callback):
         def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -1011,7 +1072,10 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
                 routed.append(1)
                 closure()
 
-            lightning_compat.route_accumulating_batches(trainer, micro_step)
+            lightning_compat.route_automatic_batches(trainer, micro_step, lambda: done.append(trainer.global_step))
+
+        def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+            done.append(-1)  # each batch's end comes after the routed batch is done
 
     class Automatic(AutomaticWindowedRegressor):
         def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
@@ -1032,9 +1096,70 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
     )
     plain.fit(Automatic(), train_dataloaders=regression_loader())
     assert (len(routed), stepped) == (2, [1, 3, 4]), "batches 0 and 2 accumulate; 1, 3 and the last one step"
+    assert done == [0, -1, 1, -1, 1, -1, 2, -1, 3, -1], "batch_done after each batch's step, before its end"
     assert plain.global_step == 3
-    lightning_compat.forget_accumulating_batches(plain)
+    lightning_compat.forget_automatic_batches(plain)
     assert "run" not in vars(plain.fit_loop.epoch_loop.automatic_optimization)
+
+
+def test_lightning_hooks_are_called_through_lightnings_dispatch(tmp_path: Path) -> None:
+    """``call_hook`` and ``call_module_hook`` call a hook as Lightning's loops do: each callback's then the module's,
+    recorded by the Trainer's profiler under Lightning's names, with ``_current_fx_name`` set to the hook."""
+    calls: list[tuple[str, str | None]] = []
+
+    class Listener(Callback):
+        def on_before_zero_grad(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
+            calls.append(("callback", pl_module._current_fx_name))
+
+    class Module(AutomaticWindowedRegressor):
+        def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+            optimizer.step(closure=optimizer_closure)  # Lightning's own optimizer: no outcome to record
+
+        def on_before_zero_grad(self, optimizer: Any) -> None:
+            calls.append(("module", self._current_fx_name))
+
+        def on_train_start(self) -> None:
+            trainer = self.trainer
+            lightning_compat.call_hook(trainer, "on_before_zero_grad", trainer.optimizers[0])
+            calls.append(("clip", None))
+            lightning_compat.call_module_hook(
+                trainer, "configure_gradient_clipping", trainer.optimizers[0], gradient_clip_val=None
+            )
+
+    trainer = Trainer(
+        accelerator="cpu",
+        max_steps=1,
+        profiler="simple",
+        callbacks=[listener := Listener()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(Module(), train_dataloaders=regression_loader())
+    assert calls[:3] == [("callback", "on_before_zero_grad"), ("module", "on_before_zero_grad"), ("clip", None)]
+    recorded = set(trainer.profiler.recorded_durations)  # type: ignore[attr-defined]
+    assert f"[Callback]{listener.state_key}.on_before_zero_grad" in recorded
+    assert "[LightningModule]Module.on_before_zero_grad" in recorded
+    assert "[LightningModule]Module.configure_gradient_clipping" in recorded
+
+
+def test_the_lightning_fields_are_pinned_to_the_versions_checked() -> None:
+    """Each function of ``compat`` names the Lightning versions it was checked on, and the installed Lightning's
+    minor release is one of them: a release outside the supported range fails here before it fails in a fit."""
+    from importlib.metadata import version
+
+    functions = [name for name in lightning_compat.__all__ if callable(getattr(lightning_compat, name))]
+    assert sorted(lightning_compat.CHECKED_ON) == sorted(functions)
+    trainer_module = Trainer.__module__.split(".")[0]
+    installed = version("pytorch_lightning" if trainer_module == "pytorch_lightning" else "lightning")
+    minor = ".".join(installed.split(".")[:2])
+    for name, versions in lightning_compat.CHECKED_ON.items():
+        assert versions, name
+        assert minor in {".".join(checked.split(".")[:2]) for checked in versions}, (
+            f"compat.{name} was checked on Lightning {', '.join(versions)}, not on the installed {installed}"
+        )
 
 
 def test_model_parallel_mesh_sizes_are_where_the_fsdp_strategy_sets_them() -> None:
@@ -1052,15 +1177,26 @@ def test_ddp_strategy_owns_its_precision_plugin() -> None:
         ReferenceDDPStrategy(precision_plugin=ReferencePrecision())
 
 
+def test_ddp_mixed_precision_is_refused_for_the_trainers_precision() -> None:
+    """``DistributedDataParallel(mixed_precision=...)`` would cast parameters and reduce gradients in another dtype
+    beside the reference's precision: refused when the strategy is built, naming the Trainer's precision instead."""
+    from torch.nn.parallel.distributed import _MixedPrecision
+
+    with pytest.raises(
+        TypeError, match=r"ReferenceDDPStrategy\(mixed_precision=\.\.\.\).*Trainer\(precision='bf16-mixed'\)"
+    ):
+        ReferenceDDPStrategy(mixed_precision=_MixedPrecision(param_dtype=torch.bfloat16))
+
+
 def test_the_reference_imports_without_lightning() -> None:
-    """Only ``lightning_optimizer.reference.lightning`` needs pytorch-lightning; the reference runs without it."""
+    """Only the Lightning packages need Lightning; the reference runs without it."""
     program = "\n".join(
         [
             "import sys",
             "class NoLightning:",
             "    def find_spec(self, name, path=None, target=None):",
             "        if name.split('.')[0] in ('pytorch_lightning', 'lightning', 'lightning_fabric'):",
-            "            raise ModuleNotFoundError(name)",
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)",
             "sys.meta_path.insert(0, NoLightning())",
             "import torch",
             "from lightning_optimizer.reference import TrainingContext",
@@ -1077,5 +1213,5 @@ def test_the_reference_imports_without_lightning() -> None:
     )
     assert completed.returncode == 0, completed.stderr
     message = completed.stdout.strip()
-    assert message.startswith("integration needs lightning_optimizer.reference.lightning needs pytorch-lightning")
-    assert message.endswith("pip install 'lightning-optimizer[lightning]'"), message
+    assert message.startswith("integration needs lightning_optimizer.reference.lightning needs the lightning"), message
+    assert "pip install 'lightning-optimizer[lightning]'" in message, message

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import torch
 
-pytest.importorskip("pytorch_lightning", reason="the Lightning integration needs pytorch-lightning, not installed")
+pytest.importorskip("lightning", reason="the Lightning integration needs lightning, not installed")
 
-from pytorch_lightning import Callback, LightningModule, Trainer
-from pytorch_lightning.callbacks import GradientAccumulationScheduler
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import GradientAccumulationScheduler
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.harness import REORDERED_TOLERANCES, TOLERANCES, make_model

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import torch
 
-pytest.importorskip("pytorch_lightning", reason="the Lightning integration needs pytorch-lightning, not installed")
+pytest.importorskip("lightning", reason="the Lightning integration needs lightning, not installed")
 
-from lightning_fabric.utilities.exceptions import MisconfigurationException
-from pytorch_lightning import LightningModule, Trainer
-from pytorch_lightning.callbacks import GradientAccumulationScheduler
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import GradientAccumulationScheduler
 
 from lightning_optimizer.conformance.harness import make_model
 from lightning_optimizer.reference import WrappedOptimizer
@@ -479,3 +479,105 @@ def test_validation_keeps_an_open_manual_window(tmp_path: Path) -> None:
     assert any(not torch.equal(a, b) for a, b in zip(cleared, params_of(lightning), strict=True)), (
         "validation did not run inside a window"
     )
+
+
+# -- what Lightning's profiler records, the Trainer's callbacks, the LR finder ----------------------------------------
+
+
+class Listener(Callback):
+    """A callback with the optimization hooks (Lightning profiles every callback's hooks, overridden or not)."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[str]] = []
+        """``trainer.callbacks`` (their class names) at each ``on_train_batch_end``."""
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any) -> None:
+        self.seen.append([type(callback).__name__ for callback in trainer.callbacks])  # type: ignore[attr-defined]
+
+
+def profiled(trainer: Trainer) -> dict[str, int]:
+    """What ``Trainer(profiler="simple")`` recorded: each action's name and how often it ran.
+
+    The strategy's own class name (``[Strategy]SingleDeviceStrategy...``) is the one difference by construction.
+    """
+    recorded: dict[str, list[float]] = trainer.profiler.recorded_durations  # type: ignore[attr-defined]
+    strategy = type(trainer.strategy).__name__
+    return {name.replace(f"[Strategy]{strategy}.", "[Strategy]"): len(times) for name, times in recorded.items()}
+
+
+@pytest.mark.parametrize(
+    ("make", "trainer_kwargs"),
+    [
+        (Recorder, {"accumulate_grad_batches": 3, "gradient_clip_val": 0.5}),
+        (lambda: TwoOptimizers(keep_grads_for_validation=True), {}),
+    ],
+    ids=["automatic-accumulate-3-clipped", "manual-two-optimizers"],
+)
+def test_the_profiler_records_the_hooks_that_lightning_records(
+    tmp_path: Path, make: Callable[[], LightningModule], trainer_kwargs: dict[str, Any]
+) -> None:
+    """Every hook the reference calls goes through Lightning's dispatch: ``Trainer(profiler="simple")`` records the
+    same actions, as often, as on plain Lightning (``on_before_backward``, ``on_after_backward``,
+    ``on_before_optimizer_step``, ``configure_gradient_clipping``, ... of the module and of each callback), and no
+    callback of the reference's appears in ``trainer.callbacks``."""
+    runs: dict[str, tuple[Trainer, Listener]] = {}
+    for kind in KINDS:
+        listener = Listener()
+        trainer = make_trainer(kind, tmp_path, profiler="simple", callbacks=[listener], **trainer_kwargs)
+        model = make()
+        fit(trainer, model, validation=isinstance(model, TwoOptimizers))
+        runs[kind] = (trainer, listener)
+    (lightning, lightning_listener), (reference, reference_listener) = runs["lightning"], runs["reference"]
+
+    hooks = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
+    assert all(any(name.endswith(hook) for name in profiled(lightning)) for hook in hooks), "the oracle moved"
+    assert profiled(reference) == profiled(lightning)
+    assert reference_listener.seen == lightning_listener.seen
+    assert [type(c) for c in reference.callbacks] == [type(c) for c in lightning.callbacks]  # type: ignore[attr-defined]
+
+
+class FindsLearningRate(Recorder):
+    """``Recorder`` with a ``learning_rate`` for ``Tuner.lr_find``, recording what ``optimizer_step`` is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.learning_rate = 0.1
+        self.handed: list[tuple[type, bool]] = []
+        """Per ``optimizer_step``: the optimizer's type, and whether it wraps (or is) the configured optimizer."""
+
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+        inner = optimizer.optimizer if isinstance(optimizer, WrappedOptimizer) else optimizer._optimizer
+        self.handed.append((type(optimizer), inner is self.trainer.optimizers[0]))
+        super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.net.parameters(), lr=self.learning_rate, momentum=0.9)
+
+
+def test_the_lr_finder_runs_on_the_wrappers_and_finds_what_lightning_finds(tmp_path: Path) -> None:
+    """``Tuner.lr_find`` gives the strategy back the configured optimizer object (with its learning rates set for
+    the search), so its steps run on that optimizer's wrapper; the search's learning rates and losses, the
+    suggestion and the model afterwards are plain Lightning's."""
+    from lightning.pytorch.tuner.tuning import Tuner
+
+    found: dict[str, Any] = {}
+    for kind in KINDS:
+        model = FindsLearningRate()
+        trainer = make_trainer(kind, tmp_path, max_epochs=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = Tuner(trainer).lr_find(
+                model, train_dataloaders=regression_loader(batches=30), num_training=20, early_stop_threshold=None
+            )
+        assert result is not None
+        found[kind] = (model, result)
+    (lightning, lightning_result), (reference, reference_result) = found["lightning"], found["reference"]
+
+    assert len(reference.handed) == 20
+    assert all(kind is not WrappedOptimizer and issubclass(kind, WrappedOptimizer) for kind, _ in reference.handed)
+    assert all(configured for _, configured in reference.handed), "a step ran on another optimizer than configured"
+    assert reference_result.results["lr"] == lightning_result.results["lr"]
+    torch.testing.assert_close(reference_result.results["loss"], lightning_result.results["loss"])
+    assert reference_result.suggestion() == lightning_result.suggestion()
+    assert reference.learning_rate == lightning.learning_rate
+    assert_same_params(params_of(reference), params_of(lightning))

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-pytest.importorskip("pytorch_lightning", reason="the Lightning integration needs pytorch-lightning, not installed")
+pytest.importorskip("lightning", reason="the Lightning integration needs lightning, not installed")
 
 from lightning_optimizer.conformance.harness import make_model
 from lightning_optimizer.spec import StepOutcome

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-pytest.importorskip("pytorch_lightning", reason="the harness drives pytorch-lightning, not installed")
+pytest.importorskip("lightning", reason="the harness drives Lightning, not installed")
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the harness's package (``lightning_own``), as the scenarios' tests do
@@ -113,8 +113,8 @@ def test_expected_outcomes_name_a_pinned_tag_and_a_class_and_reason_for_each_dif
 
 
 def test_the_swap_gives_single_device_cpu_trainers_the_reference_strategy(tmp_path: Path) -> None:
+    from lightning.pytorch import Trainer
     from lightning_own import reference_swap
-    from pytorch_lightning import Trainer
 
     from lightning_optimizer.reference.lightning import ReferenceSingleDeviceStrategy
 

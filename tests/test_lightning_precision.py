@@ -9,7 +9,7 @@ silently becomes bf16-mixed); the reference through ``strategy=ReferenceSingleDe
 ``precision="16-mixed"``, with the same scaler settings.
 
 The modules are shortened copies of Lightning's examples (``domain_templates/generative_adversarial_net.py``, the
-language model of ``basics/transformer.py`` on ``pytorch_lightning.demos.Transformer``,
+language model of ``basics/transformer.py`` on ``lightning.pytorch.demos.Transformer``,
 ``basics/backbone_image_classifier.py``) and modules made for one rule each: PREC-004 (autocast's weight cache is
 off), BWD-002 (where a backward runs relative to autocast), AMP-007 (``scaler.scale(loss / N)`` under accumulation).
 """
@@ -28,12 +28,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-pytest.importorskip("pytorch_lightning", reason="the Lightning integration needs pytorch-lightning, not installed")
+pytest.importorskip("lightning", reason="the Lightning integration needs lightning, not installed")
 
-from pytorch_lightning import LightningModule, Trainer
-from pytorch_lightning.core.optimizer import LightningOptimizer
-from pytorch_lightning.demos import Transformer
-from pytorch_lightning.plugins.precision import MixedPrecision
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.core.optimizer import LightningOptimizer
+from lightning.pytorch.demos import Transformer
+from lightning.pytorch.plugins.precision import MixedPrecision
+from lightning_scenarios.namespace import installed_version
 from torch.amp.grad_scaler import GradScaler
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -42,6 +43,21 @@ from lightning_optimizer.spec import GradScalerSettings, Precision
 
 MIXED: tuple[Precision, ...] = ("bf16-mixed", "16-mixed")
 MODULE_SEED, FIT_SEED = 0, 1
+
+LIGHTNING_CACHES_AUTOCAST_WEIGHTS = installed_version() < (2, 5, 5)
+"""Lightning before 2.5.5 autocasts with torch's weight cache on (Lightning's fix: #20921, "no_grad with AMP"), so a
+forward after a step in the same ``training_step`` computes with the weights from before the step. The reference's
+autocast has the cache off (PREC-004), as Lightning's from 2.5.5 on; on the older releases the plain side runs
+Lightning's own plugin with that fix (:class:`UncachedMixedPrecision`), so that the comparison is of the rest."""
+
+
+class UncachedMixedPrecision(MixedPrecision):
+    """Lightning's ``MixedPrecision`` as 2.5.5 made it: autocast without its weight cache."""
+
+    def autocast_context_manager(self) -> torch.autocast:
+        dtype = torch.bfloat16 if self.precision == "bf16-mixed" else torch.half
+        return torch.autocast(self.device, dtype=dtype, cache_enabled=False)
+
 
 Loader = DataLoader[tuple[torch.Tensor, ...]]
 
@@ -97,9 +113,12 @@ def make_trainer(
     settings = (scaler or GradScalerSettings()) if precision == "16-mixed" else None
     if reference:
         return Trainer(strategy=ReferenceSingleDeviceStrategy(grad_scaler=settings), precision=precision, **options)
+    plugin_class = UncachedMixedPrecision if LIGHTNING_CACHES_AUTOCAST_WEIGHTS else MixedPrecision
     if settings is not None:  # plain Lightning's only real float16 on the CPU
-        plugin = MixedPrecision("16-mixed", "cpu", scaler=GradScaler("cpu", **settings.as_kwargs()))
+        plugin = plugin_class("16-mixed", "cpu", scaler=GradScaler("cpu", **settings.as_kwargs()))
         return Trainer(plugins=[plugin], **options)
+    if precision == "bf16-mixed" and LIGHTNING_CACHES_AUTOCAST_WEIGHTS:
+        return Trainer(plugins=[plugin_class("bf16-mixed", "cpu")], **options)
     return Trainer(precision=precision, **options)
 
 

@@ -2,7 +2,7 @@
 
 A strategy is used the way Lightning's own code and tests use one: connected to a module before any Trainer is
 attached to it, built with the arguments of its Lightning strategy, read through ``trainer.precision`` as soon as
-the Trainer exists. Real ``pytorch_lightning`` objects and real fits throughout.
+the Trainer exists. Real Lightning objects and real fits throughout.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import torch
 
-pytest.importorskip("pytorch_lightning", reason="the Lightning integration needs pytorch-lightning, not installed")
+pytest.importorskip("lightning", reason="the Lightning integration needs lightning, not installed")
 
-from pytorch_lightning import Callback, LightningModule, Trainer
-from pytorch_lightning.strategies import Strategy
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.strategies import Strategy
 
 from lightning_optimizer.conformance.harness import make_model
 from lightning_optimizer.reference.lightning import (

@@ -38,7 +38,8 @@ PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
 
 # The optional imports at module top, the extra that brings each, and the module whose absence is reported.
 OPTIONAL_MODULES = {
-    "lightning_optimizer.reference.lightning": ("lightning", "pytorch_lightning"),
+    "lightning_optimizer.reference.lightning": ("lightning", "lightning"),
+    "lightning_optimizer.reference.pytorch_lightning": ("pytorch-lightning", "pytorch_lightning"),
     "lightning_optimizer.peers.lightning": ("peers", "pytorch_lightning"),
     "lightning_optimizer.peers.fabric": ("peers", "lightning_fabric"),
     "lightning_optimizer.peers.accelerate": ("peers", "accelerate"),

@@ -33,6 +33,7 @@ PASS_FILES = (
     "hooks.py",
     "implementation_info.py",
     "lightning_gan.py",
+    "pytorch_lightning_gan.py",
 )
 
 IGNORE = re.compile(r"\s*# type: ignore\[(?P<codes>[^\]]+)\]\s*$")

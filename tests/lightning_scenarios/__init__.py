@@ -1,1 +1,9 @@
-"""What tests/test_lightning.py and its subprocess scenarios (run as ``python -m lightning_scenarios.<name>``) share."""
+"""What the Lightning tests and their subprocess scenarios (run as ``python -m lightning_scenarios.<name>``) share.
+
+Importing it installs the Lightning namespace of the run (:mod:`lightning_scenarios.namespace`), before anything
+imports Lightning.
+"""
+
+from lightning_scenarios.namespace import install
+
+install()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pytorch_lightning import Callback, LightningDataModule, LightningModule, Trainer
+from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
 from torch._C._distributed_c10d import GradBucket
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel

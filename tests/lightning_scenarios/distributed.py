@@ -29,16 +29,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pytorch_lightning import Callback, LightningDataModule, LightningModule, Trainer
-from pytorch_lightning.callbacks import ModelCheckpoint
+from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from lightning_optimizer.conformance.harness import make_model
-from lightning_optimizer.reference.lightning import ReferenceDDPStrategy, ReferenceFSDPStrategy, wrapped_optimizers
+from lightning_optimizer.reference.lightning import ReferenceDDPStrategy, wrapped_optimizers
 from lightning_optimizer.spec import StepOutcome
 from lightning_scenarios.ddp import CountAllReduces, Shards, ddp_trainer
-from lightning_scenarios.fsdp import CountReduceScatters, ShardedRegressor, shard_linear_layers
+from lightning_scenarios.fsdp import CountReduceScatters, ShardedRegressor, fsdp_trainer, shard_linear_layers
 from lightning_scenarios.shared import AutomaticWindowedRegressor, Batch, ResumableBatches, regression_data
 
 CASES = ("ddp-backward-then-step", "ddp-closure", "fsdp-automatic", "fsdp-resume-automatic", "fsdp-resume-manual")
@@ -180,23 +180,7 @@ def fsdp_fit(
     model: ShardedAutomaticRegressor | ShardedRegressor
     model = ShardedRegressor() if mode == "manual" else ShardedAutomaticRegressor()
     counter = CountReduceScatters()
-    options: dict[str, Any] = {"enable_checkpointing": False}
-    options.update(kwargs)
-    trainer = Trainer(
-        strategy=ReferenceFSDPStrategy(),
-        accelerator="cpu",
-        devices=2,
-        precision="32-true",
-        logger=False,
-        enable_model_summary=False,
-        enable_progress_bar=False,
-        use_distributed_sampler=False,
-        default_root_dir=out_dir,
-        callbacks=[counter, *(callbacks or [])],
-        accumulate_grad_batches=EVERY,
-        max_epochs=1,
-        **options,
-    )
+    trainer = fsdp_trainer(out_dir, [counter, *(callbacks or [])], EVERY, **kwargs)
     data = ResumableShards(regression_data(PER_RANK_BATCH, 2 * FSDP_BATCHES), PER_RANK_BATCH)
     trainer.fit(model, datamodule=data, ckpt_path=ckpt_path)
     return trainer, {

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pytorch_lightning import Callback, LightningModule, Trainer
+from lightning.pytorch import Callback, LightningModule, Trainer
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -74,24 +74,34 @@ class SaveInsideWindow(Callback):
             trainer.save_checkpoint(self.path)
 
 
+def fsdp_trainer(out_dir: Path, callbacks: list[Callback], accumulate_grad_batches: int, **kwargs: Any) -> Trainer:
+    """The scenarios' Trainer on ``ReferenceFSDPStrategy``: two CPU ranks, 32-true, one epoch, each rank's own shard
+    of the data (no distributed sampler), quiet; ``kwargs`` add to or replace these arguments."""
+    options: dict[str, Any] = {
+        "accelerator": "cpu",
+        "devices": 2,
+        "precision": "32-true",
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_model_summary": False,
+        "enable_progress_bar": False,
+        "use_distributed_sampler": False,
+        "max_epochs": 1,
+    }
+    options.update(kwargs)
+    return Trainer(
+        strategy=ReferenceFSDPStrategy(),
+        default_root_dir=out_dir,
+        callbacks=callbacks,
+        accumulate_grad_batches=accumulate_grad_batches,
+        **options,
+    )
+
+
 def main(out_dir: Path) -> None:
     counter, checkpoint = CountReduceScatters(), out_dir / "mid-window.ckpt"
     regressor = ShardedRegressor()
-    trainer = Trainer(
-        strategy=ReferenceFSDPStrategy(),
-        accelerator="cpu",
-        devices=2,
-        precision="32-true",
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=False,
-        use_distributed_sampler=False,
-        default_root_dir=out_dir,
-        callbacks=[counter, SaveInsideWindow(checkpoint)],
-        accumulate_grad_batches=ACCUMULATE,
-        max_epochs=1,
-    )
+    trainer = fsdp_trainer(out_dir, [counter, SaveInsideWindow(checkpoint)], ACCUMULATE)
     trainer.fit(
         regressor, datamodule=Shards(regression_data(REGRESSION_BATCH, 2 * BATCHES_PER_EPOCH), REGRESSION_BATCH)
     )

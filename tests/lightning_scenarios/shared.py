@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pytorch_lightning import LightningModule, Trainer
+from lightning.pytorch import LightningModule, Trainer
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_optimizer.conformance.harness import Tolerance, make_batches, make_model

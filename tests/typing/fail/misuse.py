@@ -101,3 +101,12 @@ def misregistered(context: TrainingContext) -> None:
     context.register_hooks(after_step=lambda wrapper: None)  # type: ignore[arg-type, misc]
     context.register_hooks(before_backward=3)  # type: ignore[arg-type]
     context.register_hooks(lambda wrapper, loss: None)  # type: ignore[call-arg]
+
+
+def misconfigured_standalone() -> None:
+    """The twin package for ``pytorch_lightning`` is typed, not ``Any``: its misuse is caught as the other's is."""
+    from lightning_optimizer.reference.pytorch_lightning import ReferenceDDPStrategy, ReferenceSingleDeviceStrategy
+
+    ReferenceSingleDeviceStrategy(grad_scaler=3)  # type: ignore[arg-type]
+    ReferenceSingleDeviceStrategy("cpu", None)  # type: ignore[call-arg]
+    ReferenceDDPStrategy().reference_contxt  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ the reference's wrapper around each inner optimizer. tests/test_lightning.py tra
 from __future__ import annotations
 
 import torch
-from pytorch_lightning import LightningModule
+from lightning.pytorch import LightningModule
 from typing_extensions import assert_type
 
 from lightning_optimizer.reference import WrappedOptimizer

@@ -1,7 +1,7 @@
 """The reference's precision plugin: the slot in Lightning where its :class:`TrainingContext` works.
 
 Module and input dtypes follow Lightning's own plugin for the precision; autocast, loss scaling and the checkpoint
-state are the context's. Made by the reference strategies of :mod:`.lightning`, which need ``pytorch-lightning``.
+state are the context's. Made by the reference strategies of :mod:`lightning_optimizer.reference.lightning`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from pytorch_lightning import LightningModule
-from pytorch_lightning.plugins.precision import DoublePrecision, HalfPrecision, Precision
-from pytorch_lightning.utilities import GradClipAlgorithmType
+from lightning.pytorch import LightningModule
+from lightning.pytorch.plugins.precision import DoublePrecision, HalfPrecision, Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType
 
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.wrapper import WrappedOptimizer

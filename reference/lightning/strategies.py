@@ -1,34 +1,6 @@
-"""Lightning integration: the reference's wrappers inside a real ``pytorch_lightning.Trainer.fit``.
+"""The reference strategies for one device, DDP and FSDP2, and the names they are registered under.
 
-A project changes one argument, the Trainer's ``strategy``::
-
-    from lightning_optimizer.reference.lightning import ReferenceSingleDeviceStrategy
-
-    trainer = Trainer(strategy=ReferenceSingleDeviceStrategy(), precision="16-mixed", accumulate_grad_batches=2)
-
-(``ReferenceDDPStrategy`` for several processes, ``ReferenceXLAStrategy`` on one XLA device; or by name, once this
-module is imported: ``Trainer(strategy="reference")``, ``"reference_ddp"``, ``"reference_xla"``, ... see
-:data:`STRATEGY_NAMES`.) Under manual optimization ``self.optimizers()`` returns the reference's wrappers, so the
-proposal's ``opt.backward(loss)`` and ``opt.step(closure=..., make_optimizer_step=...)`` work as the contract
-says; under automatic optimization ``optimizer_step`` runs once per window, as in Lightning, and receives the
-wrapper, whose ``optimizer.step(closure=optimizer_closure)`` closes the window that the batches before it
-accumulated as micro-steps. The Trainer's precision, device,
-``accumulate_grad_batches`` and ``gradient_clip_val`` are applied by a :class:`TrainingContext`; Lightning neither
-autocasts nor scales: the strategy brings :class:`ReferencePrecision` into Lightning's precision slot. Lightning's
-hooks, DDP's preparation before each backward and the global step of manual optimization come from the context's
-hooks (``TrainingContext.register_hooks``).
-
-Why a strategy: Lightning settles the precision when the ``Trainer`` is built, before any module or callback
-code runs, and there it turns ``precision="16-mixed"`` on the CPU into ``"bf16-mixed"``, unless the strategy
-brings its own precision plugin. The strategy also owns what the reference must take over from Lightning: the
-precision plugin, the training iteration (one ``TrainingContext.batch`` per batch), the DDP wrapper and the
-``backward`` that DDP has to be prepared for, the batches that only accumulate, and ``connect``, the one hook
-that runs before Lightning rejects ``accumulate_grad_batches`` and ``gradient_clip_val`` for manual optimization.
-The machinery shared by the strategies, one loop per optimization mode, is in :mod:`.lightning_loops`, the
-precision plugin in :mod:`.lightning_precision`, the XLA strategy and accelerator in :mod:`.lightning_xla`; every
-field of Lightning they touch outside the public API is in :mod:`.lightning_compat`.
-
-This module needs ``pytorch-lightning``; ``lightning_optimizer.reference`` itself does not import it.
+The XLA strategy is in :mod:`.xla`; what every strategy shares, in :mod:`.base`.
 """
 
 from __future__ import annotations
@@ -36,50 +8,33 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar, cast, overload
+from typing import Any
 
 import torch
+from lightning.pytorch import Trainer
+from lightning.pytorch.strategies import (
+    DDPStrategy,
+    ModelParallelStrategy,
+    SingleDeviceStrategy,
+    Strategy,
+    StrategyRegistry,
+)
+from lightning.pytorch.trainer.states import TrainerFn
 from torch.nn.parallel import DistributedDataParallel
 
+from lightning_optimizer.reference.lightning import compat
+from lightning_optimizer.reference.lightning.base import Integration, ReferenceStrategyBase
+from lightning_optimizer.reference.lightning.xla import ReferenceXLAStrategy
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec.implementation import GradScalerSettings
-
-try:
-    from pytorch_lightning import LightningModule, Trainer
-    from pytorch_lightning.strategies import (
-        DDPStrategy,
-        ModelParallelStrategy,
-        SingleDeviceStrategy,
-        Strategy,
-        StrategyRegistry,
-    )
-    from pytorch_lightning.trainer.states import TrainerFn
-
-    from lightning_optimizer.reference import lightning_compat
-    from lightning_optimizer.reference.lightning_loops import Integration, ReferenceStrategyBase
-    from lightning_optimizer.reference.lightning_precision import ReferencePrecision
-    from lightning_optimizer.reference.lightning_xla import ReferenceXLAAccelerator, ReferenceXLAStrategy
-except ModuleNotFoundError as error:
-    raise ModuleNotFoundError(
-        f"{__name__} needs pytorch-lightning ({error}): pip install 'lightning-optimizer[lightning]'",
-        name=error.name,
-    ) from error
 
 __all__ = [
     "STRATEGY_NAMES",
     "ReferenceDDPStrategy",
     "ReferenceFSDPStrategy",
-    "ReferencePrecision",
     "ReferenceSingleDeviceStrategy",
-    "ReferenceXLAAccelerator",
-    "ReferenceXLAStrategy",
-    "wrapped_optimizers",
+    "register_strategies",
 ]
-
-OptA = TypeVar("OptA", bound=torch.optim.Optimizer)
-OptB = TypeVar("OptB", bound=torch.optim.Optimizer)
-OptC = TypeVar("OptC", bound=torch.optim.Optimizer)
-OptD = TypeVar("OptD", bound=torch.optim.Optimizer)
 
 
 def _parameters(function: Callable[..., Any]) -> set[str]:
@@ -150,6 +105,11 @@ class ReferenceSingleDeviceStrategy(ReferenceStrategyBase, SingleDeviceStrategy)
 
 _DDP_REFUSED = {
     "precision_plugin": "ReferenceDDPStrategy brings its own precision plugin; set Trainer(precision=...)",
+    "mixed_precision": (
+        "DistributedDataParallel's own mixed precision would cast the parameters and reduce the gradients in "
+        "another dtype beside the reference's precision, which applies Trainer(precision=...) to the whole step "
+        "(autocast, loss scaling, the window's mean): set Trainer(precision='bf16-mixed') or '16-mixed' instead"
+    ),
     "module": "Lightning passes the module to DistributedDataParallel itself",
     "device_ids": "Lightning passes the device ids to DistributedDataParallel itself; set Trainer(devices=...)",
 }
@@ -162,9 +122,10 @@ _DDP_ARGUMENTS = {"grad_scaler"} | (
 class ReferenceDDPStrategy(ReferenceStrategyBase, DDPStrategy):
     """Lightning's DDP (one process per device, gloo on CPU, NCCL on CUDA), the reference driving the sync.
 
-    Accepts :class:`~pytorch_lightning.strategies.DDPStrategy`'s arguments (``start_method``,
+    Accepts :class:`~lightning.pytorch.strategies.DDPStrategy`'s arguments (``start_method``,
     ``process_group_backend``, ...) and those it passes on to torch's ``DistributedDataParallel``
-    (``find_unused_parameters``, ...), except ``precision_plugin``, ``module`` and ``device_ids``; any other
+    (``find_unused_parameters``, ...), except ``precision_plugin``, ``module``, ``device_ids`` and
+    ``mixed_precision`` (``Trainer(precision=...)`` is the reference's); any other
     argument is refused when the strategy is built. Micro-steps that do not close a window run under
     ``no_sync()``: a window costs one all-reduce. With several optimizers each closure's backward reaches only its
     own optimizer's parameters, which DDP allows with ``find_unused_parameters=True``.
@@ -238,66 +199,13 @@ class ReferenceFSDPStrategy(ReferenceStrategyBase, ModelParallelStrategy):
 
     def setup_environment(self) -> None:
         """Lightning's set-up, with a device mesh of one data-parallel axis over every rank."""
-        lightning_compat.set_model_parallel_sizes(self, self.num_nodes * self.num_processes, 1)
+        compat.set_model_parallel_sizes(self, self.num_nodes * self.num_processes, 1)
         super().setup_environment()
 
 
 def _has_exclusive_parameters(wrappers: list[WrappedOptimizer[Any]]) -> bool:
     owned = [{id(p) for group in wrapper.param_groups for p in group["params"]} for wrapper in wrappers]
     return any(params != owned[0] for params in owned[1:])
-
-
-@overload
-def wrapped_optimizers(module: LightningModule, first: type[OptA], /) -> WrappedOptimizer[OptA]: ...
-
-
-@overload
-def wrapped_optimizers(
-    module: LightningModule, first: type[OptA], second: type[OptB], /
-) -> tuple[WrappedOptimizer[OptA], WrappedOptimizer[OptB]]: ...
-
-
-@overload
-def wrapped_optimizers(
-    module: LightningModule, first: type[OptA], second: type[OptB], third: type[OptC], /
-) -> tuple[WrappedOptimizer[OptA], WrappedOptimizer[OptB], WrappedOptimizer[OptC]]: ...
-
-
-@overload
-def wrapped_optimizers(
-    module: LightningModule, first: type[OptA], second: type[OptB], third: type[OptC], fourth: type[OptD], /
-) -> tuple[WrappedOptimizer[OptA], WrappedOptimizer[OptB], WrappedOptimizer[OptC], WrappedOptimizer[OptD]]: ...
-
-
-def wrapped_optimizers(
-    module: LightningModule, *optimizer_types: type[torch.optim.Optimizer]
-) -> WrappedOptimizer[Any] | tuple[WrappedOptimizer[Any], ...]:
-    """``module.optimizers()``, typed: the reference wrappers, checked against the inner optimizer classes given.
-
-    ``opt_gen, opt_dis = wrapped_optimizers(self, Adam, SGD)`` is ``self.optimizers()`` with the types mypy
-    cannot know (``WrappedOptimizer[Adam]``, ``WrappedOptimizer[SGD]``); one class gives one wrapper, as
-    ``self.optimizers()`` does for one optimizer. Raises ``TypeError`` when the run's optimizers differ.
-    """
-    if not optimizer_types:
-        raise TypeError("name the inner optimizer class of each optimizer, e.g. wrapped_optimizers(self, Adam, SGD)")
-    found = module.optimizers()
-    optimizers: list[object] = list(found) if isinstance(found, list) else [found]
-    if not all(isinstance(optimizer, WrappedOptimizer) for optimizer in optimizers):
-        kinds = ", ".join(type(optimizer).__name__ for optimizer in optimizers)
-        raise TypeError(
-            f"{type(module).__name__}.optimizers() returned {kinds}, not reference wrappers: run the Trainer with "
-            "strategy=ReferenceSingleDeviceStrategy() or ReferenceDDPStrategy()"
-        )
-    wrappers = cast(list[WrappedOptimizer[Any]], optimizers)
-    inner = [type(wrapper.optimizer) for wrapper in wrappers]
-    if len(inner) != len(optimizer_types) or not all(
-        issubclass(kind, expected) for kind, expected in zip(inner, optimizer_types, strict=False)
-    ):
-        raise TypeError(
-            f"configure_optimizers() made {[kind.__name__ for kind in inner]}, but the call names "
-            f"{[kind.__name__ for kind in optimizer_types]}"
-        )
-    return wrappers[0] if len(wrappers) == 1 else tuple(wrappers)
 
 
 _STRATEGIES: dict[str, tuple[type[Strategy], dict[str, Any], str]] = {
@@ -322,11 +230,12 @@ STRATEGY_NAMES: tuple[str, ...] = tuple(_STRATEGIES)
 """The names this module registers with Lightning's ``StrategyRegistry``: ``Trainer(strategy="reference")``."""
 
 
-def _register_strategies() -> None:
-    """Register the names (once: a name an earlier import registered is left as it is)."""
+def register_strategies() -> None:
+    """Register :data:`STRATEGY_NAMES` in this Lightning's ``StrategyRegistry``.
+
+    ``lightning.pytorch``'s here, ``pytorch_lightning``'s in the twin package; a name an earlier import registered is
+    left as it is.
+    """
     for name, (strategy, init_params, description) in _STRATEGIES.items():
         if name not in StrategyRegistry:
             StrategyRegistry.register(name, strategy, description=description, **init_params)
-
-
-_register_strategies()

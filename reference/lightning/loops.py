@@ -1,37 +1,38 @@
-"""What the reference strategies share: the base strategy, and one loop per optimization mode.
+"""One loop per optimization mode: the reference inside one run of a Trainer.
 
 A reference strategy connects to a LightningModule and picks, once per run of the Trainer, the loop of the module's
 optimization mode: :class:`ManualLoop` (one ``TrainingContext.batch`` block around each ``training_step``) or
-:class:`AutomaticLoop` (the block spans the batch, because Lightning runs ``training_step`` inside the closure the
-wrapper's ``step()`` evaluates). The loop runs the context's hooks (Lightning's hooks, DDP's preparation before
-each backward, the global step of manual optimization), and :class:`TrainerChanges` keeps what it changes on the
-Trainer, given back at teardown. The public strategies are in :mod:`.lightning`; every field of Lightning touched
-outside its public API is in :mod:`.lightning_compat`.
+:class:`AutomaticLoop` (the block spans the batch's optimization, because Lightning runs ``training_step`` inside the
+closure the wrapper's ``step()`` evaluates). The loop runs the context's hooks (Lightning's hooks through its own
+dispatch, DDP's preparation before each backward, the global step of manual optimization), and
+:class:`TrainerChanges` keeps what it changes on the Trainer, given back at teardown. The strategies are in
+:mod:`.strategies` and :mod:`.xla` on the base of :mod:`.base`; every field of Lightning touched outside its public
+API is in :mod:`.compat`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, ExitStack, nullcontext, suppress
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
-from lightning_fabric.utilities.exceptions import MisconfigurationException
-from pytorch_lightning import Callback, LightningModule, Trainer
-from pytorch_lightning.plugins.precision import Precision
-from pytorch_lightning.strategies import Strategy
-from pytorch_lightning.trainer.states import TrainerFn
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import Trainer
+from lightning.pytorch.profilers import Profiler
+from lightning.pytorch.strategies import Strategy
+from lightning.pytorch.trainer.states import TrainerFn
 from torch.amp.grad_scaler import GradScaler
 from torch.utils.hooks import RemovableHandle
 
-from lightning_optimizer.reference import lightning_compat
 from lightning_optimizer.reference.clipping import ClipAlgorithm
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.fsdp import fsdp_modules
-from lightning_optimizer.reference.lightning_precision import ReferencePrecision
+from lightning_optimizer.reference.lightning import compat
+from lightning_optimizer.reference.lightning.precision import ReferencePrecision
 from lightning_optimizer.reference.precision import outside_autocast
 from lightning_optimizer.reference.window import evaluates_closure
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
@@ -39,24 +40,18 @@ from lightning_optimizer.spec.implementation import GradScalerSettings
 from lightning_optimizer.spec.types import PRECISIONS, StepOutcome
 from lightning_optimizer.spec.types import Precision as PrecisionName
 
-__all__ = [
-    "AutomaticLoop",
-    "Integration",
-    "Loop",
-    "ManualLoop",
-    "ReferenceStrategyBase",
-    "RunSettings",
-    "TrainerChanges",
-    "reference_precision",
-]
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.lightning.base import ReferenceStrategyBase
+
+__all__ = ["AutomaticLoop", "Loop", "ManualLoop", "RunSettings", "TrainerChanges", "reference_precision"]
 
 
 def reference_precision(flag: object) -> PrecisionName:
     """``Trainer(precision=...)`` as Lightning keeps it, checked: one of the precisions the reference runs."""
     if not isinstance(flag, str):
         raise RuntimeError(
-            "cannot read Trainer(precision=...) from this pytorch_lightning version; the reference strategies "
-            "are made for pytorch_lightning 2.6"
+            "cannot read Trainer(precision=...) from this Lightning version; the reference strategies are made "
+            "for Lightning 2.5 and 2.6"
         )
     for name in PRECISIONS:
         if flag == name:
@@ -82,7 +77,7 @@ class RunSettings:
     ) -> RunSettings:
         """The Trainer's settings, ``gradient_clip_val`` being the clipping the reference applies, checked now."""
         algorithm = trainer.gradient_clip_algorithm
-        precision = reference_precision(lightning_compat.requested_precision(trainer))
+        precision = reference_precision(compat.requested_precision(trainer))
         if grad_scaler is not None and precision != "16-mixed":
             raise ValueError(
                 f"the strategy's grad_scaler settings apply to Trainer(precision='16-mixed'), the one precision that "
@@ -112,34 +107,19 @@ class RunSettings:
         )
 
 
-def _callbacks(trainer: Trainer) -> list[Callback]:
-    """``trainer.callbacks``, the Trainer's own list (a property Lightning does not annotate)."""
-    callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]
-    return callbacks
-
-
-def _call_hooks(trainer: Trainer, name: str, *args: Any) -> None:
-    """Lightning's hook ``name``: every callback's, then the module's (the order of Lightning's own calls)."""
-    module = trainer.lightning_module
-    for callback in _callbacks(trainer):
-        getattr(callback, name)(trainer, module, *args)
-    getattr(module, name)(*args)
-
-
 class TrainerChanges:
     """Everything the reference changes on one Trainer during a run, each saved when made; :meth:`restore` undoes it.
 
     The Trainer's ``accumulate_grad_batches``, ``gradient_clip_val`` and ``gradient_clip_algorithm`` get their
     values from before the run back, the epoch loop its own accumulation rule, the automatic loop its own way to run
-    a batch, the callback list its callbacks.
+    a batch. The Trainer's callbacks are never changed.
     """
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self._arguments = (trainer.accumulate_grad_batches, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-        self._callbacks: list[Callback] = []
         self._decides_accumulation = False
-        self._routes_accumulating_batches = False
+        self._routes_automatic_batches = False
 
     def take_accumulation_and_clipping(self) -> None:
         """Hide ``accumulate_grad_batches`` and ``gradient_clip_val`` from Lightning's checks.
@@ -157,34 +137,26 @@ class TrainerChanges:
         self.trainer.accumulate_grad_batches = self._arguments[0]
 
     def decide_accumulation(self, answer: Callable[[Callable[[], bool]], bool]) -> None:
-        """Let ``answer`` tell the epoch loop whether a batch only accumulated (see :mod:`.lightning_compat`)."""
-        lightning_compat.decide_accumulation(self.trainer, answer)
+        """Let ``answer`` tell the epoch loop whether a batch only accumulated (see :mod:`.compat`)."""
+        compat.decide_accumulation(self.trainer, answer)
         self._decides_accumulation = True
 
-    def route_accumulating_batches(self, micro_step: Callable[[Callable[[], Any]], object]) -> None:
-        """Have ``micro_step`` run the closure of each batch that only accumulates (see :mod:`.lightning_compat`)."""
-        lightning_compat.route_accumulating_batches(self.trainer, micro_step)
-        self._routes_accumulating_batches = True
-
-    def insert_callback(self, callback: Callback) -> None:
-        """Run ``callback`` before every other callback of the Trainer."""
-        _callbacks(self.trainer).insert(0, callback)
-        self._callbacks.append(callback)
+    def route_automatic_batches(
+        self, micro_step: Callable[[Callable[[], Any]], object], batch_done: Callable[[], None]
+    ) -> None:
+        """Route automatic optimization's batches: ``micro_step`` and ``batch_done`` (see :mod:`.compat`)."""
+        compat.route_automatic_batches(self.trainer, micro_step, batch_done)
+        self._routes_automatic_batches = True
 
     def restore(self) -> None:
-        """Give the Trainer back every setting, callback and rule as they were before the run."""
+        """Give the Trainer back every setting and rule as they were before the run."""
         trainer = self.trainer
         if self._decides_accumulation:
-            lightning_compat.forget_accumulation_decision(trainer)
+            compat.forget_accumulation_decision(trainer)
             self._decides_accumulation = False
-        if self._routes_accumulating_batches:
-            lightning_compat.forget_accumulating_batches(trainer)
-            self._routes_accumulating_batches = False
-        callbacks = _callbacks(trainer)
-        for callback in self._callbacks:
-            if callback in callbacks:
-                callbacks.remove(callback)
-        self._callbacks = []
+        if self._routes_automatic_batches:
+            compat.forget_automatic_batches(trainer)
+            self._routes_automatic_batches = False
         trainer.accumulate_grad_batches, trainer.gradient_clip_val, trainer.gradient_clip_algorithm = self._arguments
 
 
@@ -214,7 +186,14 @@ class Loop(ABC):
         self._strategy: Strategy | None = None
         self._hooks: RemovableHandle | None = None
         self._inner: list[torch.optim.Optimizer] = []
+        """Every optimizer this run wrapped, in the order it was wrapped."""
         self._wrappers: dict[int, WrappedOptimizer[Any]] = {}
+        self._batch_started = False
+        """The strategy's ``on_train_batch_start`` ran for the latest training batch."""
+        self._batch_ran = False
+        """The latest training batch ran its ``training_step``."""
+        self._flushing = False
+        """The loop is flushing the windows of an epoch cut short (:meth:`_flush_cut_epoch`)."""
 
     @classmethod
     def start(
@@ -308,26 +287,108 @@ class Loop(ABC):
         return bool(self.trainer.validating) and context is not None and context.holds_open_window()
 
     def lightning_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> list[WrappedOptimizer[Any]]:
-        """The wrappers of ``optimizers``, in their order (none before set-up)."""
+        """The wrappers of ``optimizers``, in their order (none before set-up).
+
+        During a fit an optimizer the run has not wrapped yet (one that replaces the configured ones after set-up)
+        is wrapped by the run's context now, which refuses one whose parameters another wrapper owns. Lightning's
+        ``Tuner.lr_find`` hands back the configured optimizer object itself, whose wrapper this is.
+        """
+        context = self.plugin.context
+        if self._strategy is not None and context is not None:
+            for optimizer in optimizers:
+                if id(optimizer) not in self._wrappers:
+                    self._wrappers[id(optimizer)] = context.wrap(optimizer)
+                    self._inner.append(optimizer)
         return [self._wrappers[id(optimizer)] for optimizer in optimizers if id(optimizer) in self._wrappers]
 
     def wrappers(self) -> list[WrappedOptimizer[Any]]:
-        """Every wrapper of this run, in the order of ``configure_optimizers``."""
-        return self.lightning_optimizers(self._inner)
+        """The wrappers of the strategy's optimizers, in their order (those of ``configure_optimizers``)."""
+        return [] if self._strategy is None else self.lightning_optimizers(self._strategy.optimizers)
 
     # -- Lightning's training iteration ----------------------------------------------------------------------
 
-    @abstractmethod
     def start_batch(self) -> None:
-        """A training batch starts (the strategy's ``on_train_batch_start``)."""
+        """A training batch starts (the strategy's ``on_train_batch_start``).
+
+        When the batch before it ran no ``training_step``, the module's ``on_train_batch_start`` returned -1 there,
+        which ended that batch's epoch: its open windows are flushed first (:meth:`_flush_cut_epoch`).
+        """
+        self._end_cut_epoch()
+        self._batch_started, self._batch_ran = True, False
+
+    def end_training(self) -> None:
+        """Training is over (the strategy's ``on_train_end``): an epoch cut short by -1 is flushed now."""
+        self._end_cut_epoch()
+        self._batch_started = False
 
     @abstractmethod
     def end_batch(self) -> None:
-        """The training batch ended or failed."""
+        """The training batch's optimization ended or failed."""
 
-    @abstractmethod
     def training_step(self, step: Callable[[], Any]) -> Any:
         """Run Lightning's ``training_step`` (``step``) where the mode runs it."""
+        self._batch_ran = True
+        return self._run_training_step(step)
+
+    @abstractmethod
+    def _run_training_step(self, step: Callable[[], Any]) -> Any:
+        """Run ``step`` where the mode runs Lightning's ``training_step``."""
+
+    def _end_cut_epoch(self) -> None:
+        """Flush the windows of an epoch that ended at a batch whose ``training_step`` did not run, then end it."""
+        if self._batch_started and not self._batch_ran:
+            try:
+                self._flush_cut_epoch()
+            finally:
+                self.end_batch()
+
+    def _flush_cut_epoch(self) -> None:
+        """Close every window the epoch left open: a real step on each, as its last batch would have taken [ACC-003].
+
+        The module's ``on_train_batch_start`` returned -1, so the batch that ran last was the epoch's last batch,
+        but Lightning did not say so when it ran. Its open windows (a wrapper whose last ``step()`` only
+        accumulated) would otherwise carry their micro-steps into the next epoch's windows. Each flush is a
+        ``step(make_optimizer_step=True)`` without a closure in one iteration of the loop, with Lightning's
+        ``on_before_optimizer_step`` (and clipping) as for any real step. That call is a micro-step of its own
+        without gradients (ACC-001 takes the mean over ``k + 1`` micro-steps), so the window's ``k`` micro-steps'
+        gradients are multiplied by ``(k + 1) / k`` first: the step applies their mean. Under DDP and FSDP the
+        window's micro-steps ran without sync and no backward is left to reduce them: refused there.
+        """
+        context = self.plugin.context
+        assert context is not None
+        pending = [entry["pending"] for entry in context.state_dict()["optimizers"]]
+        wrappers = self.lightning_optimizers(self._inner)  # the context's order
+        open_windows = [
+            (wrapper, pending[index])
+            for index, wrapper in enumerate(wrappers)
+            if wrapper.last_outcome is StepOutcome.ACCUMULATED and pending[index]
+        ]
+        if not open_windows:
+            return
+        if self.trainer.world_size > 1:
+            raise RuntimeError(
+                "on_train_batch_start returned -1 inside an accumulation window, which ended the epoch with "
+                f"{sum(count for _, count in open_windows)} micro-step(s) that no rank synchronised: under "
+                f"{type(self._strategy).__name__} the epoch's last window cannot be flushed without a backward. Return "
+                "-1 at a window's first batch (batch_idx % accumulate_grad_batches == 0), or leave the epoch's length "
+                "to the data (limit_train_batches)"
+            )
+        self._flushing = True
+        try:
+            with self._flush_iteration():
+                for wrapper, count in open_windows:
+                    with torch.no_grad():
+                        for group in wrapper.param_groups:
+                            for param in group["params"]:
+                                if param.grad is not None:
+                                    param.grad.mul_((count + 1) / count)
+                    wrapper.step(make_optimizer_step=True)
+        finally:
+            self._flushing = False
+
+    @abstractmethod
+    def _flush_iteration(self) -> AbstractContextManager[None]:
+        """The loop iteration the flush of a cut epoch runs in."""
 
     @abstractmethod
     def backward_region(self, context: TrainingContext) -> AbstractContextManager[Any]:
@@ -338,25 +399,29 @@ class Loop(ABC):
         context = self.plugin.context
         if context is None:
             raise RuntimeError("training_step ran before the reference strategy was set up")
-        batch_idx, is_last = lightning_compat.loop_position(self.trainer)
+        batch_idx, is_last = compat.loop_position(self.trainer)
         return context.batch(batch_idx, is_last=is_last)
 
     # -- the context's hooks: Lightning's hooks, DDP's preparation, the global step --------------------------
 
     def _before_backward(self, wrapper: Any, loss: torch.Tensor) -> None:
-        """A wrapper's backward, as Lightning's own: the strategy prepares (DDP's reducer), then the hooks."""
+        """A wrapper's backward, as Lightning's own: the strategy prepares (DDP's reducer), then the hooks.
+
+        Every hook goes through Lightning's own dispatch, so ``Trainer(profiler=...)`` records it as Lightning's loop
+        calls do.
+        """
         assert self._strategy is not None
         self._strategy.pre_backward(loss)
-        _call_hooks(self.trainer, "on_before_backward", loss)
+        compat.call_hook(self.trainer, "on_before_backward", loss)
 
     def _after_backward(self, wrapper: Any, loss: torch.Tensor) -> None:
         assert self._strategy is not None
-        _call_hooks(self.trainer, "on_after_backward")
+        compat.call_hook(self.trainer, "on_after_backward")
         self._strategy.post_backward(loss)
 
     def _before_optimizer_step(self, wrapper: Any) -> None:
         """After the window's preparation (mean, unscaling, clipping): the gradients the step applies."""
-        _call_hooks(self.trainer, "on_before_optimizer_step", wrapper.optimizer)
+        compat.call_hook(self.trainer, "on_before_optimizer_step", wrapper.optimizer)
 
     @abstractmethod
     def _after_step(self, wrapper: Any, outcome: StepOutcome) -> None:
@@ -370,15 +435,16 @@ class Loop(ABC):
         collected it no longer wraps the optimizers, and a later fit can wrap the same optimizer objects again.
         """
         self.end_batch()
+        self._batch_started = False
         if self._hooks is not None:
             self._hooks.remove()
         strategy, self._hooks, self._strategy = self._strategy, None, None
         self.plugin.step_loss = None
         self.changes.restore()
         for optimizer in self._inner:
-            lightning_compat.forget_loop_injections(optimizer)
+            compat.forget_loop_injections(optimizer)
         if strategy is not None:
-            lightning_compat.set_strategy_optimizers(strategy, strategy.optimizers)
+            compat.set_strategy_optimizers(strategy, strategy.optimizers)
         self.plugin.attach(None)
         self.plugin.wrappers = {}
         self._wrappers = {}
@@ -405,16 +471,17 @@ class ManualLoop(Loop):
     def _start_training(self) -> None:
         self.changes.give_accumulation_back()
 
-    def start_batch(self) -> None:
-        """Nothing: the ``batch`` block opens around ``training_step``."""
-
     def end_batch(self) -> None:
         """Nothing: the ``batch`` block closed with ``training_step``."""
 
-    def training_step(self, step: Callable[[], Any]) -> Any:
+    def _run_training_step(self, step: Callable[[], Any]) -> Any:
         """``training_step`` inside one ``batch`` block."""
         with self._iteration():
             return step()
+
+    def _flush_iteration(self) -> AbstractContextManager[None]:
+        """A ``batch`` block of its own (the cut epoch's blocks closed with their ``training_step``)."""
+        return self._iteration()
 
     def backward_region(self, context: TrainingContext) -> AbstractContextManager[Any]:
         """Where ``training_step`` calls ``manual_backward``: inside Lightning's forward region, as in Lightning.
@@ -423,27 +490,46 @@ class ManualLoop(Loop):
         """
         return nullcontext()
 
+    _PROFILED_STEP = "optimizer_step"
+    """What Lightning's manual loop profiles around each ``LightningOptimizer.step()`` that counts a global step."""
+    _profiling_step = False
+    """The profiler's :attr:`_PROFILED_STEP` action is running (a step's hooks ran, its ``after_step`` has not)."""
+
+    def _before_optimizer_step(self, wrapper: Any) -> None:
+        """The hooks, then the profiler's ``optimizer_step`` action, as Lightning's manual loop starts it per step."""
+        super()._before_optimizer_step(wrapper)
+        self._stop_profiling_step()  # a step that failed after its hooks ran never got to ``_after_step``
+        self._profiler().start(self._PROFILED_STEP)
+        self._profiling_step = True
+
     def _after_step(self, wrapper: Any, outcome: StepOutcome) -> None:
+        """A step that closed a window: the profiler's action ends and ``trainer.global_step`` counts it."""
         if outcome is StepOutcome.STEPPED or outcome is StepOutcome.SKIPPED_NON_FINITE:
-            lightning_compat.count_manual_optimizer_step(self.trainer)
+            self._stop_profiling_step()
+            compat.count_manual_optimizer_step(self.trainer)
 
+    def _stop_profiling_step(self) -> None:
+        if self._profiling_step:
+            self._profiling_step = False
+            self._profiler().stop(self._PROFILED_STEP)
 
-class _BatchBoundary(Callback):
-    """Ends automatic optimization's ``batch`` block before any other callback sees the batch's end."""
+    def _profiler(self) -> Profiler:
+        """``trainer.profiler`` (set by the Trainer's constructor, which Lightning does not annotate)."""
+        profiler: Profiler = self.trainer.profiler  # type: ignore[attr-defined]
+        return profiler
 
-    def __init__(self, loop: AutomaticLoop) -> None:
-        self._loop = loop
-
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args: Any) -> None:
-        """The iteration is over: the loss scaler updates, before checkpoints or loggers read the context."""
-        self._loop.end_batch()
+    def teardown(self) -> None:
+        """End the profiler's action of a step that failed, then the loop's teardown."""
+        self._stop_profiling_step()
+        super().teardown()
 
 
 class AutomaticLoop(Loop):
     """Automatic optimization: the ``batch`` block spans the batch; Lightning's windows, the reference's micro-steps.
 
     Lightning runs ``training_step`` inside the closure that the wrapper's ``step()`` evaluates, so the block opens
-    at the strategy's ``on_train_batch_start`` and closes at the first ``on_train_batch_end`` callback. As in
+    at the strategy's ``on_train_batch_start`` and closes when Lightning's automatic loop has run the batch, before
+    Lightning steps LR schedulers and calls ``on_train_batch_end`` (checkpoints and loggers read the context). As in
     Lightning, the module's ``optimizer_step`` runs once per window, at the batch that closes it (the epoch's last
     batch closes a shorter one), and is handed the wrapper; each batch before it is a micro-step of the wrapper
     (``step(closure)``, which accumulates), where Lightning would run the closure itself. The closure is Lightning's:
@@ -463,8 +549,6 @@ class AutomaticLoop(Loop):
     ) -> None:
         super().__init__(trainer, plugin, settings, changes, sharded=sharded)
         self._batch = ExitStack()
-        self._closure_ran = False
-        """The running batch's ``training_step`` ran (its closure was executed)."""
 
     @staticmethod
     def _reference_clip_val(trainer: Trainer) -> float | None:
@@ -474,17 +558,15 @@ class AutomaticLoop(Loop):
         """Nothing: Lightning accepts the Trainer's accumulation and clipping for automatic optimization."""
 
     def _start_training(self) -> None:
-        self.changes.route_accumulating_batches(self._micro_step)
-        self.changes.insert_callback(_BatchBoundary(self))
+        self.changes.route_automatic_batches(self._micro_step, self.end_batch)
 
     def start_batch(self) -> None:
-        """Open the batch's ``batch`` block.
+        """Open the batch's ``batch`` block (after flushing an epoch that -1 cut short, see :meth:`Loop.start_batch`).
 
         A schedule that changed ``trainer.accumulate_grad_batches`` (``GradientAccumulationScheduler``, at the
         start of an epoch) reaches the context here.
         """
-        self.end_batch()  # a batch Lightning did not finish (``on_train_batch_start`` returned -1)
-        self._closure_ran = False
+        super().start_batch()
         context = self.plugin.context
         if context is None:
             return
@@ -495,6 +577,11 @@ class AutomaticLoop(Loop):
         """Close the batch's ``batch`` block, if one is open: the iteration's scaler update."""
         self._batch.close()
 
+    @contextmanager
+    def _flush_iteration(self) -> Iterator[None]:
+        """The cut epoch's last ``batch`` block, still open: its batch ran no ``training_step``."""
+        yield
+
     def _micro_step(self, closure: Callable[[], Any]) -> None:
         """A batch that only accumulates: its closure in one micro-step of the (one) wrapper."""
         wrappers = self.wrappers()
@@ -503,9 +590,8 @@ class AutomaticLoop(Loop):
             return
         wrappers[0].step(closure)
 
-    def training_step(self, step: Callable[[], Any]) -> Any:
+    def _run_training_step(self, step: Callable[[], Any]) -> Any:
         """``training_step`` (inside the wrapper's closure), its loss kept for the plugin's backward."""
-        self._closure_ran = True
         output = step()
         loss = output.get("loss") if isinstance(output, Mapping) else output
         self.plugin.step_loss = loss if isinstance(loss, torch.Tensor) else None
@@ -523,7 +609,7 @@ class AutomaticLoop(Loop):
 
         The window is prepared already, so ``clip_gradients`` unscales nothing again.
         """
-        if not self._closure_ran and not evaluates_closure(wrapper.optimizer):
+        if not self._batch_ran and not self._flushing and not evaluates_closure(wrapper.optimizer):
             raise MisconfigurationException(
                 "The closure hasn't been executed: optimizer_step called optimizer.step() without running "
                 "optimizer_closure, which runs training_step, zero_grad and the backward of this batch. Call "
@@ -532,7 +618,9 @@ class AutomaticLoop(Loop):
             )
         super()._before_optimizer_step(wrapper)
         trainer = self.trainer
-        trainer.lightning_module.configure_gradient_clipping(
+        compat.call_module_hook(
+            trainer,
+            "configure_gradient_clipping",
             wrapper.optimizer,
             gradient_clip_val=trainer.gradient_clip_val,
             gradient_clip_algorithm=trainer.gradient_clip_algorithm,
@@ -540,167 +628,3 @@ class AutomaticLoop(Loop):
 
     def _after_step(self, wrapper: Any, outcome: StepOutcome) -> None:
         """Nothing: Lightning counts the global step itself, one per ``optimizer_step`` of a closing batch."""
-
-
-class Integration:
-    """A reference strategy's side of each run: its precision plugin, and the loop of the running mode.
-
-    The loop is chosen once per run, by the module's ``automatic_optimization``: when the strategy connects to a
-    module a Trainer is attached to (as ``Trainer.fit`` connects it), else when the strategy is set up.
-    """
-
-    def __init__(self, grad_scaler: GradScalerSettings | None = None, *, sharded: bool = False) -> None:
-        if grad_scaler is not None and not isinstance(grad_scaler, GradScalerSettings):
-            raise TypeError(
-                f"grad_scaler must be a lightning_optimizer.spec.GradScalerSettings or None, got "
-                f"{type(grad_scaler).__name__}"
-            )
-        self.grad_scaler = grad_scaler
-        self.sharded = sharded
-        """The model is sharded with FSDP2 (``ReferenceFSDPStrategy``)."""
-        self.plugin = ReferencePrecision()
-        self.loop: Loop | None = None
-        """The running loop: chosen for a run, ``None`` outside one."""
-
-    def connect(self, model: LightningModule) -> None:
-        """Choose the loop, if a Trainer is attached to ``model``: before Lightning validates its arguments."""
-        trainer = lightning_compat.attached_trainer(model)
-        if trainer is not None:
-            self._choose(trainer, model)
-
-    def setup(self, strategy: ReferenceStrategyBase, trainer: Trainer) -> None:
-        """Set the run's loop up (chosen now if the strategy connected before a Trainer was attached)."""
-        loop = self.loop
-        if loop is None or loop.trainer is not trainer:
-            model = strategy.lightning_module
-            if model is None:
-                raise RuntimeError("the strategy was set up before it was connected to a LightningModule")
-            loop = self._choose(trainer, model)
-        loop.setup(strategy)
-
-    def _choose(self, trainer: Trainer, model: LightningModule) -> Loop:
-        """The loop of ``model``'s mode on ``trainer``: the one running, or a new one (the old one ended first)."""
-        kind: type[Loop] = AutomaticLoop if model.automatic_optimization else ManualLoop
-        loop = self.loop
-        if loop is not None and loop.trainer is trainer and type(loop) is kind:
-            return loop
-        self.teardown()
-        self.loop = kind.start(trainer, self.plugin, self.grad_scaler, sharded=self.sharded)
-        return self.loop
-
-    def lightning_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> list[WrappedOptimizer[Any]]:
-        """The running loop's wrappers of ``optimizers``, in their order (none outside a fit)."""
-        return [] if self.loop is None else self.loop.lightning_optimizers(optimizers)
-
-    def wrappers(self) -> list[WrappedOptimizer[Any]]:
-        """Every wrapper of the running fit, in the order of ``configure_optimizers``."""
-        return [] if self.loop is None else self.loop.wrappers()
-
-    def teardown(self) -> None:
-        """End the running loop, if any."""
-        loop, self.loop = self.loop, None
-        if loop is not None:
-            loop.teardown()
-
-
-class ReferenceStrategyBase(Strategy):
-    """The overrides every reference strategy makes to its Lightning strategy.
-
-    A subclass makes its :class:`Integration` before calling its Lightning strategy's constructor.
-    """
-
-    _integration: Integration
-    _DEVICE_TYPES: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
-
-    @classmethod
-    def _check_device(cls, device: torch.device) -> None:
-        """Refuse a device this strategy does not run on (a device given to it, or the one the Trainer chose)."""
-        if device.type in cls._DEVICE_TYPES:
-            return
-        if device.type == "xla":
-            raise ValueError(f"{cls.__name__} does not run on XLA devices: use strategy=ReferenceXLAStrategy()")
-        raise ValueError(f"the reference strategies run on CPU, CUDA and XLA, not {device.type!r}")
-
-    def connect(self, model: LightningModule) -> None:
-        """Connect the model, as Lightning does, also before a Trainer is attached to it.
-
-        With a Trainer attached the reference takes its precision, accumulation and clipping over now, before
-        Lightning checks them; without one, when the strategy is set up.
-        """
-        self._integration.connect(model)
-        super().connect(model)
-
-    def setup(self, trainer: Trainer) -> None:
-        """Lightning's set-up, then the reference's context and wrappers."""
-        super().setup(trainer)
-        self._integration.setup(self, trainer)
-
-    @property
-    def precision_plugin(self) -> Precision:
-        """The reference's :class:`ReferencePrecision`, always."""
-        return self._integration.plugin
-
-    @precision_plugin.setter
-    def precision_plugin(self, plugin: Precision | None) -> None:
-        # Lightning's connector hands a strategy made from a registered name a plugin of its own choosing (for
-        # 16-mixed on the CPU, after switching the Trainer to bf16-mixed with a warning). The reference keeps its
-        # own, and takes on the precision the connector settled, so ``trainer.precision`` reads it from the start.
-        own = self._integration.plugin
-        if isinstance(plugin, ReferencePrecision) and plugin is not own:
-            raise ValueError("a reference strategy runs its own ReferencePrecision; set Trainer(precision=...)")
-        lightning_compat.set_strategy_precision_plugin(self, own)
-        flag = lightning_compat.precision_being_settled()
-        if flag is not None and own.context is None:
-            with suppress(ValueError):  # not a precision the reference runs: refused when it connects, before training
-                own.configure(reference_precision(flag))
-
-    @property
-    def optimizers(self) -> list[torch.optim.Optimizer]:
-        """The inner optimizers (checkpoints and LR schedulers see these)."""
-        inner: list[torch.optim.Optimizer] = super().optimizers
-        return inner
-
-    @optimizers.setter
-    def optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        lightning_compat.set_strategy_optimizers(self, optimizers)
-        # What ``LightningModule.optimizers()`` returns: the reference's wrappers instead of LightningOptimizers.
-        lightning_compat.set_module_optimizers(self, self._integration.lightning_optimizers(optimizers))
-
-    @property
-    def reference_context(self) -> TrainingContext | None:
-        """The reference's training context of the running fit, ``None`` outside one."""
-        return self._integration.plugin.context
-
-    def on_train_start(self) -> None:
-        """Restore a checkpoint's open windows (after Lightning's ``zero_grad`` at the start of the run)."""
-        super().on_train_start()
-        self._integration.plugin.restore_loaded_state()
-
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        """Under automatic optimization, the batch's ``TrainingContext.batch`` block opens here."""
-        super().on_train_batch_start(batch, batch_idx)
-        if self._integration.loop is not None:
-            self._integration.loop.start_batch()
-
-    def on_exception(self, exception: BaseException) -> None:
-        """A failed fit: close the open ``batch`` block."""
-        if self._integration.loop is not None:
-            self._integration.loop.end_batch()
-        super().on_exception(exception)
-
-    def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        """Lightning's training step, where the running loop runs it.
-
-        Manual optimization: inside one ``TrainingContext.batch`` block. Automatic optimization: inside the closure
-        of the wrapper's ``step()``, in the block the batch opened. Outside a run (before setup, after teardown: a
-        loop driven by hand) it is Lightning's own, on the Trainer's own optimizers.
-        """
-        loop = self._integration.loop
-        if loop is None:
-            return super().training_step(*args, **kwargs)
-        return loop.training_step(lambda: super(ReferenceStrategyBase, self).training_step(*args, **kwargs))
-
-    def teardown(self) -> None:
-        """Lightning's teardown; the Trainer gets its own settings back."""
-        self._integration.teardown()
-        super().teardown()

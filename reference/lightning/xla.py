@@ -1,7 +1,7 @@
 """The reference strategy on one XLA device, and the accelerator that finds XLA devices beyond a TPU.
 
-``Trainer(strategy=ReferenceXLAStrategy(), devices=1)``; also importable from :mod:`.lightning`, which registers
-it as ``"reference_xla"``. Needs ``pytorch-lightning``; torch_xla is imported only when a device is looked for.
+``Trainer(strategy=ReferenceXLAStrategy(), devices=1)``; importable from :mod:`lightning_optimizer.reference.lightning`,
+which registers it as ``"reference_xla"``. torch_xla is imported only when a device is looked for.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib.util
 
 import torch
-from pytorch_lightning.accelerators import XLAAccelerator
-from pytorch_lightning.strategies.single_xla import SingleDeviceXLAStrategy
+from lightning.pytorch.accelerators import XLAAccelerator
+from lightning.pytorch.strategies.single_xla import SingleDeviceXLAStrategy
 
-from lightning_optimizer.reference.lightning_loops import Integration, ReferenceStrategyBase
+from lightning_optimizer.reference.lightning.base import Integration, ReferenceStrategyBase
 from lightning_optimizer.spec.implementation import GradScalerSettings
 
 __all__ = ["ReferenceXLAAccelerator", "ReferenceXLAStrategy"]
