@@ -1065,6 +1065,8 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
     routed: list[int] = []
     stepped: list[int] = []
     done: list[int] = []
+    handed: list[tuple[torch.optim.Optimizer, torch.optim.Optimizer]] = []
+    zeroed: list[torch.optim.Optimizer] = []
 
     class Route(Callback):
         def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -1072,7 +1074,14 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
                 routed.append(1)
                 closure()
 
-            lightning_compat.route_automatic_batches(trainer, micro_step, lambda: done.append(trainer.global_step))
+            def closure_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+                stand_in = torch.optim.SGD([torch.zeros(1, requires_grad=True)])  # what the zero_grad hooks get
+                handed.append((optimizer, stand_in))
+                return stand_in
+
+            lightning_compat.route_automatic_batches(
+                trainer, micro_step, lambda: done.append(trainer.global_step), closure_optimizer
+            )
 
         def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
             done.append(-1)  # each batch's end comes after the routed batch is done
@@ -1081,6 +1090,9 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
         def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
             stepped.append(batch_idx)
             optimizer.step(closure=optimizer_closure)
+
+        def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+            zeroed.append(optimizer)
 
     plain = Trainer(
         accelerator="cpu",
@@ -1098,6 +1110,8 @@ def test_lightning_fields_the_reference_touches_are_where_it_expects(tmp_path: P
     assert (len(routed), stepped) == (2, [1, 3, 4]), "batches 0 and 2 accumulate; 1, 3 and the last one step"
     assert done == [0, -1, 1, -1, 1, -1, 2, -1, 3, -1], "batch_done after each batch's step, before its end"
     assert plain.global_step == 3
+    assert [inner for inner, _ in handed] == [plain.optimizers[0]] * 5, "each batch's closure is built for it"
+    assert zeroed == [handed[0][1], handed[2][1], handed[4][1]], "the zero_grad hook gets what the closure was given"
     lightning_compat.forget_automatic_batches(plain)
     assert "run" not in vars(plain.fit_loop.epoch_loop.automatic_optimization)
 

@@ -581,3 +581,102 @@ def test_the_lr_finder_runs_on_the_wrappers_and_finds_what_lightning_finds(tmp_p
     assert reference_result.suggestion() == lightning_result.suggestion()
     assert reference.learning_rate == lightning.learning_rate
     assert_same_params(params_of(reference), params_of(lightning))
+
+
+# -- the zeroing convention of each mode ------------------------------------------------------------------------
+
+
+class ManualWithoutZeroGrad(LightningModule):
+    """Manual optimization that steps every batch and calls ``opt.zero_grad()`` only when ``zeroes`` (Lightning's
+    documented form); the gradients each step is handed, and those left after it, are recorded."""
+
+    def __init__(self, zeroes: bool) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.net = make_model(seed=0)
+        self.zeroes = zeroes
+        self.left_after_step: list[bool] = []
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        opt = self.optimizers()
+        assert isinstance(opt, torch.optim.Optimizer)
+        x, y = batch
+        if self.zeroes:
+            opt.zero_grad()
+        self.manual_backward(torch.nn.functional.mse_loss(self.net(x), y))
+        opt.step()
+        self.left_after_step.append(any(p.grad is not None for p in self.net.parameters()))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.net.parameters(), lr=0.05, momentum=0.9)
+
+
+def test_manual_steps_clear_their_gradients_where_lightning_leaves_them(tmp_path: Path) -> None:
+    """Divergence: under manual optimization a real step clears the gradients it applied (ZERO-001, the proposal's
+    "applies zero_grad"); plain Lightning leaves them until the module's ``opt.zero_grad()``.
+
+    A module that zeroes before each backward (Lightning's documented form) trains the same on both; one that never
+    zeroes accumulates every batch's gradient into every later step on plain Lightning, and gets fresh windows from
+    the reference, which therefore trains as the zeroing module does.
+    """
+    trained: dict[tuple[str, bool], ManualWithoutZeroGrad] = {}
+    for kind in KINDS:
+        for zeroes in (True, False):
+            model = ManualWithoutZeroGrad(zeroes)
+            fit(make_trainer(kind, tmp_path / str(zeroes), max_epochs=1), model)
+            trained[kind, zeroes] = model
+    assert_same_params(params_of(trained["reference", True]), params_of(trained["lightning", True]))
+    assert_same_params(params_of(trained["reference", False]), params_of(trained["lightning", True]))
+    assert all(trained["lightning", False].left_after_step), "plain Lightning leaves a step's gradients"
+    assert not any(trained["reference", False].left_after_step), "the reference clears a real step's gradients"
+    drift = [
+        (a - b).abs().max().item()
+        for a, b in zip(params_of(trained["lightning", False]), params_of(trained["lightning", True]), strict=True)
+    ]
+    assert max(drift) > 1e-3, "on plain Lightning the module that never zeroes trains differently"
+
+
+class SeesZeroGradOptimizer(Recorder):
+    """Records the optimizer object ``on_before_zero_grad`` and ``optimizer_zero_grad`` are handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed: list[torch.optim.Optimizer] = []
+
+    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        self.handed.append(optimizer)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        self.handed.append(optimizer)
+        optimizer.zero_grad()
+
+
+def test_the_zero_grad_hooks_are_handed_the_wrapper(tmp_path: Path) -> None:
+    """Divergence: ``on_before_zero_grad`` and ``optimizer_zero_grad`` get the reference's wrapper of the optimizer
+    (an instance of its class, ``opt.optimizer`` the optimizer itself), where plain Lightning hands them the
+    optimizer: its ``zero_grad()`` is how the context learns that a step's gradients are cleared (ZERO-005)."""
+    seen: dict[str, tuple[list[torch.optim.Optimizer], torch.optim.Optimizer]] = {}
+    for kind in KINDS:
+        model = SeesZeroGradOptimizer()
+        trainer = make_trainer(kind, tmp_path, max_epochs=1)
+        fit(trainer, model, batches=4)
+        seen[kind] = (model.handed, trainer.optimizers[0])
+    handed, inner = seen["lightning"]
+    assert handed and all(optimizer is inner for optimizer in handed)
+    handed, inner = seen["reference"]
+    wrappers = [optimizer for optimizer in handed if isinstance(optimizer, WrappedOptimizer)]
+    assert handed and wrappers == handed, "the zero_grad hooks were handed something else than the wrapper"
+    assert all(wrapper.optimizer is inner and isinstance(wrapper, type(inner)) for wrapper in wrappers)
+
+
+def test_manual_accumulation_and_clipping_run_where_lightning_refuses_them(tmp_path: Path) -> None:
+    """Divergence: ``Trainer(accumulate_grad_batches=..., gradient_clip_val=...)`` under manual optimization. Plain
+    Lightning refuses each; the reference applies them (``make_optimizer_step`` left out closes the Trainer's
+    windows, each window's mean is clipped), as ``tests/test_lightning.py`` checks against plain loops."""
+    for option in ({"accumulate_grad_batches": 2}, {"gradient_clip_val": 0.5}):
+        with pytest.raises(MisconfigurationException, match="manual optimization"):
+            fit(make_trainer("lightning", tmp_path, max_epochs=1, **option), ManualWithoutZeroGrad(zeroes=True))
+        model = ManualWithoutZeroGrad(zeroes=True)
+        trainer = make_trainer("reference", tmp_path, max_epochs=1, **option)
+        fit(trainer, model, batches=10)
+        assert trainer.global_step == (5 if "accumulate_grad_batches" in option else 10)

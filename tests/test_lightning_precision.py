@@ -20,6 +20,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -552,3 +553,140 @@ def test_lightning_examples_match_plain_lightning(example: str, precision: Preci
     plain, reference = fit_both(make, loader(), precision, tmp_path, **trainer_kwargs)
     assert_same_training(plain, reference, f"{example}, {precision}")
     assert moved(reference, make)
+
+
+# -- 5. What users keep in modules: complex and float64 buffers, 16-true, a zero_grad cadence of their own --------
+
+
+class KeepsGradients(Recorded):
+    """A regression head with what Lightning users keep in their modules, and a zeroing cadence of its own.
+
+    A complex buffer used in ``forward`` (rotary-style phases; ``complex_buffer=False`` leaves it out), a float64
+    buffer (a statistic kept in float64, which promotes the output), and an ``optimizer_zero_grad`` that zeroes on
+    every ``zero_every``-th call only, with ``set_to_none=False``: in between, a step's gradients stay and the next
+    window adds to them (Lightning's documented seam for when gradients are cleared).
+    """
+
+    phase: torch.Tensor | None
+    scale: torch.Tensor
+
+    def __init__(self, *, complex_buffer: bool = True, zero_every: int = 2) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+        phase = torch.polar(torch.ones(2), torch.tensor([0.3, -1.1])) if complex_buffer else None
+        self.register_buffer("phase", phase)
+        self.register_buffer("scale", torch.tensor([1.25, 0.75], dtype=torch.float64))
+        self.zero_every = zero_every
+        self.zero_calls = 0
+        self.zeroed_with: list[torch.optim.Optimizer] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.net(x)
+        if self.phase is not None:
+            real = h.to(torch.promote_types(h.dtype, torch.float32))
+            rotated = torch.complex(real, torch.zeros_like(real)) * self.phase
+            h = rotated.real + rotated.imag
+        scaled: torch.Tensor = h * self.scale
+        return scaled
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return F.mse_loss(self(x).float(), y.float())
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        if self.zero_calls % self.zero_every == 0:
+            optimizer.zero_grad(set_to_none=False)
+            self.zeroed_with.append(optimizer)
+        self.zero_calls += 1
+
+    def configure_optimizers(self) -> torch.optim.Adam:
+        return torch.optim.Adam(self.parameters(), lr=0.01, eps=1e-4)  # an eps that float16 holds (16-true)
+
+
+def regression_batches(batches: int = 20) -> Loader:
+    generator = torch.Generator().manual_seed(17)
+    x = torch.randn(4 * batches, 4, generator=generator)
+    return loader_of(x, torch.sin(x[:, :2]) + 0.1 * x[:, 2:], batch_size=4)
+
+
+def assert_buffers_as_built(module: KeepsGradients, plain: KeepsGradients, what: str) -> None:
+    """The complex buffer complex64 and equal to plain Lightning's; the float64 one float64 (PREC-001)."""
+    if module.phase is not None:
+        assert plain.phase is not None
+        assert module.phase.dtype == torch.complex64, f"{what}: the complex buffer became {module.phase.dtype}"
+        assert torch.equal(module.phase, plain.phase), f"{what}: the complex buffer differs from plain Lightning's"
+    assert module.scale.dtype == plain.scale.dtype, f"{what}: the float64 buffer is {module.scale.dtype}"
+
+
+@pytest.mark.parametrize("precision", ["64-true", "32-true", "bf16-mixed"])
+def test_buffers_and_a_zero_grad_cadence_train_as_on_plain_lightning(precision: Precision, tmp_path: Path) -> None:
+    """20 batches, gradients zeroed every other batch: the same parameters and step gradients, bit for bit.
+
+    A step's gradients stay on the odd batches and the next step applies them plus the batch's (plain Lightning's
+    ``c + g``; the reference's carried part, ZERO-005, applied as it was). The complex buffer stays complex64 and the
+    float64 buffer float64, as Lightning's plugins leave them (PREC-001); only 64-true casts floating tensors.
+    """
+    plain, reference = fit_both(KeepsGradients, regression_batches(), precision, tmp_path)
+    assert_same_training(plain, reference, f"zero every other batch, {precision}")
+    assert_buffers_as_built(reference, plain, precision)
+    want_scale = torch.float64
+    assert reference.scale.dtype == want_scale, f"{precision}: the float64 buffer became {reference.scale.dtype}"
+    assert len(reference.step_grads) == 20 and moved(reference, KeepsGradients)
+
+
+def test_a_window_carries_the_kept_gradients_under_accumulation(tmp_path: Path) -> None:
+    """Windows of 2 batches, gradients zeroed at every other window: ``c + (g_1 + g_2) / 2`` on both sides.
+
+    Plain Lightning divides each batch's loss by 2 and adds onto the kept gradients in place; the reference adds the
+    carried part to the window's mean: the same to rounding (the sums are added in another order).
+    """
+    plain, reference = fit_both(KeepsGradients, regression_batches(), "32-true", tmp_path, accumulate_grad_batches=2)
+    assert len(reference.step_grads) == len(plain.step_grads) == 10
+    for step, (got, want) in enumerate(zip(reference.step_grads, plain.step_grads, strict=True)):
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7, msg=f"the gradients of step {step}")
+    for name, diff in differences(plain, reference).items():
+        assert diff < 1e-5, f"{name} ends {diff} from plain Lightning"
+
+
+def test_16_true_trains_as_on_plain_lightning(tmp_path: Path) -> None:
+    """``Trainer(precision="16-true")``: float16 weights and buffers, no loss scaler; the same training, bit for bit."""
+    make = partial(KeepsGradients, complex_buffer=False)
+    plain, reference = fit_both(make, regression_batches(), "16-true", tmp_path)
+    assert_same_training(plain, reference, "16-true, zero every other batch")
+    assert {p.dtype for p in reference.parameters()} == {torch.float16}
+    assert reference.scale.dtype == torch.float16 and moved(reference, make)
+
+
+@pytest.mark.parametrize("precision", ["bf16-true", "16-true"])
+def test_a_half_precision_refuses_a_complex_buffer_that_lightning_makes_real(
+    precision: Precision, tmp_path: Path
+) -> None:
+    """Divergence: plain Lightning's ``module.to(dtype)`` makes the complex buffer real (its imaginary part gone,
+    with torch's warning); the reference refuses the module before training, naming the buffer (PREC-002)."""
+    plain, _ = fit(KeepsGradients, regression_batches(), precision, tmp_path, reference=False)
+    assert plain.phase is not None and not plain.phase.is_complex(), "plain Lightning kept the buffer complex"
+    torch.manual_seed(MODULE_SEED)
+    module = KeepsGradients()
+    trainer = make_trainer(tmp_path / "reference", precision, reference=True, scaler=None)
+    with pytest.raises(ValueError, match=r"complex buffer 'phase'"):
+        trainer.fit(module, train_dataloaders=regression_batches())
+    assert module.phase is not None and module.phase.dtype == torch.complex64, "the refused module was changed"
+
+
+def test_16_mixed_applies_kept_gradients_unscaled_once(tmp_path: Path) -> None:
+    """Divergence: under 16-mixed plain Lightning unscales the kept gradients again with the next window's.
+
+    Its ``scaler.unscale_`` divides the whole ``.grad``, the kept part (unscaled at its own step) included, so the
+    second step applies ``g_1 + g_0 / S``; the reference applies ``g_1 + g_0`` (ZERO-005). The first steps agree.
+    """
+    settings = GradScalerSettings(init_scale=2.0**10)
+    plain, reference = fit_both(
+        partial(KeepsGradients, complex_buffer=False), regression_batches(4), "16-mixed", tmp_path, scaler=settings
+    )
+    scale = settings.init_scale
+    first_plain, first_reference = plain.step_grads[0], reference.step_grads[0]
+    for g, w in zip(first_reference, first_plain, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0, msg="the first step, before anything is kept")
+    for kept, got, want in zip(first_reference, reference.step_grads[1], plain.step_grads[1], strict=True):
+        torch.testing.assert_close(got - want, kept * (1 - 1 / scale), rtol=1e-3, atol=1e-6)

@@ -159,13 +159,17 @@ def forget_accumulation_decision(trainer: Trainer) -> None:
 
 @checked_on(OLDEST, NEWEST)
 def route_automatic_batches(
-    trainer: Trainer, micro_step: Callable[[Callable[[], Any]], object], batch_done: Callable[[], None]
+    trainer: Trainer,
+    micro_step: Callable[[Callable[[], Any]], object],
+    batch_done: Callable[[], None],
+    closure_optimizer: Callable[[torch.optim.Optimizer], torch.optim.Optimizer],
 ) -> None:
     """Run each batch of automatic optimization as Lightning does, through ``micro_step`` and ``batch_done``.
 
     A batch that only accumulates goes to ``micro_step``; ``batch_done`` is called once the batch's optimization is
     over. Lightning's ``_AutomaticOptimization.run`` builds the batch's closure (``training_step``, the
-    ``optimizer_zero_grad`` hook at a window's first batch, the backward); on a batch that only accumulates (its
+    ``on_before_zero_grad`` and ``optimizer_zero_grad`` hooks at a window's first batch, the backward), handing it
+    the optimizer, here ``closure_optimizer(optimizer)``; on a batch that only accumulates (its
     ``_should_accumulate()``) it calls the closure itself, under its own ``no_sync``, else it calls the module's
     ``optimizer_step`` with it and counts the step. This is that method with ``micro_step(closure)`` in place of
     the first branch (the second is Lightning's own ``_optimizer_step``), and ``batch_done()`` after both, also when
@@ -175,7 +179,7 @@ def route_automatic_batches(
 
     def run(optimizer: torch.optim.Optimizer, batch_idx: int, kwargs: Any) -> dict[str, Any]:
         try:
-            closure = loop._make_closure(kwargs, optimizer, batch_idx)
+            closure = loop._make_closure(kwargs, closure_optimizer(optimizer), batch_idx)
             if trainer.fit_loop._should_accumulate():
                 micro_step(closure)
             else:

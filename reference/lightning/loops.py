@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -70,10 +70,17 @@ class RunSettings:
     gradient_clip_val: float | None
     gradient_clip_algorithm: ClipAlgorithm
     grad_scaler: GradScalerSettings | None = None
+    zero_grad_after_step: bool = True
+    """``False`` under automatic optimization, where Lightning's loop calls ``optimizer_zero_grad`` (ZERO-003)."""
 
     @classmethod
     def read(
-        cls, trainer: Trainer, grad_scaler: GradScalerSettings | None, gradient_clip_val: float | None
+        cls,
+        trainer: Trainer,
+        grad_scaler: GradScalerSettings | None,
+        gradient_clip_val: float | None,
+        *,
+        zero_grad_after_step: bool = True,
     ) -> RunSettings:
         """The Trainer's settings, ``gradient_clip_val`` being the clipping the reference applies, checked now."""
         algorithm = trainer.gradient_clip_algorithm
@@ -89,6 +96,7 @@ class RunSettings:
             gradient_clip_val=None if gradient_clip_val is None or gradient_clip_val == 0 else float(gradient_clip_val),
             gradient_clip_algorithm="value" if algorithm is not None and algorithm.value == "value" else "norm",
             grad_scaler=grad_scaler,
+            zero_grad_after_step=zero_grad_after_step,
         )
         settings.context("cpu")  # the reference validates every setting now, before anything changes
         return settings
@@ -104,6 +112,7 @@ class RunSettings:
             gradient_clip_algorithm=self.gradient_clip_algorithm,
             scaler=scaler,
             strategy="fsdp" if sharded else "ddp",
+            zero_grad_after_step=self.zero_grad_after_step,
         )
 
 
@@ -142,10 +151,13 @@ class TrainerChanges:
         self._decides_accumulation = True
 
     def route_automatic_batches(
-        self, micro_step: Callable[[Callable[[], Any]], object], batch_done: Callable[[], None]
+        self,
+        micro_step: Callable[[Callable[[], Any]], object],
+        batch_done: Callable[[], None],
+        closure_optimizer: Callable[[torch.optim.Optimizer], torch.optim.Optimizer],
     ) -> None:
-        """Route automatic optimization's batches: ``micro_step`` and ``batch_done`` (see :mod:`.compat`)."""
-        compat.route_automatic_batches(self.trainer, micro_step, batch_done)
+        """Route automatic optimization's batches (see :mod:`.compat`)."""
+        compat.route_automatic_batches(self.trainer, micro_step, batch_done, closure_optimizer)
         self._routes_automatic_batches = True
 
     def restore(self) -> None:
@@ -200,11 +212,16 @@ class Loop(ABC):
         cls, trainer: Trainer, plugin: ReferencePrecision, grad_scaler: GradScalerSettings | None, *, sharded: bool
     ) -> Loop:
         """A run's loop: the Trainer's settings read and checked, then taken over (nothing changes if one is bad)."""
-        settings = RunSettings.read(trainer, grad_scaler, cls._reference_clip_val(trainer))
+        settings = RunSettings.read(
+            trainer, grad_scaler, cls._reference_clip_val(trainer), zero_grad_after_step=cls.zero_grad_after_step
+        )
         loop = cls(trainer, plugin, settings, TrainerChanges(trainer), sharded=sharded)
         loop._take_over()
         plugin.configure(settings.precision)
         return loop
+
+    zero_grad_after_step: ClassVar[bool]
+    """The context's setting in this mode (ZERO-003): whether a real step clears its gradients itself."""
 
     @staticmethod
     @abstractmethod
@@ -458,8 +475,12 @@ class ManualLoop(Loop):
     closes the Trainer's windows; each window's mean is clipped). ``trainer.global_step`` counts the steps that
     close a window, as Lightning counts each ``step()`` of its ``LightningOptimizer`` (a 16-mixed step skipped for
     non-finite gradients included); a micro-step that only accumulates has no counterpart in Lightning and counts
-    nothing.
+    nothing. A real step clears the gradients it applied (``zero_grad_after_step=True``, the proposal's promise), so
+    a module that never calls ``opt.zero_grad()`` still gets fresh windows; plain Lightning leaves them until it
+    does (a divergence the README's table lists).
     """
+
+    zero_grad_after_step = True
 
     @staticmethod
     def _reference_clip_val(trainer: Trainer) -> float | None:
@@ -536,7 +557,12 @@ class AutomaticLoop(Loop):
     ``training_step``, ``on_before_zero_grad`` and ``optimizer_zero_grad`` at a window's first batch, the backward.
     Lightning counts ``trainer.global_step``, steps the LR schedulers and logs by its own rule, once per window.
     ``Trainer(gradient_clip_val=...)`` clips through the module's ``configure_gradient_clipping``, as in Lightning.
+    Gradients are cleared where Lightning clears them, by the module's ``optimizer_zero_grad`` (handed the wrapper):
+    the context leaves a real step's gradients to it (``zero_grad_after_step=False``), so an override that keeps
+    them across steps trains as on plain Lightning, the kept part carried as it was applied (ZERO-005).
     """
+
+    zero_grad_after_step = False
 
     def __init__(
         self,
@@ -558,7 +584,14 @@ class AutomaticLoop(Loop):
         """Nothing: Lightning accepts the Trainer's accumulation and clipping for automatic optimization."""
 
     def _start_training(self) -> None:
-        self.changes.route_automatic_batches(self._micro_step, self.end_batch)
+        self.changes.route_automatic_batches(self._micro_step, self.end_batch, self._wrapper_of)
+
+    def _wrapper_of(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """What Lightning's closure hands ``on_before_zero_grad`` and ``optimizer_zero_grad``: the wrapper.
+
+        Its ``zero_grad()`` is where the context learns that the gradients a real step left are cleared (ZERO-005).
+        """
+        return self._wrappers.get(id(optimizer), optimizer)
 
     def start_batch(self) -> None:
         """Open the batch's ``batch`` block (after flushing an epoch that -1 cut short, see :meth:`Loop.start_batch`).

@@ -17,6 +17,7 @@ from lightning.pytorch.plugins.precision import DoublePrecision, HalfPrecision, 
 from lightning.pytorch.utilities import GradClipAlgorithmType
 
 from lightning_optimizer.reference.context import TrainingContext
+from lightning_optimizer.reference.precision import check_no_complex
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec.types import Precision as PrecisionName
 
@@ -29,9 +30,13 @@ def _dtype_plugin(precision: PrecisionName) -> Precision:
     """Lightning's own plugin for what a precision means for dtypes: module, inputs, default dtype in steps."""
     if precision == "64-true":
         return DoublePrecision()
-    if precision == "bf16-true":
-        return HalfPrecision("bf16-true")
+    if precision == "bf16-true" or precision == "16-true":
+        return HalfPrecision(precision)
     return Precision()
+
+
+_HALF_DTYPES = {"bf16-true": torch.bfloat16, "16-true": torch.float16}
+"""The ``-true`` half precisions and the dtype Lightning's ``HalfPrecision`` casts the module to."""
 
 
 def _to_cpu(value: Any) -> Any:
@@ -51,7 +56,8 @@ def _anywhere(context: TrainingContext) -> AbstractContextManager[Any]:
 class ReferencePrecision(Precision):
     """Lightning's precision plugin slot, filled by the reference's :class:`TrainingContext`.
 
-    Module and input dtypes follow Lightning's own plugin for the precision (``64-true``, ``bf16-true``);
+    Module and input dtypes follow Lightning's own plugin for the precision (``64-true``, ``bf16-true``,
+    ``16-true``; a complex parameter or buffer, which the half precisions' cast would make real, refused first);
     autocast and loss scaling are the context's, applied once. Its checkpoint state is the context's
     ``state_dict()`` (per rank under DDP), so a run resumes with open windows and the loss scaler intact.
     Made by the reference strategies; not passed to the ``Trainer`` on its own.
@@ -97,7 +103,13 @@ class ReferencePrecision(Precision):
     # -- dtypes: Lightning's plugin for the precision -----------------------------------------------------
 
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Cast the module to the precision's parameter dtype (before any DDP wrapper is built)."""
+        """Cast the module as Lightning's plugin for the precision does (before any DDP wrapper is built).
+
+        Under bf16-true and 16-true a complex parameter or buffer is refused first (PREC-002): Lightning's
+        ``module.to(dtype)`` would discard its imaginary part with no more than torch's warning.
+        """
+        if self.precision in _HALF_DTYPES:
+            check_no_complex(module, self.precision, _HALF_DTYPES[self.precision])
         return self._dtypes.convert_module(module)
 
     def convert_input(self, data: Any) -> Any:
