@@ -427,7 +427,14 @@ MARKS = {  # the requirement-group table's mark of a group's worst outcome
     "unavailable": "--",
     "n/a": ".",
 }
-_SHORT = {"64-true": "64", "32-true": "32", "16-mixed": "16m", "bf16-mixed": "bf16m", "bf16-true": "bf16t"}
+_SHORT = {
+    "64-true": "64",
+    "32-true": "32",
+    "16-mixed": "16m",
+    "bf16-mixed": "bf16m",
+    "bf16-true": "bf16t",
+    "16-true": "16t",
+}
 """Precisions as the group table's columns name them."""
 
 
