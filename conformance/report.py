@@ -431,11 +431,12 @@ _SHORT = {
     "64-true": "64",
     "32-true": "32",
     "16-mixed": "16m",
-    "bf16-mixed": "bf16m",
-    "bf16-true": "bf16t",
+    "bf16-mixed": "b16m",
+    "bf16-true": "b16t",
     "16-true": "16t",
 }
-"""Precisions as the group table's columns name them."""
+"""Precisions as the group table's columns name them: four characters at most, so that six precisions on three
+devices fit 120 columns."""
 
 
 def group_marks(document: dict[str, Any]) -> tuple[list[tuple[str, str]], dict[str, dict[tuple[str, str], str]]]:

@@ -29,8 +29,8 @@ def _dtype_plugin(precision: PrecisionName) -> Precision:
     """Lightning's own plugin for what a precision means for dtypes: module, inputs, default dtype in steps."""
     if precision == "64-true":
         return DoublePrecision()
-    if precision == "bf16-true":
-        return HalfPrecision("bf16-true")
+    if precision in ("bf16-true", "16-true"):
+        return HalfPrecision(precision)
     return Precision()
 
 
@@ -51,7 +51,7 @@ def _anywhere(context: TrainingContext) -> AbstractContextManager[Any]:
 class ReferencePrecision(Precision):
     """Lightning's precision plugin slot, filled by the reference's :class:`TrainingContext`.
 
-    Module and input dtypes follow Lightning's own plugin for the precision (``64-true``, ``bf16-true``);
+    Module and input dtypes follow Lightning's own plugin for the precision (``64-true``, ``bf16-true``, ``16-true``);
     autocast and loss scaling are the context's, applied once. Its checkpoint state is the context's
     ``state_dict()`` (per rank under DDP), so a run resumes with open windows and the loss scaler intact.
     Made by the reference strategies; not passed to the ``Trainer`` on its own.
@@ -101,7 +101,7 @@ class ReferencePrecision(Precision):
         return self._dtypes.convert_module(module)
 
     def convert_input(self, data: Any) -> Any:
-        """Cast floating-point inputs as Lightning does for ``64-true`` and ``bf16-true``."""
+        """Cast floating-point inputs as Lightning does for ``64-true``, ``bf16-true`` and ``16-true``."""
         return self._dtypes.convert_input(data)
 
     def tensor_init_context(self) -> AbstractContextManager[Any]:

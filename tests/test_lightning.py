@@ -755,7 +755,7 @@ def test_optimizers_are_the_reference_wrappers(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("make", "error", "match"),
     [
-        (lambda root: reference_trainer(root, "16-true"), ValueError, "not a precision the reference runs"),
+        (lambda root: reference_trainer(root, "transformer-engine"), ValueError, "not a precision the reference runs"),
         (
             lambda root: reference_trainer(root, "32-true", accumulate_grad_batches=2, gradient_clip_val=-1.0),
             ValueError,
