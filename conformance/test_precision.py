@@ -106,6 +106,8 @@ class Tensors(torch.nn.Module):
         rotation = torch.nn.Parameter(torch.complex(parts[1], parts[0]) * 0.5) if complex_parameter else None
         self.register_parameter("rotation", rotation)
 
+    calls: torch.Tensor
+    shift: torch.Tensor
     phase: torch.Tensor | None
     rotation: torch.nn.Parameter | None
 
@@ -120,8 +122,9 @@ class Tensors(torch.nn.Module):
             turned = self.rotation if self.phase is None else self.rotation * self.phase
             out = out + turned.real.to(dtype)
         if self.training:
-            self.calls += 1
-        return out
+            self.calls.add_(1)
+        result: torch.Tensor = out
+        return result
 
 
 def _named(module: torch.nn.Module) -> dict[str, torch.Tensor]:

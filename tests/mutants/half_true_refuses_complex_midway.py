@@ -26,7 +26,8 @@ class _Midway(PrecisionPlugin):
                 raise ValueError(f"precision {self.name!r} cannot cast the complex tensor {names.get(id(tensor))!r}")
             return tensor.to(dtype) if tensor.is_floating_point() else tensor
 
-        return module._apply(cast)
+        cast_module: torch.nn.Module = module._apply(cast)
+        return cast_module
 
 
 class Context(MutantContext):
