@@ -20,7 +20,15 @@ from typing import Any
 
 import torch
 
-from lightning_optimizer.conformance.harness import Batch, cell_device, cell_dtype, make_batches, make_model, mse
+from lightning_optimizer.conformance.harness import (
+    Batch,
+    adam_eps,
+    cell_device,
+    cell_dtype,
+    make_batches,
+    make_model,
+    mse,
+)
 from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, TrainingContext
 
 __all__ = [
@@ -80,10 +88,10 @@ def through_a_checkpoint(state: object) -> Any:
     return torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
 
 
-def layer_optimizers(model: torch.nn.Module, sgd_lr: float = 0.1) -> list[torch.optim.Optimizer]:
-    """A (SGD with momentum on the first layer) and B (Adam on the rest), in wrapping order."""
+def layer_optimizers(model: torch.nn.Module, cell: Cell, sgd_lr: float = 0.1) -> list[torch.optim.Optimizer]:
+    """A (SGD with momentum on the first layer) and B (Adam, the cell's ``eps``, on the rest), in wrapping order."""
     first, rest = list(model.parameters())[:2], list(model.parameters())[2:]
-    return [torch.optim.SGD(first, lr=sgd_lr, momentum=0.9), torch.optim.Adam(rest, lr=0.01)]
+    return [torch.optim.SGD(first, lr=sgd_lr, momentum=0.9), torch.optim.Adam(rest, lr=0.01, eps=adam_eps(cell))]
 
 
 def plan_loss(
@@ -245,7 +253,7 @@ def build_pair(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, 
     first_weight, first_bias, last_weight, last_bias = model.parameters()
     groups: list[dict[str, Any]] = [{"params": [first_weight]}, {"params": [first_bias], "lr": 0.05, "momentum": 0.5}]
     opt_a = context.wrap(torch.optim.SGD(groups, lr=0.1, momentum=0.9))
-    opt_b = context.wrap(torch.optim.Adam([last_weight], lr=0.01))
+    opt_b = context.wrap(torch.optim.Adam([last_weight], lr=0.01, eps=adam_eps(cell)))
     opt_b.add_param_group({"params": [last_bias], "lr": 0.003, "betas": (0.8, 0.9)})
     return context, model, [opt_a, opt_b]
 

@@ -187,7 +187,7 @@ def oracle(
     """
     models = [oracle_copy(build_model(plan.module), cell) for plan in plans]
     optimizers = [
-        (model, optimizer(plan, model) if optimizer else _optimizer(plan, model))
+        (model, optimizer(plan, model) if optimizer else _optimizer(plan, model, cell))
         for plan, model in zip(plans, models, strict=True)
     ]
     batches = global_batches(cell.world_size) if batches is None else batches
@@ -200,9 +200,9 @@ def oracle(
     return params, outcomes
 
 
-def _optimizer(plan: Plan, model: torch.nn.Module) -> torch.optim.Optimizer:
+def _optimizer(plan: Plan, model: torch.nn.Module, cell: Cell) -> torch.optim.Optimizer:
     if plan.optimizer:
-        return build_sharded_optimizer(plan.optimizer, plan.module, model.parameters())
+        return build_sharded_optimizer(plan.optimizer, plan.module, model.parameters(), cell)
     return build_optimizer(plan.module, model.parameters())
 
 

@@ -100,7 +100,8 @@ DIMENSIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "invalid argument",
         ),
         "on_failure": ("discard", "restore"),
-        "modules": ("1 prepared module", "2 prepared modules"),
+        "modules": ("1 prepared module", "2 prepared modules", "nested submodules", "BatchNorm", "buffers"),
+        "tensor_dtypes": ("float64", "float32", "bfloat16", "float16", "complex", "integer"),
         "reduction": ("result", "count per window", "graph cuts per window", "reduce-scatters per window"),
         "ranks": ("overflow on one rank",),
     }

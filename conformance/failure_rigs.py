@@ -32,6 +32,7 @@ from lightning_optimizer.conformance.harness import (
     FlakySGD,
     Halves,
     PlannedFailure,
+    adam_eps,
     assert_discard_note,
     assert_params_close,
     cell_device,
@@ -73,6 +74,12 @@ KINDS: dict[str, Kind] = {
 """The flaky optimizer of each kind (its step raises while ``fail`` is set), and its plain twin for the oracle."""
 
 
+def _with_eps(kind: Kind, cell: Cell) -> Kind:
+    """An Adam kind with the cell's ``eps`` on both sides (:func:`~.harness.adam_eps`); other kinds as they are."""
+    flaky, plain, hyper = kind
+    return (flaky, plain, hyper | {"eps": adam_eps(cell)}) if issubclass(plain, torch.optim.Adam) else kind
+
+
 class Rig:
     """A context, ``Halves(*seeds)`` prepared, a wrapper per half: the flaky optimizer of ``kinds[i]`` on ``"ab"[i]``.
 
@@ -96,7 +103,8 @@ class Rig:
         assert isinstance(oracle, Halves)
         self.oracle, self.model = oracle, self.context.prepare_module(base)
         self.kinds = {
-            name: KINDS[kind] if isinstance(kind, str) else kind for name, kind in zip("ab", kinds, strict=False)
+            name: _with_eps(KINDS[kind] if isinstance(kind, str) else kind, cell)
+            for name, kind in zip("ab", kinds, strict=False)
         }
         self.halves: dict[str, torch.nn.Module] = {name: getattr(self.model, name) for name in self.kinds}
         self.inner = {

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from lightning_optimizer.conformance.harness import (
+    adam_eps,
     assert_params_close,
     cell_device,
     cell_dtype,
@@ -213,10 +214,10 @@ def check_gan_in_regions(
     oracle = oracle_copy(base, cell)
     model = context.prepare_module(base)
     assert isinstance(model, Gan) and isinstance(oracle, Gan)
-    opt_gen = context.wrap(torch.optim.Adam(model.generator.parameters(), lr=0.05))
+    opt_gen = context.wrap(torch.optim.Adam(model.generator.parameters(), lr=0.05, eps=adam_eps(cell)))
     opt_dis = context.wrap(torch.optim.SGD(model.discriminator.parameters(), lr=0.5, momentum=0.5))
     plain = (
-        torch.optim.Adam(oracle.generator.parameters(), lr=0.05),
+        torch.optim.Adam(oracle.generator.parameters(), lr=0.05, eps=adam_eps(cell)),
         torch.optim.SGD(oracle.discriminator.parameters(), lr=0.5, momentum=0.5),
     )
     batches = gan_batches(cell, count)

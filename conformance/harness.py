@@ -37,8 +37,14 @@ __all__ = [
     "Halves",
     "assert_discard_note",
     "assert_same_state",
+    "HALF_ADAM_EPS",
+    "adam_eps",
     "REORDERED_TOLERANCES",
     "TOLERANCES",
+    "TRUE_DTYPES",
+    "FLOATING_DTYPES",
+    "TRAINED_DTYPES",
+    "untrained_dtypes",
     "Batch",
     "Tolerance",
     "assert_params_close",
@@ -80,6 +86,7 @@ TOLERANCES: dict[Precision, Tolerance] = {
     "64-true": Tolerance(rtol=1e-12, atol=1e-14),
     "32-true": Tolerance(rtol=1e-6, atol=1e-7),
     "bf16-true": Tolerance(rtol=2e-2, atol=1e-2),
+    "16-true": Tolerance(rtol=4e-3, atol=1e-3),
     "bf16-mixed": Tolerance(rtol=1e-2, atol=1e-3),
     "16-mixed": Tolerance(rtol=1e-3, atol=1e-4),
 }
@@ -89,6 +96,7 @@ REORDERED_TOLERANCES: dict[Precision, Tolerance] = {
     "64-true": Tolerance(rtol=1e-12, atol=1e-14),
     "32-true": Tolerance(rtol=1e-5, atol=1e-6),
     "bf16-true": Tolerance(rtol=5e-2, atol=2e-2),
+    "16-true": Tolerance(rtol=1e-2, atol=4e-3),
     "bf16-mixed": Tolerance(rtol=2e-2, atol=2e-3),
     "16-mixed": Tolerance(rtol=2e-3, atol=2e-4),
 }
@@ -109,9 +117,52 @@ def cell_device(cell: Cell) -> torch.device:
     return torch.device(cell.device)
 
 
+TRUE_DTYPES: dict[Precision, torch.dtype] = {
+    "64-true": torch.float64,
+    "bf16-true": torch.bfloat16,
+    "16-true": torch.float16,
+}
+"""The dtype ``prepare_module`` casts a module's floating-point tensors to, per precision that casts [PREC-001,
+PREC-002]. 32-true and the mixed precisions cast nothing: the suite's float32 models stay float32 there."""
+
+
+FLOATING_DTYPES: tuple[torch.dtype, ...] = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+TRAINED_DTYPES: dict[Precision, tuple[torch.dtype, ...]] = {
+    "64-true": (torch.float64,),
+    "32-true": FLOATING_DTYPES,
+    "bf16-mixed": FLOATING_DTYPES,
+    "16-mixed": (torch.float64, torch.float32, torch.bfloat16),
+    "bf16-true": (torch.bfloat16,),
+    "16-true": (torch.float16,),
+}
+"""By hand from ERR-007: the floating-point parameter dtypes each precision trains (``wrap`` refuses the others).
+
+The ``-true`` precisions other than 32-true train their own dtype only; 16-mixed anything but float16 (its GradScaler
+cannot unscale float16 gradients); 32-true and bf16-mixed anything."""
+
+
+def untrained_dtypes(cell: Cell) -> tuple[torch.dtype, ...]:
+    """The floating-point dtypes a context of the cell's precision refuses a parameter of [ERR-007]."""
+    return tuple(dtype for dtype in FLOATING_DTYPES if dtype not in TRAINED_DTYPES[cell.precision])
+
+
 def cell_dtype(cell: Cell) -> torch.dtype:
-    """The dtype the model's parameters have in a cell's precision."""
-    return {"64-true": torch.float64, "bf16-true": torch.bfloat16}.get(cell.precision, torch.float32)
+    """The dtype the suite's (float32) models have once prepared in a cell's precision: its parameters' dtype."""
+    return TRUE_DTYPES.get(cell.precision, torch.float32)
+
+
+HALF_ADAM_EPS = 1e-4
+"""Adam's ``eps`` in a 16-true cell: torch's default (1e-8) is zero in float16, whose smallest subnormal is 6e-8."""
+
+
+def adam_eps(cell: Cell) -> float:
+    """The ``eps`` the checks give Adam (and AdamW) in a cell, on both sides: torch's default but in 16-true.
+
+    In 16-true the optimizer state is float16 [PREC-002]: a second moment of the checks' small gradients underflows
+    to zero there, and with torch's default ``eps``, zero in float16 too, a step divides by zero (inf or NaN on both
+    sides alike, which no check can compare). ``HALF_ADAM_EPS`` is what a float16 user sets.
+    """
+    return HALF_ADAM_EPS if cell.precision == "16-true" else 1e-8
 
 
 def oracle_autocast(cell: Cell) -> AbstractContextManager[None]:
@@ -351,10 +402,19 @@ def run_steps(
 def assert_params_close(
     actual: torch.nn.Module, expected: torch.nn.Module, cell: Cell, what: str, tolerance: Tolerance | None = None
 ) -> None:
-    """Compare every parameter with the oracle's, in the cell's tolerance; name the first one that differs."""
+    """Compare every parameter with the oracle's, in the cell's tolerance; name the first one that differs.
+
+    An oracle whose parameter is not finite overflowed the cell's dtype itself (float16's range is small): that is
+    the check's defect, said as such, never a comparison (NaN is close to nothing).
+    """
     tol = tolerance or tolerance_for(cell)
     for (name, got), (_, want) in zip(actual.named_parameters(), expected.named_parameters(), strict=True):
         got_cpu, want_cpu = got.detach().cpu().double(), want.detach().cpu().double()
+        if not bool(torch.isfinite(want_cpu).all()):
+            raise AssertionError(
+                f"{what}: the plain-PyTorch oracle's parameter {name!r} is not finite on {cell.id}: the check's own "
+                f"inputs overflow {cell.precision} (a defect of the check, not of the implementation)"
+            )
         if not torch.allclose(got_cpu, want_cpu, rtol=tol.rtol, atol=tol.atol):
             diff = (got_cpu - want_cpu).abs().max().item()
             raise AssertionError(

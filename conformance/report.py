@@ -427,8 +427,16 @@ MARKS = {  # the requirement-group table's mark of a group's worst outcome
     "unavailable": "--",
     "n/a": ".",
 }
-_SHORT = {"64-true": "64", "32-true": "32", "16-mixed": "16m", "bf16-mixed": "bf16m", "bf16-true": "bf16t"}
-"""Precisions as the group table's columns name them."""
+_SHORT = {
+    "64-true": "64",
+    "32-true": "32",
+    "16-mixed": "16m",
+    "bf16-mixed": "b16m",
+    "bf16-true": "b16t",
+    "16-true": "16t",
+}
+"""Precisions as the group table's columns name them: four characters at most, so that six precisions on three
+devices fit 120 columns."""
 
 
 def group_marks(document: dict[str, Any]) -> tuple[list[tuple[str, str]], dict[str, dict[tuple[str, str], str]]]:

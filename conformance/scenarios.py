@@ -18,6 +18,7 @@ from lightning_optimizer.conformance.harness import (
     LOSS_FACTOR,
     Batch,
     PlannedFailure,
+    adam_eps,
     build_context,
     cell_device,
     cell_dtype,
@@ -193,10 +194,12 @@ def loss_backward(loss: torch.Tensor) -> None:
 # -- sharded cells (FSDP2) ---------------------------------------------------------------------------------------
 
 
-def build_sharded_optimizer(kind: str, name: str, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+def build_sharded_optimizer(
+    kind: str, name: str, params: Iterable[torch.nn.Parameter], cell: Cell
+) -> torch.optim.Optimizer:
     """Module ``name``'s optimizer of ``kind`` on two parameter groups: the weights, and the biases at half the lr.
 
-    ``kind`` is ``"sgd"`` (the module's SGD of :data:`MODULES`) or ``"adamw"``.
+    ``kind`` is ``"sgd"`` (the module's SGD of :data:`MODULES`) or ``"adamw"`` (the cell's ``eps``, ``adam_eps``).
     """
     spec = MODULES[name]
     listed = list(params)
@@ -207,7 +210,7 @@ def build_sharded_optimizer(kind: str, name: str, params: Iterable[torch.nn.Para
         return torch.optim.SGD(groups, lr=spec.lr, momentum=spec.momentum)
     if kind == "adamw":
         groups = [{"params": weights}, {"params": biases, "lr": 5e-3}]
-        return torch.optim.AdamW(groups, lr=1e-2, weight_decay=0.1)
+        return torch.optim.AdamW(groups, lr=1e-2, weight_decay=0.1, eps=adam_eps(cell))
     raise ValueError(f"unknown optimizer kind {kind!r}")
 
 
@@ -321,7 +324,7 @@ def _sharded_run(
                 "fsdp: it must return the module sharded with fully_shard (an FSDPModule) [FSDP-001]"
             )
     wrappers = [
-        context.wrap(build_sharded_optimizer(plan["optimizer"], plan["module"], model.parameters()))
+        context.wrap(build_sharded_optimizer(plan["optimizer"], plan["module"], model.parameters(), cell))
         for plan, model in zip(plans, prepared, strict=True)
     ]
     return context, prepared, wrappers

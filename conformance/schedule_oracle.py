@@ -52,6 +52,7 @@ from torch.amp.grad_scaler import GradScaler
 from lightning_optimizer.conformance.harness import (
     LOSS_FACTOR,
     Batch,
+    adam_eps,
     cell_device,
     cell_dtype,
     make_batches,
@@ -304,9 +305,14 @@ _HYPER: dict[OptimizerKind, dict[str, object]] = {
 }
 
 
-def make_optimizer(spec: HeadSpec, groups: Sequence[Sequence[torch.Tensor]]) -> torch.optim.Optimizer:
-    """The bare optimizer of a head: its kind's hyper-parameters; a second group with half the lr and weight decay."""
+def make_optimizer(spec: HeadSpec, groups: Sequence[Sequence[torch.Tensor]], cell: Cell) -> torch.optim.Optimizer:
+    """The bare optimizer of a head: its kind's hyper-parameters; a second group with half the lr and weight decay.
+
+    Adam and AdamW take the cell's ``eps`` (:func:`~.harness.adam_eps`).
+    """
     hyper = dict(_HYPER[spec.kind])
+    if not spec.kind.startswith("sgd"):
+        hyper["eps"] = adam_eps(cell)
     lr = hyper.pop("lr")
     assert isinstance(lr, float)
     param_groups: list[dict[str, object]] = [{"params": list(groups[0])}]
@@ -393,7 +399,7 @@ class ScheduleOracle:
         self.schedule, self.cell, self.on_failure = schedule, cell, on_failure
         self.model = ScheduleModel(schedule.heads).to(device=cell_device(cell), dtype=cell_dtype(cell))
         self.optimizers = [
-            make_optimizer(spec, self.model.head(i).groups(spec)) for i, spec in enumerate(schedule.heads)
+            make_optimizer(spec, self.model.head(i).groups(spec), cell) for i, spec in enumerate(schedule.heads)
         ]
         self.scaler: GradScaler | None = plain_scaler(cell, schedule.grad_scaler)
         self.batches = schedule_batches(schedule)

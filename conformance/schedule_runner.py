@@ -147,7 +147,9 @@ class _Subject:
             prepared = context.prepare_module(model)
             assert isinstance(prepared, ScheduleModel), f"prepare_module gave a {type(prepared).__name__}"
             model, heads = prepared, [prepared.head(i) for i in range(len(schedule.heads))]
-        wrappers = [context.wrap(make_optimizer(spec, heads[i].groups(spec))) for i, spec in enumerate(schedule.heads)]
+        wrappers = [
+            context.wrap(make_optimizer(spec, heads[i].groups(spec), cell)) for i, spec in enumerate(schedule.heads)
+        ]
         return cls(context, model, heads, wrappers, on_failure, set(range(len(wrappers))))
 
     def resumed(self, make_context: MakeContext, schedule: Schedule, cell: Cell, structure: list[Event]) -> _Subject:

@@ -357,20 +357,6 @@ def test_bf16_mixed_is_autocast_only(make_context: MakeContext, cell: Cell) -> N
     assert wrapper.last_outcome is S, f"bf16-mixed has no scaler and never skips; got {wrapper.last_outcome}"
 
 
-@pytest.mark.requirement("PREC-002")
-@pytest.mark.cells(precisions=("bf16-true",))
-@pytest.mark.varies(optimizer=("Adam",), window=("1 micro-step",))
-def test_bf16_true_keeps_model_and_state_in_bf16(make_context: MakeContext, cell: Cell) -> None:
-    """bf16-true: bfloat16 parameters, forward pass and Adam state."""
-    context = make_context()
-    model = context.prepare_module(make_model())
-    wrapper = context.wrap(torch.optim.Adam(model.parameters(), lr=0.1))
-    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}, "bf16-true must hold bfloat16 parameters"
-    run_steps(context, model, wrapper, make_batches(1), cell, lambda i: True)
-    dtypes = {v.dtype for s in wrapper.optimizer.state.values() for k, v in s.items() if k != "step"}
-    assert dtypes == {torch.bfloat16}, f"bf16-true optimizer state is in {sorted(map(str, dtypes))}"
-
-
 # -- clipping, unscaling and loss scaling along windows, groups, wrappers, scale changes and optimizer kinds --------
 
 CLIP_LR = 5.0

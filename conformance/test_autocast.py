@@ -61,8 +61,8 @@ def test_gan_iteration_in_one_autocast_region(make_context: MakeContext, cell: C
     generator after its step: that forward must see the generator's new parameters (PREC-004), which a cast cached
     by the region before the step would not give. Every backward through the discriminator runs outside autocast
     (BWD-002). The oracle is the plain loop with ``torch.autocast(cache_enabled=False)`` and backward passes outside
-    it; parameters are compared after every batch. In 32-true the region casts nothing (the control); 64-true and
-    bf16-true would repeat it.
+    it; parameters are compared after every batch. In 32-true the region casts nothing (the control); 64-true,
+    bf16-true and 16-true, which open no region either (PREC-001, PREC-002), would repeat it.
     """
     check_gan_in_regions(make_context, cell, form, around, GEN_CLOSES)
 

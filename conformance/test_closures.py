@@ -43,7 +43,7 @@ from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
 EAGER_UNSCALED = pytest.mark.cells(
-    devices=("cpu", "cuda"), precisions=("64-true", "32-true", "bf16-mixed", "bf16-true")
+    devices=("cpu", "cuda"), precisions=("64-true", "32-true", "bf16-mixed", "bf16-true", "16-true")
 )
 """Where a two-pass optimizer runs: outside 16-mixed (torch's GradScaler takes no closure), eager devices."""
 

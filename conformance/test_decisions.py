@@ -35,6 +35,7 @@ from lightning_optimizer.conformance.harness import (
     oracle_scaler,
     refuses,
     tolerance_for,
+    untrained_dtypes,
 )
 from lightning_optimizer.conformance.optimizer_kinds import (
     DeclaredEvaluatingSGD,
@@ -51,7 +52,10 @@ from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, Trai
 
 MakeContext = Callable[..., TrainingContext]
 MIXED = ("16-mixed", "bf16-mixed")
-NOT_16 = ("64-true", "32-true", "bf16-mixed", "bf16-true")
+REFUSING_A_DTYPE = ("64-true", "16-mixed", "bf16-true", "16-true")
+"""The precisions that refuse a parameter of some floating-point dtype (ERR-007, ``harness.untrained_dtypes``)."""
+NOT_16 = ("64-true", "32-true", "bf16-mixed", "bf16-true", "16-true")
+"""Every precision but 16-mixed, whose loss scaler takes no closure (torch's ``GradScaler.step``)."""
 
 
 # -- REENT-001: a caught refusal (decision 20) -------------------------------------------------------------------
@@ -578,15 +582,17 @@ def test_prepare_module_casts_floating_buffers_only(make_context: MakeContext, c
 
 
 @pytest.mark.requirement("ERR-007")
+@pytest.mark.cells(precisions=REFUSING_A_DTYPE)
 @pytest.mark.varies(parameters=("frozen",), param_groups=("1", "added after wrap"), faults=("invalid argument",))
 def test_wrap_refuses_a_frozen_parameter_of_another_dtype(make_context: MakeContext, cell: Cell) -> None:
-    """A frozen parameter of another dtype, or device, is refused by ``wrap`` and ``add_param_group``.
+    """A frozen parameter of a dtype the precision does not train, or off the device: refused by ``wrap`` too.
 
     ``add_param_group`` refuses it before the inner optimizer changes; on an accelerator a CPU one is refused too.
+    (32-true and bf16-mixed train every floating-point dtype: no cell of theirs has a dtype to refuse.)
     """
     context = make_context()
     model = context.prepare_module(make_model(seed=29))
-    other = torch.float32 if cell_dtype(cell) is torch.float64 else torch.float64
+    other = untrained_dtypes(cell)[0]
     frozen = torch.nn.Parameter(torch.zeros(3, dtype=other, device=cell_device(cell)), requires_grad=False)
     with refuses(ValueError, f"wrap() of an optimizer holding a frozen {other} parameter", "ERR-007: frozen too"):
         context.wrap(torch.optim.SGD([*model.parameters(), frozen], lr=0.1))

@@ -22,6 +22,7 @@ from lightning_optimizer.conformance.harness import (
     mse,
     refuses,
     run_steps,
+    untrained_dtypes,
 )
 from lightning_optimizer.conformance.oracles import oracle_copy, oracle_mean_steps
 from lightning_optimizer.spec import Cell, ImplementationInfo, StepOutcome, TrainingContext
@@ -228,9 +229,12 @@ def test_bad_arguments_leave_both_windows(make_context: MakeContext, cell: Cell)
 
 
 def _wrong_parameters(cell: Cell) -> list[tuple[str, torch.nn.Parameter]]:
-    """Floating-point parameters that a context of ``cell`` must refuse: other dtypes, another device (if any)."""
+    """Floating-point parameters that a context of ``cell`` must refuse: dtypes it does not train, another device.
+
+    32-true and bf16-mixed train every floating-point dtype (ERR-007): there only another device is wrong.
+    """
     device, dtype = cell_device(cell), cell_dtype(cell)
-    wrong = [(device, other) for other in (torch.float64, torch.float32, torch.bfloat16) if other != dtype]
+    wrong = [(device, other) for other in untrained_dtypes(cell)]
     elsewhere = "cpu" if cell.device != "cpu" else "cuda" if torch.cuda.is_available() else None
     wrong += [] if elsewhere is None else [(torch.device(elsewhere), dtype)]
     return [(f"a {t} parameter on {d}", torch.nn.Parameter(torch.ones(3, device=d, dtype=t))) for d, t in wrong]

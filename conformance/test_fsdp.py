@@ -282,7 +282,7 @@ def test_a_sharded_state_resumes_in_one_process(
     one = Cell(cell.device, cell.precision)
     context = build_context(implementation.factory, one, accumulate_grad_batches=ACCUMULATE)
     model = context.prepare_module(build_model("c"))
-    wrapper = context.wrap(build_sharded_optimizer("adamw", "c", model.parameters()))
+    wrapper = context.wrap(build_sharded_optimizer("adamw", "c", model.parameters(), cell))
     load_sharded([model], [wrapper.optimizer], str(tmp_path / "sharded"))
     before, outcome = snapshot(model), wrapper.last_outcome
     with refuses(
@@ -308,7 +308,7 @@ def test_a_sharded_state_resumes_in_one_process(
             wrapper.step(closure)
     oracle = oracle_copy(build_model("c"), one)
     windows = [range(start, start + ACCUMULATE) for start in range(0, len(batches), ACCUMULATE)]
-    optimizer = build_sharded_optimizer("adamw", "c", oracle.parameters())
+    optimizer = build_sharded_optimizer("adamw", "c", oracle.parameters(), one)
     train_windows(one, oracle, optimizer, batches, windows, oracle_scaler(one), accumulate=ACCUMULATE)
     assert_params_close(
         model,

@@ -22,6 +22,7 @@ from lightning_optimizer.conformance.harness import (
     Batch,
     Halves,
     PlannedFailure,
+    adam_eps,
     assert_discard_note,
     assert_params_close,
     cell_device,
@@ -80,7 +81,7 @@ class _Pair:
         assert isinstance(model, Halves) and isinstance(oracle, Halves)
         self.model, self.oracle = model, oracle
         self.sgd = self.context.wrap(torch.optim.SGD(self.model.a.parameters(), lr=0.1, momentum=0.9))
-        self.adam = self.context.wrap(torch.optim.Adam(self.model.b.parameters(), lr=0.01))
+        self.adam = self.context.wrap(torch.optim.Adam(self.model.b.parameters(), lr=0.01, eps=adam_eps(cell)))
         self.names = {id(self.sgd.optimizer): "sgd", id(self.adam.optimizer): "adam"}
         self.hooks = {kind: partial(self._record, kind) for kind in HOOKS}
         """Hooks that record each call in ``events``, naming the wrapper by its inner optimizer."""
@@ -117,7 +118,10 @@ def _plain_loop(
     One scaler, updated once per batch after its steps [AMP-003], an open window following the scale [AMP-006].
     """
     a, b = pair.oracle.a, pair.oracle.b
-    optimizers = [torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9), torch.optim.Adam(b.parameters(), lr=0.01)]
+    optimizers = [
+        torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9),
+        torch.optim.Adam(b.parameters(), lr=0.01, eps=adam_eps(pair.cell)),
+    ]
     loop = PlainWindows(pair.cell, optimizers, plain_scaler(pair.cell, settings))
     expected: list[tuple[str, str]] = []
     applied: list[Event] = []

@@ -47,7 +47,7 @@ from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
 A, S = StepOutcome.ACCUMULATED, StepOutcome.STEPPED
-LBFGS_CELLS = pytest.mark.cells(devices=("cpu", "cuda"), precisions=("64-true", "32-true"))
+LBFGS_CELLS = pytest.mark.cells(devices=("cpu", "cuda"), precisions=("64-true", "32-true", "16-true"))
 
 
 def _alongside_sgd(make_context: MakeContext, cell: Cell, clip: ClipFunction | None = None, **settings: Any) -> None:

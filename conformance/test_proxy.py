@@ -184,7 +184,7 @@ def test_every_kind_is_an_instance_of_its_own_class(
     LBFGS is among them when the implementation claims closure-evaluating optimizers.
     """
     lbfgs = "closure_evaluating_optimizers" in implementation.features
-    lbfgs &= cell.precision in ("64-true", "32-true")  # where LBFGS under 16-mixed is refused is left open
+    lbfgs &= cell.precision in ("64-true", "32-true", "16-true")  # where LBFGS under 16-mixed is refused is left open
     for name in ["SGD", "SGD foreach", "Adam", "AdamW", "QuetzalSGD"] + ["LBFGS"] * lbfgs:
         context = make_context()
         model = context.prepare_module(make_model())

@@ -405,7 +405,7 @@ def _sgd_and_adam(
     """A context (windows of two) with A and B wrapped (:func:`.layer_optimizers`), and a third SGD if asked."""
     context = make_context(accumulate_grad_batches=2, **scaler_settings(cell, _LAYERS_SCALER))
     model = context.prepare_module(make_model(sizes=sizes))
-    wrappers: list[Any] = [context.wrap(inner) for inner in layer_optimizers(model)]
+    wrappers: list[Any] = [context.wrap(inner) for inner in layer_optimizers(model, cell)]
     if third:
         wrappers.append(context.wrap(torch.optim.SGD(context.prepare_module(make_model(seed=2)).parameters())))
     return context, model, wrappers
@@ -543,7 +543,7 @@ def test_state_loaded_before_its_optimizers_are_wrapped_is_refused(make_context:
     fresh_model = fresh.prepare_module(make_model(seed=1))
     fresh_model.load_state_dict(saved_model)
     fresh_wrappers: list[Any] = []
-    for wrapped, inner in enumerate(layer_optimizers(fresh_model)):
+    for wrapped, inner in enumerate(layer_optimizers(fresh_model, cell)):
         before, state = snapshot(fresh_model), copy.deepcopy(fresh.state_dict())
         inner_states = [copy.deepcopy(w.optimizer.state_dict()) for w in fresh_wrappers]
         what = "before any optimizer is wrapped" if wrapped == 0 else f"with {wrapped} of its 2 optimizers wrapped"

@@ -35,7 +35,7 @@ from lightning_optimizer.spec import Cell, GradScalerSettings, StepOutcome, Trai
 
 MakeContext = Callable[..., TrainingContext]
 A, S = StepOutcome.ACCUMULATED, StepOutcome.STEPPED
-NOT_LOSS_SCALED = ("64-true", "32-true", "bf16-true", "bf16-mixed")
+NOT_LOSS_SCALED = ("64-true", "32-true", "bf16-true", "16-true", "bf16-mixed")
 """Precisions whose gradients are the true ones (16-mixed scales them by a scale the contract leaves open)."""
 
 

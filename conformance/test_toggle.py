@@ -11,7 +11,7 @@ import torch
 
 from lightning_optimizer.conformance.assertions import grads, requires_grad_flags, state_diff
 from lightning_optimizer.conformance.gan import Gan, dis_loss, gan_batches, gan_call, gen_loss, plain_gan
-from lightning_optimizer.conformance.harness import assert_params_close, refuses
+from lightning_optimizer.conformance.harness import adam_eps, assert_params_close, refuses
 from lightning_optimizer.conformance.oracles import oracle_copy
 from lightning_optimizer.spec import Cell, TrainingContext
 
@@ -122,7 +122,7 @@ def test_gan_cadences(make_context: MakeContext, cell: Cell) -> None:
     oracle = oracle_copy(base, cell)
     model = context.prepare_module(base)
     assert isinstance(model, Gan) and isinstance(oracle, Gan)
-    opt_gen = context.wrap(torch.optim.Adam(model.generator.parameters(), lr=0.01))
+    opt_gen = context.wrap(torch.optim.Adam(model.generator.parameters(), lr=0.01, eps=adam_eps(cell)))
     opt_dis = context.wrap(torch.optim.SGD(model.discriminator.parameters(), lr=0.05))
     batches = gan_batches(cell, 8)
     for batch_idx, (noise, real) in enumerate(batches):
@@ -136,7 +136,7 @@ def test_gan_cadences(make_context: MakeContext, cell: Cell) -> None:
     # and vice versa, as the toggling requires. Under 16-mixed one plain GradScaler serves both optimizers
     # and is updated once at the end of each batch in which one of them stepped.
     plain = (
-        torch.optim.Adam(oracle.generator.parameters(), lr=0.01),
+        torch.optim.Adam(oracle.generator.parameters(), lr=0.01, eps=adam_eps(cell)),
         torch.optim.SGD(oracle.discriminator.parameters(), lr=0.05),
     )
     list(

@@ -491,7 +491,7 @@ def _pair(make_context: MakeContext, cell: Cell) -> tuple[TrainingContext, torch
     """A fresh context (one micro-step per window) with A and B (:func:`.layer_optimizers`, A's lr 0.5) wrapped."""
     context = make_context(**scaler_settings(cell, GROWING))
     model = context.prepare_module(make_model())
-    return context, model, [context.wrap(inner) for inner in layer_optimizers(model, sgd_lr=0.5)]
+    return context, model, [context.wrap(inner) for inner in layer_optimizers(model, cell, sgd_lr=0.5)]
 
 
 def _assert_pair_run(model: torch.nn.Module, scales: list[float], cell: Cell, what: str) -> None:
@@ -499,7 +499,7 @@ def _assert_pair_run(model: torch.nn.Module, scales: list[float], cell: Cell, wh
     oracle, scaler = oracle_copy(make_model(), cell), plain_scaler(cell, GROWING)
     plain_epoch(
         cell,
-        [(oracle, inner) for inner in layer_optimizers(oracle, sgd_lr=0.5)],
+        [(oracle, inner) for inner in layer_optimizers(oracle, cell, sgd_lr=0.5)],
         _PENDING_BATCHES,
         [[(0, 1), (1, 1)]] * len(_PENDING_BATCHES),
         scaler,

@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar, cast
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_discard_only
+from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_clears_after_step, check_discard_only
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     Cell,
@@ -82,9 +82,14 @@ TRANSLATIONS: dict[str, str] = {
 NOT_CLAIMED: dict[str, str] = {
     "64-true": "Accelerate has no float64 setting (mixed_precision is 'no', 'fp16', 'bf16' or 'fp8')",
     "bf16-true": "Accelerate has no setting that keeps the model in bfloat16 ('bf16' is mixed precision)",
+    "16-true": "Accelerate has no setting that keeps the model in float16: 'fp16' is mixed precision, autocast with a "
+    "GradScaler over float32 weights (a model the user casts to float16 under 'fp16' is refused by that GradScaler)",
     "hooks": "Accelerate has no hooks around its optimizer's backward and step to register",
     "exact_restore": "Accelerate keeps no copy of a window to put back when a step fails, so on_failure='restore' is "
     "refused; under 'discard' a failed step leaves the gradients as Accelerate leaves them (the adapter adds nothing)",
+    "user_zero_grad": "Accelerate's documented loop clears the gradients after each step (optimizer.zero_grad()), and "
+    "nothing in it keeps the gradients a window carries apart from its own micro-steps, so zero_grad_after_step=False "
+    "is refused (ZERO-003)",
 }
 """What the adapter does not claim, and why."""
 
@@ -142,8 +147,10 @@ class AccelerateContext(NoHooks):
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         grad_scaler: GradScalerSettings | None = None,
         on_failure: FailurePolicy = "discard",
+        zero_grad_after_step: bool = True,
     ) -> None:
         check_discard_only(on_failure, self.peer_name)
+        check_clears_after_step(zero_grad_after_step, self.peer_name)
         self._on_failure: FailurePolicy = "discard"
         if device == "cpu" and is_torch_xla_available():
             raise RuntimeError(
@@ -195,6 +202,11 @@ class AccelerateContext(NoHooks):
     def on_failure(self) -> FailurePolicy:
         """``"discard"``, the only policy the adapter takes: Accelerate keeps no failed window to restore."""
         return self._on_failure
+
+    @property
+    def zero_grad_after_step(self) -> bool:
+        """``True``, the only setting the adapter takes: the peer's loop clears a real step's gradients [ZERO-003]."""
+        return True
 
     @property
     def accelerator(self) -> Accelerator:
@@ -315,6 +327,7 @@ def _context_for(
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
     on_failure: FailurePolicy = "discard",
+    zero_grad_after_step: bool = True,
 ) -> AccelerateContext:
     return AccelerateContext(
         cell.precision,
@@ -324,6 +337,7 @@ def _context_for(
         gradient_clip_algorithm=gradient_clip_algorithm,
         grad_scaler=grad_scaler if cell.precision == "16-mixed" else None,
         on_failure=on_failure,
+        zero_grad_after_step=zero_grad_after_step,
     )
 
 

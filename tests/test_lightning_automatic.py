@@ -158,8 +158,8 @@ def plain_loop(
     data = regression_data()
     batches = [(data.tensors[0][i : i + 4], data.tensors[1][i : i + 4]) for i in range(0, len(data), 4)]
     model = make_model(seed=0)
-    dtype = {"64-true": torch.float64, "bf16-true": torch.bfloat16}.get(precision)
-    if dtype is not None:  # what Lightning's 64-true and bf16-true do to the module and the inputs
+    dtype = {"64-true": torch.float64, "bf16-true": torch.bfloat16, "16-true": torch.float16}.get(precision)
+    if dtype is not None:  # what Lightning's 64-true, bf16-true and 16-true do to the module and the inputs
         model.to(dtype)
         batches = [(x.to(dtype), y.to(dtype)) for x, y in batches]
     if optimizer_kind == "adamw":
@@ -220,6 +220,7 @@ CASES = {
     "16-mixed-accumulate-3-skips": ("16-mixed", 3, 0.05, "norm", OVERFLOWING, "sgd"),
     "16-mixed-no-accumulation-skips": ("16-mixed", 1, None, "norm", OVERFLOWING, "adamw"),
     "64-true-accumulate-3": ("64-true", 3, None, "norm", None, "sgd"),
+    "16-true-accumulate-2-clip-norm": ("16-true", 2, 0.05, "norm", None, "sgd"),
 }
 
 

@@ -112,6 +112,9 @@ DEFAULT = Cells()
 F16 = Cells(precisions="16-mixed")
 BF16_MIXED = Cells(precisions="bf16-mixed")
 BF16_TRUE = Cells(precisions="bf16-true")
+F16_TRUE = Cells(precisions="16-true")
+F64 = Cells(precisions="64-true")
+MIXED = Cells(precisions="bf16-mixed,16-mixed")
 DDP = Cells(world_sizes="2")
 FSDP = Cells(world_sizes="2", strategies="fsdp")
 FSDP_F16 = Cells(precisions="16-mixed", world_sizes="2", strategies="fsdp")
@@ -281,7 +284,61 @@ MUTANTS: dict[str, Entry] = {
         ["test_manual_clip_after_unscale_gradients"],
         Cells(precisions="32-true,16-mixed"),
     ),
-    "bf16_true_keeps_float32": ("PREC-002", ["test_bf16_true_keeps_model_and_state_in_bf16"], BF16_TRUE),
+    "bf16_true_keeps_float32": ("PREC-002", ["test_half_true_keeps_model_and_state_in_its_dtype"], BF16_TRUE),
+    # Contract 2026.12.9: PREC-001 as Lightning's plugins convert, PREC-002's 16-true and complex tensors, ERR-007.
+    "thirty_two_true_casts_to_float32": (
+        "PREC-001",
+        ["test_32_true_and_mixed_precisions_convert_nothing"],
+    ),
+    "mixed_precisions_keep_float32_masters": (
+        "PREC-001",
+        ["test_32_true_and_mixed_precisions_convert_nothing"],
+        MIXED,
+    ),
+    "double_casts_complex": ("PREC-001", ["test_64_true_casts_floating_tensors_as_double_does"], F64),
+    "half_true_drops_imaginary_part": (
+        "PREC-002",
+        ["test_half_true_refuses_complex_tensors_before_anything_changes"],
+        Cells(precisions="bf16-true,16-true"),
+    ),
+    "half_true_refuses_complex_midway": (
+        "PREC-002",
+        ["test_half_true_refuses_complex_tensors_before_anything_changes"],
+        F16_TRUE,
+    ),
+    "sixteen_true_autocasts": (
+        "PREC-002",
+        ["test_16_true_has_no_autocast_no_loss_scaling_and_never_skips", "test_true_precision_has_no_autocast"],
+        F16_TRUE,
+    ),
+    "sixteen_true_scales_loss": (
+        "PREC-002",
+        ["test_16_true_has_no_autocast_no_loss_scaling_and_never_skips"],
+        F16_TRUE,
+    ),
+    "sixteen_true_skips_non_finite_steps": (
+        "PREC-002",
+        ["test_16_true_has_no_autocast_no_loss_scaling_and_never_skips"],
+        F16_TRUE,
+    ),
+    "sixteen_true_accepts_float32_params": (
+        "ERR-007",
+        ["test_wrap_takes_exactly_the_dtypes_the_precision_trains", "test_parameters_off_the_context_device_or_dtype"],
+        F16_TRUE,
+    ),
+    "sixteen_true_accepts_bfloat16_params": (
+        "ERR-007",
+        ["test_wrap_takes_exactly_the_dtypes_the_precision_trains", "test_parameters_off_the_context_device_or_dtype"],
+        F16_TRUE,
+    ),
+    "mixed_refuses_float64_params": (
+        "ERR-007",
+        [
+            "test_wrap_takes_exactly_the_dtypes_the_precision_trains",
+            "test_32_true_and_mixed_precisions_convert_nothing",
+        ],
+        Cells(precisions="32-true,bf16-mixed,16-mixed"),
+    ),
     "bf16_mixed_scales_loss": (
         "PREC-003",
         ["test_bf16_mixed_is_autocast_only", "test_bf16_mixed_windows_are_unscaled_and_never_skip"],
@@ -542,11 +599,11 @@ MUTANTS: dict[str, Entry] = {
     "lbfgs_keeps_gradients": ("ZERO-001", ["test_lbfgs_beside_another_optimizer"]),
     "lbfgs_skips_argument_checks": ("ERR-002", ["test_lbfgs_step_refuses_bad_arguments"]),
     "lbfgs_false_accumulates": ("CLOS-002", ["test_lbfgs_refuses_to_accumulate"]),
-    "add_param_group_unchecked": ("ERR-007", ["test_parameters_off_the_context_device_or_dtype"]),
-    "add_param_group_checks_after_adding": ("ERR-007", ["test_parameters_off_the_context_device_or_dtype"]),
-    "add_param_group_checks_first_parameter": ("ERR-007", ["test_parameters_off_the_context_device_or_dtype"]),
+    "add_param_group_unchecked": ("ERR-007", ["test_parameters_off_the_context_device_or_dtype"], F64),
+    "add_param_group_checks_after_adding": ("ERR-007", ["test_parameters_off_the_context_device_or_dtype"], F64),
+    "add_param_group_checks_first_parameter": ("ERR-007", ["test_parameters_off_the_context_device_or_dtype"], F64),
     "add_param_group_consumes_generator": ("PROXY-003", ["test_parameters_off_the_context_device_or_dtype"]),
-    "wrap_checks_first_group": ("ERR-007", ["test_parameters_off_the_context_device_or_dtype"]),
+    "wrap_checks_first_group": ("ERR-007", ["test_parameters_off_the_context_device_or_dtype"], F64),
     "parameter_device_unchecked": ("ERR-007", ["test_parameters_off_the_context_device_or_dtype"], XLA),
     "argument_check_inside_toggle": ("ERR-001", ["test_bad_arguments_leave_both_windows"]),
     "ddp_sync_follows_schedule": (
@@ -935,16 +992,22 @@ MUTANTS: dict[str, Entry] = {
     "blind_amp_update_after_each_step": ("AMP-003", ["test_overflow_in_one_optimizer_skips_only_that_one"], F16),
     "blind_ctx_batch_error_skips_update": ("CTX-003", ["test_a_batch_left_by_an_exception_ends_its_iteration"], F16),
     "blind_ctx_batch_exit_skipped_on_error": ("CTX-003", ["test_a_batch_left_by_an_exception_ends_its_iteration"]),
-    "blind_ctx_bf16_true_buffers_float32": ("PREC-002", ["test_prepare_module_casts_floating_buffers_only"], BF16_TRUE),
+    "blind_ctx_bf16_true_buffers_float32": (
+        "PREC-002",
+        ["test_prepare_module_casts_floating_buffers_only", "test_half_true_casts_as_module_to_does"],
+        BF16_TRUE,
+    ),
     "blind_ctx_copy_drops_last_outcome": ("PICKLE-001", ["test_last_outcome_is_not_in_the_context_state"]),
-    "blind_ctx_integer_buffers_cast": ("PREC-001", ["test_prepare_module_casts_floating_buffers_only"]),
+    "blind_ctx_integer_buffers_cast": (
+        "PREC-001",
+        ["test_prepare_module_casts_floating_buffers_only", "test_64_true_casts_floating_tensors_as_double_does"],
+        F64,
+    ),
     "blind_ctx_last_outcome_in_state": ("STEP-004", ["test_last_outcome_is_not_in_the_context_state"]),
     "blind_ctx_mixed_accepts_low_precision_params": (
         "ERR-007",
-        [
-            "test_parameters_off_the_context_device_or_dtype",
-        ],
-        BF16_MIXED,
+        ["test_parameters_off_the_context_device_or_dtype", "test_wrap_takes_exactly_the_dtypes_the_precision_trains"],
+        F16,
     ),
     "blind_ctx_nested_batch_clobbers_position": ("CTX-003", ["test_a_batch_left_by_an_exception_ends_its_iteration"]),
     "blind_ctx_optimizer_state_shapes_checked": ("ERR-005", ["test_a_state_torch_loads_the_wrapper_loads"]),
@@ -955,7 +1018,14 @@ MUTANTS: dict[str, Entry] = {
         ],
     ),
     "blind_ctx_same_context_rewrap": ("ERR-010", ["test_an_optimizer_is_wrapped_once_while_its_context_lives"]),
-    "blind_ctx_wrap_skips_frozen_params": ("ERR-007", ["test_wrap_refuses_a_frozen_parameter_of_another_dtype"]),
+    "blind_ctx_wrap_skips_frozen_params": (
+        "ERR-007",
+        [
+            "test_wrap_refuses_a_frozen_parameter_of_another_dtype",
+            "test_wrap_takes_exactly_the_dtypes_the_precision_trains",
+        ],
+        F16,
+    ),
     "blind_clos_caught_reentry_fails_outer": (
         "REENT-001",
         [

@@ -375,14 +375,14 @@ def test_terminal_summary_marks_each_group_by_its_worst_outcome() -> None:
     lines = report.render_terminal(_summary_document())
     top = next(i for i, line in enumerate(lines) if line.startswith("requirements "))
     assert lines[top].split() == ["requirements", "cpu", "xla", "any"]
-    assert lines[top + 1].split() == ["64", "32", "16m", "bf16m", "bf16t"] * 2
+    assert lines[top + 1].split() == ["64", "32", "16m", "b16m", "b16t", "16t"] * 2
     rows = {line.split()[0]: line.split()[1:] for line in lines[top + 2 :] if line and not line.startswith(" ")}
-    assert rows["ACC"] == ["dev", *["ok"] * 9]
-    assert rows["STEP"] == ["FAIL", *["ok"] * 9]
+    assert rows["ACC"] == ["dev", *["ok"] * 11]
+    assert rows["STEP"] == ["FAIL", *["ok"] * 11]
     assert rows["SURFACE"] == ["ok"]
     xla = lines[top + 2 :][list(rows).index("XLA")]
     assert xla.split() == ["XLA", "--"]
-    column = lines[top + 1].index("32", lines[top + 1].index("bf16t"))  # xla's 32-true column
+    column = lines[top + 1].index("32", lines[top + 1].index("16t"))  # xla's 32-true column
     assert xla.index("--") == column
 
 

@@ -1,8 +1,8 @@
 """ERR-007 broken: ``add_param_group`` forwards to the inner optimizer without checking the parameters.
 
 ``wrap`` refuses parameters off the context's device or dtype, but a group added later goes straight to the inner
-optimizer (Lightning's and Fabric's wrappers forward ``add_param_group`` untouched): a float64 or CPU parameter
-joins a float32 XLA model's optimizer.
+optimizer (Lightning's and Fabric's wrappers forward ``add_param_group`` untouched): a float32 parameter joins a
+64-true model's optimizer, a CPU one an XLA model's.
 """
 
 from __future__ import annotations

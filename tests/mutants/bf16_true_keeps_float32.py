@@ -19,7 +19,7 @@ class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.precision == "bf16-true":
-            self.parts.precision = PrecisionPlugin("bf16-true", torch.float32, autocast_dtype=torch.bfloat16)
+            self.parts.precision = PrecisionPlugin("bf16-true", None, autocast_dtype=torch.bfloat16)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

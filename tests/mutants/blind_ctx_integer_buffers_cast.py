@@ -1,9 +1,9 @@
-"""PREC-001 broken: ``prepare_module`` casts every buffer to the precision's dtype, integer ones included.
+"""PREC-001 broken: 64-true's ``prepare_module`` casts every buffer to float64, integer ones included.
 
 The implementer writes the cast as a loop over ``module.parameters()`` and ``module.buffers()`` (``t.data =
-t.data.to(dtype)``) instead of ``module.to(dtype)``, which skips non-floating tensors. BatchNorm's
+t.data.to(dtype)``) instead of ``module.double()``, which skips non-floating tensors. BatchNorm's
 ``num_batches_tracked`` then becomes a float tensor; the model still trains, but its state dict changes dtype
-and a float32 counter stops counting exactly past 2**24 batches.
+(and a complex tensor loses its imaginary part on the way).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from mutants._base import MutantContext, mutant_info
 
 class _CastEverything(PrecisionPlugin):
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        if self.param_dtype is None:  # 32-true and the mixed precisions cast nothing
+            return module
         with torch.no_grad():
             for tensor in [*module.parameters(), *module.buffers()]:
                 tensor.data = tensor.data.to(self.param_dtype)

@@ -1,8 +1,9 @@
-"""ERR-007 broken: the mixed precisions also accept parameters in their autocast dtype (float16 / bfloat16).
+"""ERR-007 broken: the mixed precisions also accept parameters in their autocast dtype, float16 under 16-mixed.
 
 The implementer reads "16-mixed" as "half-precision training" and allows a model already cast to the autocast
-dtype, since autocast runs its forward in that dtype anyway. ERR-007 fixes the parameter dtype of the mixed
-precisions to float32 (what ``prepare_module`` gives): master weights in float16 lose the small updates.
+dtype, since autocast runs its forward in that dtype anyway. ERR-007 refuses float16 parameters under 16-mixed:
+its GradScaler cannot unscale their gradients (``unscale_`` raises at the first real step), and float16 master
+weights lose the small updates.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.precision == "16-mixed" and self.device.type == "cpu":
-            self.parts.precision = PrecisionPlugin("16-mixed", torch.float32, autocast_dtype=torch.bfloat16)
+            self.parts.precision = PrecisionPlugin("16-mixed", None, autocast_dtype=torch.bfloat16)
             self.parts.scaling = NoLossScaling()
 
 

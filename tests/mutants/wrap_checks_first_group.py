@@ -1,7 +1,7 @@
 """ERR-007 broken: ``wrap`` checks only the parameters of the optimizer's first parameter group.
 
 The device and dtype are checked on ``optimizer.param_groups[0]``, as code that infers "the optimizer's device" from
-its first group does: a second group with a float64 or CPU parameter is accepted.
+its first group does: a second group with a float32 parameter in 64-true, or a CPU one, is accepted.
 """
 
 from __future__ import annotations
