@@ -113,6 +113,12 @@ def mutant_info(context_class: type[ContextT], name: str) -> ImplementationInfo[
         scaler = None
         if grad_scaler is not None and cell.precision == "16-mixed":
             scaler = GradScaler(cell.device, **grad_scaler.as_kwargs())
+        # Only what the suite asked for: the context's own defaults decide otherwise (FAIL-001, ZERO-003).
+        asked: dict[str, Any] = {}
+        if on_failure != "discard":
+            asked["on_failure"] = on_failure
+        if zero_grad_after_step is not True:
+            asked["zero_grad_after_step"] = zero_grad_after_step
         return context_class(
             cell.precision,
             cell.device,
@@ -121,9 +127,7 @@ def mutant_info(context_class: type[ContextT], name: str) -> ImplementationInfo[
             gradient_clip_algorithm=gradient_clip_algorithm,
             scaler=scaler,
             strategy="fsdp" if cell.strategy == "fsdp" else "ddp",
-            # Only what the suite asked for: the context's own default decides otherwise (FAIL-001).
-            **({"on_failure": on_failure} if on_failure != "discard" else {}),
-            **({"zero_grad_after_step": zero_grad_after_step} if zero_grad_after_step is not True else {}),
+            **asked,
         )
 
     info: ImplementationInfo[Any] = dataclasses.replace(
