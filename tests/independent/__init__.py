@@ -31,6 +31,7 @@ def make_context(
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
     on_failure: FailurePolicy = "discard",
+    zero_grad_after_step: bool = True,
 ) -> Context:
     """A context for one cell of the conformance matrix, with the failure policy asked for."""
     return Context(
@@ -41,13 +42,15 @@ def make_context(
         gradient_clip_algorithm=gradient_clip_algorithm,
         scaler_settings=grad_scaler,
         on_failure=on_failure,
+        zero_grad_after_step=zero_grad_after_step,
     )
 
 
 def conformance_info() -> ImplementationInfo[Context]:
     """What this implementation claims: CPU and XLA, every precision, one or two DDP ranks, every feature.
 
-    The features include ``"exact_restore"``: ``on_failure="restore"`` keeps a failed call's window exactly.
+    The features include ``"exact_restore"``: ``on_failure="restore"`` keeps a failed call's window exactly; and
+    ``"user_zero_grad"``: ``zero_grad_after_step=False`` leaves a real step's gradients to the user's ``zero_grad()``.
     """
     return ImplementationInfo(
         name="independent",

@@ -45,6 +45,7 @@ class Context:
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         scaler_settings: GradScalerSettings | None = None,
         on_failure: FailurePolicy = "discard",
+        zero_grad_after_step: bool = True,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}")
@@ -58,6 +59,10 @@ class Context:
             raise ValueError(f"gradient_clip_val must be a positive number or None, got {gradient_clip_val!r}")
         if gradient_clip_algorithm not in ("norm", "value"):
             raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {gradient_clip_algorithm!r}")
+        setting: object = zero_grad_after_step
+        if not isinstance(setting, bool):
+            raise TypeError(f"zero_grad_after_step must be True or False, got {setting!r}")
+        self._zero_grad_after_step = setting
         policy: object = on_failure
         if not isinstance(policy, str) or policy not in FAILURE_POLICIES:
             raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {policy!r}")
@@ -102,6 +107,19 @@ class Context:
     def on_failure(self) -> FailurePolicy:
         """What a failed ``step()`` leaves of its window: discarded, or restored exactly as it was before the call."""
         return self._on_failure
+
+    @property
+    def zero_grad_after_step(self) -> bool:
+        """Whether a real step clears its gradients (``False``: they stay until the user's ``zero_grad()``)."""
+        return self._zero_grad_after_step
+
+    def take_reachable(self) -> None:
+        """A wrapper's backward: every window it can reach (a parameter requires grad) takes what its step left."""
+        reaching = [w for w in self.wrappers if w._left is not None and any(p.requires_grad for p in w.parameters())]
+        for wrapper in reaching:
+            wrapper.check_left()  # all are checked before any takes
+        for wrapper in reaching:
+            wrapper.take_left()
 
     @property
     def on_xla(self) -> bool:
@@ -285,8 +303,9 @@ class Context:
             "pending_update": self._pending_update(),
             # Under 16-mixed an open window's gradients carry this divisor (AMP-007): it loads only where it is equal.
             "accumulate_grad_batches": self._accumulate_grad_batches,
-            # A state loads only into a context of the same failure policy (FAIL-006).
+            # A state loads only into a context of the same failure policy (FAIL-006) and zeroing (ZERO-007).
             "on_failure": self._on_failure,
+            "zero_grad_after_step": self._zero_grad_after_step,
             "optimizers": [wrapper.window_state() for wrapper in self.wrappers],
         }
 
@@ -324,6 +343,12 @@ class Context:
             raise ValueError(
                 f"the state was saved by a context with on_failure={saved_policy!r}, this one has "
                 f"on_failure={self._on_failure!r}: load it into a context of the same failure policy"
+            )
+        saved_setting = state_dict.get("zero_grad_after_step")
+        if saved_setting is not self._zero_grad_after_step:
+            raise ValueError(
+                f"the state was saved by a context with zero_grad_after_step={saved_setting!r}, this one has "
+                f"zero_grad_after_step={self._zero_grad_after_step!r}: load it into a context of the same setting"
             )
         windows = state_dict.get("optimizers")
         if not isinstance(windows, list) or len(windows) != len(self.wrappers):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 _COUNTS = ("micro_steps", "steps", "skipped")
 
 
@@ -16,10 +18,16 @@ class Window:
     prepared: bool = False
     steps: int = 0
     skipped: int = 0
+    carried: list[torch.Tensor | None] | None = None
+    """``zero_grad_after_step=False``: what the window took from its last taken step, per parameter, set aside."""
+    carries: bool = False
+    """Whether the window took something from its last taken step (what a discard's note must say went too)."""
+    unscaled: bool = False
+    """Whether the preparation of this window unscaled gradients (it had some of its own to unscale)."""
 
     def close(self, *, taken: bool) -> None:
         """A real step closed the window: taken, or skipped for non-finite gradients."""
-        self.micro_steps, self.prepared = 0, False
+        self.micro_steps, self.prepared, self.carried, self.carries, self.unscaled = 0, False, None, False, False
         if taken:
             self.steps += 1
         else:
@@ -46,6 +54,6 @@ class Window:
         return None
 
     def load(self, state: dict[str, Any]) -> None:
-        """Restore what ``state()`` gave (checked by ``state_problem``)."""
+        """Restore what ``state()`` gave (checked by ``state_problem``); the carried part is the wrapper's to load."""
         self.micro_steps, self.prepared = state["micro_steps"], state["prepared"]
         self.steps, self.skipped = state["steps"], state["skipped"]

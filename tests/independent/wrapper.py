@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
 
-_OWN = frozenset({"_inner", "_context", "_window", "_outcome", "_closing"})
+_OWN = frozenset({"_inner", "_context", "_window", "_outcome", "_closing", "_left"})
 _CLASSES: dict[type[torch.optim.Optimizer], type[Wrapper[Any]]] = {}
 
 
@@ -53,6 +53,8 @@ class Wrapper(Generic[OptimizerT]):
     _window: Window
     _outcome: StepOutcome | None
     _closing: bool | None
+    _left: list[tuple[torch.Tensor, weakref.ref[torch.Tensor], int]] | None
+    """``zero_grad_after_step=False``: each gradient the last taken real step left, with its version (the user's)."""
 
     @staticmethod
     def around(optimizer: OptimizerT, context: Context) -> Wrapper[OptimizerT]:
@@ -107,7 +109,8 @@ class Wrapper(Generic[OptimizerT]):
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         # Pickling a parameter drops its gradient: the open window's gradients travel beside it.
         grads = [None if p.grad is None else p.grad.detach().clone() for p in self.parameters()]
-        own = {name: getattr(self, name) for name in _OWN if name not in ("_inner", "_closing")}
+        # What the last step left is the user's (it is on the parameters, which a copy takes without gradients).
+        own = {name: getattr(self, name) for name in _OWN if name not in ("_inner", "_closing", "_left")}
         return (_rebuild, (self._inner,), own | {"grads": grads})
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -118,6 +121,7 @@ class Wrapper(Generic[OptimizerT]):
             else:
                 object.__setattr__(self, name, value)
         object.__setattr__(self, "_closing", None)
+        object.__setattr__(self, "_left", None)
 
     def state_dict(self) -> dict[str, Any]:
         """The inner optimizer's state dict, unchanged in format."""
@@ -192,6 +196,7 @@ class Wrapper(Generic[OptimizerT]):
         closes = self._closes(make_optimizer_step)
         if self._window.prepared and not closes:
             raise RuntimeError("unscale_gradients() prepared this window: the next step() must close it")
+        taking = self.take_left()  # the window's first micro-step takes what the last step left (ZERO-005)
         # A call that fails leaves the window as the context's failure policy says (FAIL-002 to FAIL-004): as it
         # was when nothing of the call reached it, else discarded ("discard") or put back exactly ("restore", the
         # only policy that pays for a copy of the window's gradients).
@@ -211,6 +216,7 @@ class Wrapper(Generic[OptimizerT]):
                 self._discard(error, before.micro_steps + 1)
             else:
                 before.restore()
+                self._untake(taking)
             raise
         context.run_hooks("after_step", self, self._outcome)
         return result
@@ -221,6 +227,7 @@ class Wrapper(Generic[OptimizerT]):
         if any(wrapper._window.prepared for wrapper in context.wrappers):
             # It would add scaled gradients to a window whose gradients are averaged and unscaled already.
             raise RuntimeError("backward() after unscale_gradients(): take the step that closes that window first")
+        context.take_reachable()  # windows this backward can reach take what their last step left (ZERO-005)
         device_type = context.device.type
         # Autograd and the hooks around it run as torch's recipe runs them: outside autocast, wherever this is called.
         outside: AbstractContextManager[Any] = (
@@ -249,6 +256,7 @@ class Wrapper(Generic[OptimizerT]):
         if self._closing is False:
             raise RuntimeError("this step() does not close its window: unscale_gradients() must wait for one that does")
         if not self._window.prepared:
+            self.take_left()
             self._prepare(self._window.micro_steps + 1)
             self._window.prepared = True
 
@@ -260,6 +268,13 @@ class Wrapper(Generic[OptimizerT]):
                 "unscale_gradients() prepared this window for its real step: call step() before zero_grad()"
             )
         if self._window.micro_steps == 0:
+            carried = self._window.carried or []
+            if not set_to_none:  # zeros where the carried part was, as torch zeroes: it carries nothing either way
+                for param, grad in zip(self.parameters(), carried, strict=False):
+                    if grad is not None and param.grad is None:
+                        param.grad = grad
+            self._window.carried, self._window.carries = None, False
+            object.__setattr__(self, "_left", None)
             self._inner.zero_grad(set_to_none)
 
     def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
@@ -329,6 +344,7 @@ class Wrapper(Generic[OptimizerT]):
         """Window mean, reduction across XLA replicas, unscaling, clipping: once per real step."""
         context = self._context
         params = [p for p in self.parameters() if p.grad is not None]
+        self._window.unscaled = context.scaler is not None and bool(params)
         every = context.accumulate_grad_batches
         if context.scaler is not None:
             # Each backward divided its loss by N already (AMP-007): the sum times N / k is the window's mean.
@@ -344,6 +360,8 @@ class Wrapper(Generic[OptimizerT]):
             # The scaler sets its scale up on its first scale() call, which a plain loss.backward() never made.
             context.scaler.scale(torch.zeros((), device=context.device))
             context.scaler.unscale_(self._inner)
+        self._add_carried()
+        params = [p for p in self.parameters() if p.grad is not None]
         if context.clip_value is not None and params:
             if context.clip_algorithm == "norm":
                 torch.nn.utils.clip_grad_norm_(params, context.clip_value)
@@ -357,8 +375,9 @@ class Wrapper(Generic[OptimizerT]):
             self._window.prepared = True
         if ran is not None and context.precision != "16-mixed" and takes_closure(self._inner):
             kwargs = {**kwargs, "closure": self._again(*ran)}
-        # Without any gradient the scaler has nothing to check (and refuses to step): the inner optimizer steps.
-        scaler = context.scaler if any(p.grad is not None for p in self.parameters()) else None
+        # Without a gradient of its own the scaler has nothing to check (and refuses to step; what the window carried
+        # is unscaled already): the inner optimizer steps.
+        scaler = context.scaler if self._window.unscaled else None
         context.run_hooks("before_optimizer_step", self)
         inner_step: Callable[..., Any] = self._inner.step
         skipped = scaler is not None and sum(v.item() for v in scaler._found_inf_per_device(self._inner).values()) > 0
@@ -426,7 +445,10 @@ class Wrapper(Generic[OptimizerT]):
         """Drop the window a failed call wrote into (FAIL-003), and say so on the exception that propagates."""
         for param in self.parameters():
             param.grad = None
+        carried = self._window.carries
         self._window.micro_steps, self._window.prepared = 0, False
+        self._window.carried, self._window.carries, self._window.unscaled = None, False, False
+        object.__setattr__(self, "_left", None)
         scaler = self._context.scaler
         if scaler is not None:
             # What the scaler recorded of this optimizer's unscaling goes with the window: the next one unscales anew.
@@ -438,32 +460,101 @@ class Wrapper(Generic[OptimizerT]):
         plural = "" if micro_steps == 1 else "s"
         note = (
             f"{type(self._inner).__name__} (optimizer {index} of the context): the failed step() discarded this "
-            f"optimizer's window of {micro_steps} micro-step{plural} (its gradients are None, its step count is "
-            'unchanged); build the context with on_failure="restore" to keep a failed call\'s window as it was '
-            "before the call"
+            f"optimizer's window of {micro_steps} micro-step{plural}"
+            + (" and the gradients it carried from the last real step" if carried else "")
+            + ' (its gradients are None, its step count is unchanged); build the context with on_failure="restore" '
+            "to keep a failed call's window as it was before the call"
         )
         add_note = getattr(error, "add_note", None)  # Python 3.11 and later
         if add_note is not None:
             add_note(note)
 
     def _finish(self, outcome: StepOutcome) -> None:
-        self._inner.zero_grad(set_to_none=True)
-        self._window.close(taken=outcome is StepOutcome.STEPPED)
+        taken = outcome is StepOutcome.STEPPED
+        if self._context.zero_grad_after_step or not taken:
+            self._inner.zero_grad(set_to_none=True)  # a skipped step clears under both settings (ZERO-004)
+        elif not evaluates_closure(self._inner):  # its evaluations start from no gradient: it carries nothing
+            left = [(p, weakref.ref(p.grad), p.grad._version) for p in self.parameters() if p.grad is not None]
+            object.__setattr__(self, "_left", left or None)
+        self._window.close(taken=taken)
         self._outcome = outcome
+
+    # -- what the last taken step left (zero_grad_after_step=False) -----------------------------------------
+
+    def check_left(self) -> None:
+        """Refuse gradients the last step left that changed in place since: they cannot be told from it (ZERO-006)."""
+        for param, ref, version in self._left or ():
+            grad = param.grad
+            if grad is not None and grad is ref() and grad._version != version:
+                raise RuntimeError(
+                    f"the gradients the last real step of {type(self._inner).__name__} left changed in place before "
+                    "its next window took them (loss.backward() outside step(), or zero_grad(set_to_none=False) of the "
+                    "module or the inner optimizer): call opt.zero_grad() first"
+                )
+
+    def take_left(self) -> tuple[Any, ...] | None:
+        """Move what the last taken step left aside, as the window's carried part; what to put back on a failure."""
+        left = self._left
+        if left is None:
+            return None
+        self.check_left()
+        taking = (left, self._window.carried, self._window.carries)
+        params = self.parameters()
+        carried = list(self._window.carried or [])
+        carried += [None] * (len(params) - len(carried))
+        index = {id(param): i for i, param in enumerate(params)}
+        for param, ref, _ in left:
+            grad = param.grad
+            if grad is not None and grad is ref() and id(param) in index:
+                carried[index[id(param)]] = grad if grad._base is None else grad.clone()
+                param.grad = None
+        object.__setattr__(self, "_left", None)
+        if any(grad is not None for grad in carried):
+            self._window.carried, self._window.carries = carried, True
+        return taking
+
+    def _untake(self, taking: tuple[Any, ...] | None) -> None:
+        """A failed call that keeps its window: the gradients it took go back on the parameters, still left."""
+        if taking is None:
+            return
+        left, carried, carries = taking
+        for param, grad in zip(self.parameters(), self._window.carried or [], strict=False):
+            if grad is not None and param.grad is None:
+                param.grad = grad
+        object.__setattr__(self, "_left", left)
+        self._window.carried, self._window.carries = carried, carries
+
+    def _add_carried(self) -> None:
+        """Add the carried part to the window's prepared mean, once (before clipping, after unscaling)."""
+        carried, self._window.carried = self._window.carried, None
+        with torch.no_grad():
+            for param, grad in zip(self.parameters(), carried or [], strict=False):
+                if grad is None:
+                    continue
+                if param.grad is None:
+                    param.grad = grad.clone()
+                else:
+                    param.grad.add_(grad)
 
     # -- the context's checkpoints ----------------------------------------------------------------------
 
     def rescale_open_window(self, factor: float) -> None:
         """Bring an open window's scaled gradients to a new loss scale."""
-        if not self._window.prepared:  # micro-steps, or a backward not stepped yet: gradients at the old scale
+        if not self._window.prepared and self._left is None:  # micro-steps, or a backward not stepped yet
             for param in self.parameters():
                 if param.grad is not None:
                     param.grad.mul_(factor)
 
     def window_state(self) -> dict[str, Any]:
         """This wrapper's window, gradients and counts, as plain data."""
-        grads = [None if p.grad is None else p.grad.detach().clone() for p in self.parameters()]
-        return self._window.state() | {"grads": grads, "shapes": [tuple(p.shape) for p in self.parameters()]}
+        params = self.parameters()
+        if self._left is not None:  # what the last step left is the user's, not the window's (ZERO-007)
+            grads: list[torch.Tensor | None] = [None] * len(params)
+        else:
+            grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+        carried = list(self._window.carried or [])
+        carried = [None if g is None else g.detach().clone() for g in carried] + [None] * (len(params) - len(carried))
+        return self._window.state() | {"grads": grads, "carried": carried, "shapes": [tuple(p.shape) for p in params]}
 
     def window_state_problem(self, state: object) -> str | None:
         """Why ``state`` cannot be loaded into this wrapper, or ``None``."""
@@ -480,13 +571,27 @@ class Wrapper(Generic[OptimizerT]):
         for index, (param, grad) in enumerate(zip(params, grads, strict=True)):
             if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
                 return f"the gradient of parameter {index} does not have its shape {tuple(param.shape)}"
+        carried = state.get("carried")
+        if not isinstance(carried, list) or len(carried) != len(params):
+            return f"its carried gradients are not one entry per parameter: {type(carried).__name__}"
+        for index, (param, grad) in enumerate(zip(params, carried, strict=True)):
+            if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != param.shape):
+                return f"the carried gradient of parameter {index} does not have its shape {tuple(param.shape)}"
         return None
 
     def load_window_state(self, state: dict[str, Any]) -> None:
         """Restore what ``window_state`` saved (checked by ``window_state_problem``)."""
-        for param, grad in zip(self.parameters(), state["grads"], strict=True):
+        params = self.parameters()
+        for param, grad in zip(params, state["grads"], strict=True):
             param.grad = None if grad is None else grad.detach().clone().to(param.device)
         self._window.load(state)
+        carried = [
+            None if g is None else g.detach().clone().to(p.device)
+            for p, g in zip(params, state["carried"], strict=True)
+        ]
+        self._window.carried = carried if any(g is not None for g in carried) else None
+        self._window.carries = self._window.carried is not None
+        object.__setattr__(self, "_left", None)
 
 
 class _WindowBefore:
@@ -505,6 +610,8 @@ class _WindowBefore:
             [None if p.grad is None else p.grad.detach().clone() for p in self.params] if copy_gradients else None
         )
         self.micro_steps, self.prepared = wrapper._window.micro_steps, wrapper._window.prepared
+        self.carried, self.carries = wrapper._window.carried, wrapper._window.carries
+        self.unscaled = wrapper._window.unscaled
 
     def written(self) -> bool:
         """Whether a gradient of the window is not the tensor it was before the call, or was changed in place."""
@@ -526,6 +633,8 @@ class _WindowBefore:
             for param, grad in zip(self.params, self.grads, strict=True):
                 param.grad = grad
         wrapper._window.micro_steps, wrapper._window.prepared = self.micro_steps, self.prepared
+        wrapper._window.carried, wrapper._window.carries = self.carried, self.carries
+        wrapper._window.unscaled = self.unscaled
         scaler = wrapper._context.scaler
         if scaler is not None and not self.prepared:
             # This call unscaled the window (the scaler records that once per iteration): the retry unscales again.
