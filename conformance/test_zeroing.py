@@ -120,6 +120,7 @@ def test_zero_grad_after_step_is_a_construction_setting(
 
 
 @pytest.mark.requirement("ZERO-004", "ZERO-001", "ZERO-003")
+@pytest.mark.cells(devices=EAGER)
 @pytest.mark.parametrize("zero_grad_after_step", ZERO_GRAD_AFTER_STEP)
 @pytest.mark.varies(
     zero_grad_after_step=("True", "False"),
@@ -155,6 +156,27 @@ def test_a_taken_step_leaves_the_gradients_it_applied(
         rig.step("b", 4, True)
     assert outcome is (SKIP if overflow else S), f"the plain loop's last step was {outcome} (a defect of the check)"
     rig.assert_params(f"windows of 3 and 1 under zero_grad_after_step={zero_grad_after_step}")
+
+
+@pytest.mark.requirement("ZERO-004", "ZERO-005")
+@pytest.mark.features("user_zero_grad")
+@pytest.mark.cells(precisions=("32-true", "16-mixed"))
+@pytest.mark.varies(
+    zero_grad_after_step=("False",),
+    window=("k >= 2 micro-steps", "1 micro-step", "carrying the last step's gradients"),
+    make_optimizer_step=("None", "True"),
+)
+def test_a_window_carries_on_every_device(make_context: MakeContext, cell: Cell) -> None:
+    """On every device (XLA's lazy tensors and its graph cut included) a step leaves what it applied, and carries it.
+
+    One SGD with momentum: a window of 2, then windows of 1 that carry what the last step left.
+    """
+    rig = ZeroRig(make_context, cell, zero_grad_after_step=False, accumulate=2, kinds={"a": "sgd_momentum"}, groups=1)
+    for batch_idx in range(4):
+        with rig.batch(batch_idx):
+            rig.step("a", batch_idx, None if batch_idx < 2 else True)
+    assert rig.plain.carrying["a"], "the plain loop carried nothing (a defect of the check)"
+    rig.assert_params(f"windows of 2, 1 and 1 carrying the last step's gradients on {cell.device} [ZERO-005]")
 
 
 # -- ZERO-005: the window carries what the last step left ---------------------------------------------------------

@@ -159,7 +159,10 @@ MUTANTS: dict[str, Entry] = {
     "epoch_start_resets_window_count": ("ACC-001", [ORACLE_PROPERTY]),
     "no_flush": ("ACC-003", ["test_schedule_flushes_last_partial_window", ORACLE_PROPERTY]),
     "drops_last_partial_window": ("ACC-003", ["test_schedule_flushes_last_partial_window", ORACLE_PROPERTY]),
-    "no_zero_grad_after_step": ("ZERO-001", ["test_real_step_clears_gradients"]),
+    "no_zero_grad_after_step": (
+        "ZERO-001",
+        ["test_real_step_clears_gradients", "test_a_taken_step_leaves_the_gradients_it_applied[zero-after-step]"],
+    ),
     "zero_grad_always_clears": ("ZERO-002", ["test_zero_grad_keeps_an_open_window", ORACLE_PROPERTY]),
     "closure_run_twice": ("CLOS-001", ["test_closure_runs_once_per_call"]),
     "lbfgs_closure_cached": ("CLOS-002", ["test_lbfgs_evaluates_the_closure_itself"]),
@@ -1034,7 +1037,9 @@ MUTANTS: dict[str, Entry] = {
         "ZERO-004",
         [
             "test_a_taken_step_leaves_the_gradients_it_applied[user-zero-grad]",
+            "test_a_window_carries_on_every_device",
             "test_a_window_applies_what_it_carries_plus_its_own_mean",
+            "test_zero_grad_clears_what_the_last_step_left",
             ORACLE_PROPERTY,
         ],
     ),
@@ -1045,6 +1050,9 @@ MUTANTS: dict[str, Entry] = {
             "test_a_window_applies_what_it_carries_plus_its_own_mean[windows 2, 4, flushed 1]",
             "test_a_window_applies_what_it_carries_plus_its_own_mean[windows 3, cut short 2, flushed 2]",
             "test_a_window_applies_what_it_carries_plus_its_own_mean[windows 4, flushed 3]",
+            "test_unscale_gradients_makes_the_sum_the_user_clips",
+            "test_a_failed_window_discards_or_restores_its_carried_part[later micro-step-restore]",
+            "test_a_failed_window_discards_or_restores_its_carried_part[inner step-restore]",
             ORACLE_PROPERTY,
         ],
     ),
@@ -1118,7 +1126,11 @@ MUTANTS: dict[str, Entry] = {
     ),
     "state_drops_carried": (
         "ZERO-007",
-        ["test_a_taken_carried_part_is_window_state[checkpoint mid-window]", RESUME_PROPERTY],
+        [
+            "test_a_taken_carried_part_is_window_state[checkpoint mid-window]",
+            "test_a_taken_carried_part_is_window_state[checkpoint between windows]",
+            RESUME_PROPERTY,
+        ],
     ),
     "copy_drops_carried": (
         "ZERO-007",
