@@ -356,7 +356,10 @@ class ZeroRig:
         """The plain loop's micro-step of a call the implementation made; the outcome and gradients compared."""
         want = self.plain.micro_step(name, closes, inside_batch=self.position is not None)
         got = last_outcome(self.wrappers[name])
-        assert got == want, f"{what}: last_outcome {outcome_names([got])[0]}, the plain loop's {want.value}"
+        assert got == want, (
+            f"{what}: last_outcome {outcome_names([got])[0]}, the plain loop's {want.value} (the call closes its "
+            "window or accumulates as STEP-001 to STEP-003 say, and reports it [STEP-004])"
+        )
         if closes:
             self.assert_left(name, what)
         return want

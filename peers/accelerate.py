@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar, cast
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_discard_only
+from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_clears_only, check_discard_only
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     Cell,
@@ -85,6 +85,8 @@ NOT_CLAIMED: dict[str, str] = {
     "hooks": "Accelerate has no hooks around its optimizer's backward and step to register",
     "exact_restore": "Accelerate keeps no copy of a window to put back when a step fails, so on_failure='restore' is "
     "refused; under 'discard' a failed step leaves the gradients as Accelerate leaves them (the adapter adds nothing)",
+    "user_zero_grad": "Accelerate's documented loop calls opt.zero_grad() after each step, so "
+    "zero_grad_after_step=False is refused (the adapter adds no carried part of its own)",
 }
 """What the adapter does not claim, and why."""
 
@@ -142,8 +144,10 @@ class AccelerateContext(NoHooks):
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         grad_scaler: GradScalerSettings | None = None,
         on_failure: FailurePolicy = "discard",
+        zero_grad_after_step: bool = True,
     ) -> None:
         check_discard_only(on_failure, self.peer_name)
+        check_clears_only(zero_grad_after_step, self.peer_name)
         self._on_failure: FailurePolicy = "discard"
         if device == "cpu" and is_torch_xla_available():
             raise RuntimeError(
@@ -190,6 +194,11 @@ class AccelerateContext(NoHooks):
         """``accelerator.gradient_accumulation_steps``."""
         steps: int = self._accelerator.gradient_accumulation_steps
         return steps
+
+    @property
+    def zero_grad_after_step(self) -> bool:
+        """``True``, the only setting the adapter takes: the peer's documented loop zeroes after each step."""
+        return True
 
     @property
     def on_failure(self) -> FailurePolicy:
@@ -315,6 +324,7 @@ def _context_for(
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
     on_failure: FailurePolicy = "discard",
+    zero_grad_after_step: bool = True,
 ) -> AccelerateContext:
     return AccelerateContext(
         cell.precision,
@@ -324,6 +334,7 @@ def _context_for(
         gradient_clip_algorithm=gradient_clip_algorithm,
         grad_scaler=grad_scaler if cell.precision == "16-mixed" else None,
         on_failure=on_failure,
+        zero_grad_after_step=zero_grad_after_step,
     )
 
 

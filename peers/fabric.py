@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_discard_only
+from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_clears_only, check_discard_only
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     Cell,
@@ -78,6 +78,8 @@ NOT_CLAIMED: dict[str, str] = {
     "no hooks to register",
     "exact_restore": "Fabric keeps no copy of a window to put back when a step fails, so on_failure='restore' is "
     "refused; under 'discard' a failed step leaves the gradients as Fabric leaves them (the adapter adds nothing)",
+    "user_zero_grad": "Fabric's documented loop calls opt.zero_grad() after each step, so "
+    "zero_grad_after_step=False is refused (the adapter adds no carried part of its own)",
 }
 """What the adapter does not claim, and why."""
 
@@ -103,8 +105,10 @@ class FabricContext(NoHooks):
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         grad_scaler: GradScalerSettings | None = None,
         on_failure: FailurePolicy = "discard",
+        zero_grad_after_step: bool = True,
     ) -> None:
         check_discard_only(on_failure, self.peer_name)
+        check_clears_only(zero_grad_after_step, self.peer_name)
         self._on_failure: FailurePolicy = "discard"
         world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         # A configured loss scaler goes in as the docs show: a MixedPrecision plugin holding the GradScaler.
@@ -140,6 +144,11 @@ class FabricContext(NoHooks):
     def accumulate_grad_batches(self) -> int:
         """The N of the docs' accumulation recipe (user code: Fabric has no such setting)."""
         return self._accumulate_grad_batches
+
+    @property
+    def zero_grad_after_step(self) -> bool:
+        """``True``, the only setting the adapter takes: the peer's documented loop zeroes after each step."""
+        return True
 
     @property
     def on_failure(self) -> FailurePolicy:
@@ -262,6 +271,7 @@ def _context_for(
     gradient_clip_algorithm: Literal["norm", "value"] = "norm",
     grad_scaler: GradScalerSettings | None = None,
     on_failure: FailurePolicy = "discard",
+    zero_grad_after_step: bool = True,
 ) -> FabricContext:
     return FabricContext(
         cell.precision,
@@ -271,6 +281,7 @@ def _context_for(
         gradient_clip_algorithm=gradient_clip_algorithm,
         grad_scaler=grad_scaler,
         on_failure=on_failure,
+        zero_grad_after_step=zero_grad_after_step,
     )
 
 
