@@ -174,7 +174,7 @@ def _draw_schedule(
 
 
 def _explicit_schedules(
-    cell: Cell, *, faults: bool, resumes: bool, copies: bool, user_zero_grad: bool = False
+    cell: Cell, *, faults: bool, resumes: bool, copies: bool, user_zero_grad: bool = False, ranks: bool = False
 ) -> list[Schedule]:
     """Two schedules by hand: every rule on a fixed shape, then heads that change shape as the loop runs.
 
@@ -196,7 +196,10 @@ def _explicit_schedules(
     With ``user_zero_grad`` (the implementation claims the feature) a third: the first under
     ``zero_grad_after_step=False``, its windows carrying what the last real step left wherever no ``zero_grad()``
     came first (its overflow skipping a step that leaves nothing, scale changes over carried parts), and an epoch
-    more in which a window fails after its backward right after taking what the last step left.
+    more in which a window fails after its backward right after taking what the last step left; there a parameter is
+    frozen after wrap before another optimizer's call toggles it (and unfrozen again), with no copy in between.
+
+    With ``ranks`` (a cell of several ranks) the second is left out and the third has no event.
     """
     overflow = cell.precision == "16-mixed"
     plain: CallForm = "closure" if overflow else "closure_plain_backward"
@@ -249,15 +252,18 @@ def _explicit_schedules(
     # Under zero_grad_after_step=False, a third epoch: optimizer 0's window takes what its last step left and fails
     # after its backward (discarded or restored with it); under 16-mixed optimizer 1 then overflows while that
     # window is open and carries (the scale backs off, the carried part stays as it is); then both windows close.
+    frozen, unfrozen = ((), ()) if ranks else ((Event("freeze", 0, 0),), (Event("unfreeze", 0, 0),))
     carrying = (
-        Iteration((Call(0, True), Call(1, False))),
+        Iteration((Call(0, True), Call(1, False)), frozen),
         Iteration(
             (Call(0, False, raises_first=faults, raises_after_backward=True), Call(1, True, non_finite=overflow))
         ),
-        Iteration((Call(1, form="toggle_model"), Call(0, True, form="toggle_model"))),
+        Iteration((Call(1, form="toggle_model"), Call(0, True, form="toggle_model")), unfrozen),
     )
     leaving = replace(first, epochs=(*first.epochs, carrying), zero_grad_after_step=False)
     leaving_schedules = [user_clears_after_copies(leaving)] if user_zero_grad else []
+    if ranks:
+        return [first, *leaving_schedules]
     return [
         first,
         Schedule(
@@ -289,7 +295,7 @@ def schedules_of(
     ``requested`` schedules are generated (and a failing one shrunk), else ``CI_EXAMPLES[budget]``. Without
     ``run`` it only draws them: the same schedules, as the derandomised generator draws them in the same order
     whatever the check does with them (as long as none fails). With ``ranks``, the schedules of a cell of several
-    ranks (:func:`_draw_schedule`): the explicit one whose model changes shape is left out. ``user_zero_grad``:
+    ranks (:func:`_draw_schedule`, :func:`_explicit_schedules`): no model that changes shape. ``user_zero_grad``:
     the implementation claims the feature, and about half the schedules run under ``zero_grad_after_step=False``.
     """
     phases = (Phase.explicit, Phase.generate) + ((Phase.shrink,) if requested else ())
@@ -303,9 +309,11 @@ def schedules_of(
         if run is not None:
             run(schedule)
 
-    explicit = _explicit_schedules(cell, faults=faults, resumes=resumes, copies=copies, user_zero_grad=user_zero_grad)
+    explicit = _explicit_schedules(
+        cell, faults=faults, resumes=resumes, copies=copies, user_zero_grad=user_zero_grad, ranks=ranks
+    )
     test = given(schedule=strategy)(generated)
-    for schedule in reversed([explicit[0], *explicit[2:]] if ranks else explicit):
+    for schedule in reversed(explicit):
         test = example(schedule=schedule)(test)
     settings(
         max_examples=int(requested) if requested else CI_EXAMPLES[budget],

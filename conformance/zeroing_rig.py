@@ -367,8 +367,9 @@ class ZeroRig:
     def assert_left(self, name: str, what: str) -> None:
         """The gradients on ``name``'s parameters are the plain loop's: ``None``, or what the last step applied."""
         rule = (
-            "ZERO-004: a real step taken under zero_grad_after_step=False leaves the gradients it applied (the "
-            "window's mean plus what it carried, unscaled and clipped) until zero_grad(); a skipped one clears them"
+            "ZERO-004, ZERO-005: a real step taken under zero_grad_after_step=False leaves the gradients it applied "
+            "(the window's own mean plus what it carried, unscaled and clipped) until zero_grad(); a skipped one "
+            "clears them"
             if self.leave
             else "ZERO-001: a real step clears the gradients of the wrapper's parameters"
         )
