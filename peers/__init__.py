@@ -26,7 +26,7 @@ import torch
 from lightning_optimizer.spec import FAILURE_POLICIES, StepOutcome
 from lightning_optimizer.spec import __version__ as __version__
 
-__all__ = ["NoHooks", "PeerContext", "PeerOptimizer", "check_clears_only", "check_discard_only"]
+__all__ = ["NoHooks", "PeerContext", "PeerOptimizer", "check_clears_after_step", "check_discard_only"]
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
@@ -68,15 +68,23 @@ def check_discard_only(on_failure: object, peer_name: str) -> None:
         raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {on_failure!r}")
 
 
-def check_clears_only(zero_grad_after_step: object, peer_name: str) -> None:
-    """ZERO-003 for an adapter: ``True`` taken, ``False`` refused (no adapter claims ``"user_zero_grad"``)."""
-    if not isinstance(zero_grad_after_step, bool):
-        raise TypeError(f"zero_grad_after_step must be True or False, got {zero_grad_after_step!r}")
-    if not zero_grad_after_step:
+def check_clears_after_step(zero_grad_after_step: object, peer_name: str) -> None:
+    """ZERO-003 for an adapter: ``True`` taken, ``False`` refused (no adapter claims ``"user_zero_grad"``).
+
+    Each adapter's step is the peer's documented loop, ``optimizer.step()`` then ``optimizer.zero_grad()``: the
+    gradients of a real step are cleared, and nothing in the peer keeps what a window carries apart from its own
+    micro-steps (ZERO-005), so ``False`` is refused with ``ValueError``, as ZERO-003 allows; a value that is not a
+    bool is a ``TypeError``.
+    """
+    if zero_grad_after_step is True:
+        return
+    if zero_grad_after_step is False:
         raise ValueError(
-            f"zero_grad_after_step=False is refused: the adapter writes {peer_name}'s documented loop, whose "
-            "opt.zero_grad() follows each step, and does not claim the feature 'user_zero_grad'"
+            f"zero_grad_after_step=False is refused: this adapter translates step() as {peer_name}'s documented loop, "
+            "which clears the gradients after each real step, and does not claim the feature 'user_zero_grad'; use "
+            "zero_grad_after_step=True"
         )
+    raise TypeError(f"zero_grad_after_step must be True or False, got {zero_grad_after_step!r}")
 
 
 class PeerContext(Protocol):

@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar, cast
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_clears_only, check_discard_only
+from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_clears_after_step, check_discard_only
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     Cell,
@@ -85,8 +85,9 @@ NOT_CLAIMED: dict[str, str] = {
     "hooks": "Accelerate has no hooks around its optimizer's backward and step to register",
     "exact_restore": "Accelerate keeps no copy of a window to put back when a step fails, so on_failure='restore' is "
     "refused; under 'discard' a failed step leaves the gradients as Accelerate leaves them (the adapter adds nothing)",
-    "user_zero_grad": "Accelerate's documented loop calls opt.zero_grad() after each step, so "
-    "zero_grad_after_step=False is refused (the adapter adds no carried part of its own)",
+    "user_zero_grad": "Accelerate's documented loop clears the gradients after each step (optimizer.zero_grad()), and "
+    "nothing in it keeps the gradients a window carries apart from its own micro-steps, so zero_grad_after_step=False "
+    "is refused (ZERO-003)",
 }
 """What the adapter does not claim, and why."""
 
@@ -147,7 +148,7 @@ class AccelerateContext(NoHooks):
         zero_grad_after_step: bool = True,
     ) -> None:
         check_discard_only(on_failure, self.peer_name)
-        check_clears_only(zero_grad_after_step, self.peer_name)
+        check_clears_after_step(zero_grad_after_step, self.peer_name)
         self._on_failure: FailurePolicy = "discard"
         if device == "cpu" and is_torch_xla_available():
             raise RuntimeError(
@@ -196,14 +197,14 @@ class AccelerateContext(NoHooks):
         return steps
 
     @property
-    def zero_grad_after_step(self) -> bool:
-        """``True``, the only setting the adapter takes: the peer's documented loop zeroes after each step."""
-        return True
-
-    @property
     def on_failure(self) -> FailurePolicy:
         """``"discard"``, the only policy the adapter takes: Accelerate keeps no failed window to restore."""
         return self._on_failure
+
+    @property
+    def zero_grad_after_step(self) -> bool:
+        """``True``, the only setting the adapter takes: the peer's loop clears a real step's gradients [ZERO-003]."""
+        return True
 
     @property
     def accelerator(self) -> Accelerator:

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_clears_only, check_discard_only
+from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_clears_after_step, check_discard_only
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     Cell,
@@ -83,8 +83,9 @@ NOT_CLAIMED: dict[str, str] = {
     "offers none to register from outside",
     "exact_restore": "Lightning keeps no copy of a window to put back when a step fails, so on_failure='restore' is "
     "refused; under 'discard' a failed step leaves the gradients as Lightning leaves them (the adapter adds nothing)",
-    "user_zero_grad": "Lightning's documented loop calls opt.zero_grad() after each step, so "
-    "zero_grad_after_step=False is refused (the adapter adds no carried part of its own)",
+    "user_zero_grad": "Lightning's documented loop clears the gradients after each step (optimizer.zero_grad()), and "
+    "nothing in it keeps the gradients a window carries apart from its own micro-steps, so zero_grad_after_step=False "
+    "is refused (ZERO-003)",
 }
 """What the adapter does not claim, and why."""
 
@@ -133,7 +134,7 @@ class LightningContext(NoHooks):
         zero_grad_after_step: bool = True,
     ) -> None:
         check_discard_only(on_failure, self.peer_name)
-        check_clears_only(zero_grad_after_step, self.peer_name)
+        check_clears_after_step(zero_grad_after_step, self.peer_name)
         self._on_failure: FailurePolicy = "discard"
         world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         # A configured loss scaler goes in as the docs show: a MixedPrecision plugin holding the GradScaler.
@@ -171,14 +172,14 @@ class LightningContext(NoHooks):
         return self._accumulate_grad_batches
 
     @property
-    def zero_grad_after_step(self) -> bool:
-        """``True``, the only setting the adapter takes: the peer's documented loop zeroes after each step."""
-        return True
-
-    @property
     def on_failure(self) -> FailurePolicy:
         """``"discard"``, the only policy the adapter takes: Lightning keeps no failed window to restore."""
         return self._on_failure
+
+    @property
+    def zero_grad_after_step(self) -> bool:
+        """``True``, the only setting the adapter takes: the peer's loop clears a real step's gradients [ZERO-003]."""
+        return True
 
     @property
     def trainer(self) -> pl.Trainer:

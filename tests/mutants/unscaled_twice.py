@@ -1,7 +1,7 @@
-"""AMP-002 broken: gradients are unscaled twice, by hand and again by ``scaler.step``.
+"""AMP-002 broken: gradients are unscaled twice, by the scaler's ``unscale_`` and again by hand.
 
-The window is divided by the scale before clipping, but behind the scaler's back: ``GradScaler.step`` still sees
-the optimizer as not unscaled and divides it again, so every real step applies gradients ``scale`` times too small.
+The window is divided by the scale before clipping, as recipes written before ``GradScaler.unscale_`` did, after the
+scaler unscaled it already: every real step applies gradients ``scale`` times too small.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ if TYPE_CHECKING:
 
 
 class _UnscaledByHand(Unscaling):
-    """Divides by the scale behind the scaler's back: ``GradScaler.step`` still sees the optimizer as not unscaled."""
+    """The scaler's unscaling, then a division by the scale by hand."""
 
     def __call__(self, context: TrainingContext, window: Window) -> None:
         scaler = context.scaler
+        super().__call__(context, window)
         if scaler is not None:
             inverse = 1.0 / scaler.get_scale()
             with torch.no_grad():
