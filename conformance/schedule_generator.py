@@ -199,7 +199,9 @@ def _explicit_schedules(
     more in which a window fails after its backward right after taking what the last step left; there a parameter is
     frozen after wrap before another optimizer's call toggles it (and unfrozen again), with no copy in between.
 
-    With ``ranks`` (a cell of several ranks) the second is left out and the third has no event.
+    With ``ranks`` (a cell of several ranks) only the first: the second changes the model's shape, and the drawn
+    schedules of the CI budget reach ``zero_grad_after_step=False`` and carrying windows there (a rank schedule costs
+    seconds of the process group).
     """
     overflow = cell.precision == "16-mixed"
     plain: CallForm = "closure" if overflow else "closure_plain_backward"
@@ -252,18 +254,17 @@ def _explicit_schedules(
     # Under zero_grad_after_step=False, a third epoch: optimizer 0's window takes what its last step left and fails
     # after its backward (discarded or restored with it); under 16-mixed optimizer 1 then overflows while that
     # window is open and carries (the scale backs off, the carried part stays as it is); then both windows close.
-    frozen, unfrozen = ((), ()) if ranks else ((Event("freeze", 0, 0),), (Event("unfreeze", 0, 0),))
     carrying = (
-        Iteration((Call(0, True), Call(1, False)), frozen),
+        Iteration((Call(0, True), Call(1, False)), (Event("freeze", 0, 0),)),
         Iteration(
             (Call(0, False, raises_first=faults, raises_after_backward=True), Call(1, True, non_finite=overflow))
         ),
-        Iteration((Call(1, form="toggle_model"), Call(0, True, form="toggle_model")), unfrozen),
+        Iteration((Call(1, form="toggle_model"), Call(0, True, form="toggle_model")), (Event("unfreeze", 0, 0),)),
     )
     leaving = replace(first, epochs=(*first.epochs, carrying), zero_grad_after_step=False)
+    if ranks:  # each rank schedule costs seconds of the process group: the drawn ones reach False and carrying
+        return [first]
     leaving_schedules = [user_clears_after_copies(leaving)] if user_zero_grad else []
-    if ranks:
-        return [first, *leaving_schedules]
     return [
         first,
         Schedule(
