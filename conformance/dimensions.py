@@ -43,6 +43,7 @@ DIMENSIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "open across epochs",
             "open while another optimizer steps",
             "open across a scale change",
+            "carrying the last step's gradients",
         ),
         "make_optimizer_step": ("True", "False", "None"),
         "position": ("inside batch()", "outside batch()"),
@@ -98,12 +99,14 @@ DIMENSIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "re-entered step",
             "refused load",
             "invalid argument",
+            "left gradients changed in place",
         ),
         "on_failure": ("discard", "restore"),
         "modules": ("1 prepared module", "2 prepared modules", "nested submodules", "BatchNorm", "buffers"),
         "tensor_dtypes": ("float64", "float32", "bfloat16", "float16", "complex", "integer"),
         "reduction": ("result", "count per window", "graph cuts per window", "reduce-scatters per window"),
         "ranks": ("overflow on one rank",),
+        "zero_grad_after_step": ("True", "False"),
     }
 )
 """Each dimension a check can vary, and its values (the vocabulary of ``@pytest.mark.varies``)."""

@@ -30,6 +30,7 @@ from lightning_optimizer.spec import (
 
 __all__ = [
     "ON_FAILURE",
+    "ZERO_GRAD_AFTER_STEP",
     "FlakyAdam",
     "FlakySGD",
     "LOSS_FACTOR",
@@ -53,6 +54,7 @@ __all__ = [
     "cell_dtype",
     "context_loss",
     "failure_settings",
+    "zeroing_settings",
     "make_batches",
     "make_model",
     "mse",
@@ -202,6 +204,18 @@ The default (``"discard"``, FAIL-001) everywhere; ``"restore"`` only where the i
 """
 
 
+ZERO_GRAD_AFTER_STEP: tuple[Any, ...] = (
+    pytest.param(True, id="zero-after-step"),
+    pytest.param(False, id="user-zero-grad", marks=pytest.mark.features("user_zero_grad")),
+)
+"""``pytest.mark.parametrize("zero_grad_after_step", ZERO_GRAD_AFTER_STEP)``: a check under each zeroing setting.
+
+The default (``True``: every real step clears its gradients, ZERO-001) everywhere; ``False`` (the user's
+``zero_grad()`` clears them, ZERO-003 to ZERO-007) only where the implementation claims the feature
+``"user_zero_grad"`` (``n/a`` otherwise). Build the context with ``make_context(**zeroing_settings(...))``.
+"""
+
+
 def scaler_settings(cell: Cell, settings: GradScalerSettings) -> dict[str, Any]:
     """The factory's ``grad_scaler`` argument: ``settings`` in 16-mixed cells, nothing in the others."""
     return {"grad_scaler": settings} if cell.precision == "16-mixed" else {}
@@ -210,6 +224,14 @@ def scaler_settings(cell: Cell, settings: GradScalerSettings) -> dict[str, Any]:
 def failure_settings(on_failure: str) -> dict[str, Any]:
     """The factory's ``on_failure`` argument: none for the default ``"discard"`` (left to the factory), else it."""
     return {} if on_failure == "discard" else {"on_failure": on_failure}
+
+
+def zeroing_settings(zero_grad_after_step: bool) -> dict[str, Any]:
+    """The factory's ``zero_grad_after_step`` argument: none for the default ``True`` (left to the factory), else it.
+
+    The suite passes ``False`` only to an implementation that claims ``"user_zero_grad"`` (ZERO-003).
+    """
+    return {} if zero_grad_after_step else {"zero_grad_after_step": False}
 
 
 def assert_discard_note(

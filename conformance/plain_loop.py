@@ -13,6 +13,12 @@ gradient accumulation. One window of micro-steps is:
 - at the end of the iteration, the scaler's one update [AMP-003], every gradient a window still holds brought to
   the new scale [AMP-006] (:func:`update_scaler`);
 - on XLA, the graph cut after each step (``oracle_step_done``).
+
+With ``zero_grad_after_step=False`` (ZERO-003 to ZERO-007) a taken step's gradients stay where the step left them
+until the user's ``zero_grad()``; the next window takes them aside as its carried part (:func:`take_gradients`),
+accumulates its own micro-steps from none, and its real step adds the carried part back after the mean and
+``unscale_``, before clipping (:func:`add_carried`, ``real_step(carried=...)``): the carried part is not divided,
+unscaled or rescaled again.
 """
 
 from __future__ import annotations
@@ -35,9 +41,11 @@ from lightning_optimizer.spec import Cell, GradScalerSettings
 
 __all__ = [
     "LOSS_FACTOR",
+    "Carried",
     "ClipFunction",
     "PlainWindows",
     "PrepareHook",
+    "add_carried",
     "clipper",
     "oracle_loss",
     "params_of",
@@ -45,6 +53,7 @@ __all__ = [
     "real_step",
     "rescale_grads",
     "scaled_backward",
+    "take_gradients",
     "train_windows",
     "unscaled_finite",
     "update_scaler",
@@ -55,6 +64,8 @@ ClipFunction = Callable[[list[torch.Tensor]], object]
 """Clips a list of parameters' gradients in place."""
 PrepareHook = Callable[[list[torch.Tensor]], object]
 """Sees the parameters of a real step right before ``step``: their gradients unscaled and clipped."""
+Carried = dict[torch.Tensor, torch.Tensor]
+"""``zero_grad_after_step=False``: the gradients a window took from its optimizer's last taken step, per parameter."""
 
 
 def params_of(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -128,6 +139,26 @@ def window_mean(
                     param.grad *= divided_by / window_length
 
 
+def take_gradients(params: Iterable[torch.Tensor]) -> Carried:
+    """What a window takes from the last taken step [ZERO-005]: each gradient moved aside, its ``.grad`` ``None``."""
+    carried: Carried = {}
+    for param in params:
+        if param.grad is not None:
+            carried[param] = param.grad
+            param.grad = None
+    return carried
+
+
+def add_carried(carried: Carried | None) -> None:
+    """Add the carried gradients back onto the parameters' (as they are: after the mean and ``unscale_``) [ZERO-005]."""
+    with torch.no_grad():
+        for param, grad in (carried or {}).items():
+            if param.grad is None:
+                param.grad = grad.clone()
+            else:
+                param.grad.add_(grad)
+
+
 def unscaled_finite(params: Iterable[torch.Tensor]) -> bool:
     """Whether every present gradient is finite (read after ``unscale_``: whether ``scaler.step`` steps)."""
     return all(bool(torch.isfinite(param.grad).all()) for param in params if param.grad is not None)
@@ -144,12 +175,16 @@ def real_step(
     after_prepare: PrepareHook | None = None,
     check_finite: bool = False,
     prepared: bool = False,
+    carried: Carried | None = None,
+    clear: bool = True,
 ) -> bool:
     """The documented loop's real step: the window's mean, ``reduce``, ``unscale_``, clip, (inspect), step, zero.
 
     ``reduce`` stands for a data-parallel reduction of the mean; ``prepared``: the mean was taken and unscaled
-    already (as ``unscale_gradients()`` prepares a window). Returns whether the unscaled gradients were finite
-    (read only with ``check_finite``; ``True`` otherwise).
+    already (as ``unscale_gradients()`` prepares a window). ``carried``: what the window took from the last step,
+    added after ``unscale_`` and before clipping; ``clear=False`` (``zero_grad_after_step=False``): a taken step
+    leaves its gradients, a skipped one (16-mixed) clears them all the same. Returns whether the unscaled
+    gradients were finite (read only with ``check_finite``; ``True`` otherwise).
     """
     params = params_of(optimizer)
     if not prepared:
@@ -158,6 +193,7 @@ def real_step(
             reduce(params)
         if scaler is not None:
             scaler.unscale_(optimizer)
+        add_carried(carried)
     finite = not check_finite or unscaled_finite(params)
     if clip is not None:
         clip(params)
@@ -167,7 +203,8 @@ def real_step(
         optimizer.step()
     else:
         scaler.step(optimizer)
-    optimizer.zero_grad(set_to_none=True)
+    if clear or not finite:
+        optimizer.zero_grad(set_to_none=True)
     return finite
 
 

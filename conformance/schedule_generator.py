@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ from lightning_optimizer.conformance.schedule_oracle import (
     HeadSpec,
     Iteration,
     Schedule,
+    user_clears_after_copies,
 )
 from lightning_optimizer.spec import Cell, GradScalerSettings
 
@@ -75,6 +77,7 @@ GENERATED: dict[str, tuple[str, ...]] = {
     "clipping": ("norm", "value"),
     "loss_scale": DIMENSIONS["loss_scale"],
     "copies": ("pickle", "deepcopy", "copy then overflow or growth"),
+    "zero_grad_after_step": ("True", "False"),
 }
 """What the generator of the oracle check draws, as ``dimensions.DIMENSIONS`` names it."""
 FAULTS_GENERATED = GENERATED | {
@@ -94,12 +97,21 @@ model's shape after preparation (events between iterations, parameters never use
 
 
 def _draw_schedule(
-    draw: DrawFn, cell: Cell, *, faults: bool, resumes: bool, copies: bool, ranks: bool = False
+    draw: DrawFn,
+    cell: Cell,
+    *,
+    faults: bool,
+    resumes: bool,
+    copies: bool,
+    ranks: bool = False,
+    user_zero_grad: bool = False,
 ) -> Schedule:
     """A random schedule along every dimension of ``GENERATED``, plus raising attempts and checkpoints when asked.
 
     With ``ranks`` (a cell of several ranks) the model keeps its shape: no parameter the forward pass never uses and
     no event between iterations (DDP's reducer and FSDP's shards are built for the parameters at preparation).
+    ``zero_grad_after_step`` is drawn either way, and is ``False`` only with ``user_zero_grad`` (the implementation
+    claims the feature): the other draws are the same schedules either way.
     """
     sixteen_mixed = cell.precision == "16-mixed"
     count = draw(st.integers(1, 3))
@@ -156,10 +168,14 @@ def _draw_schedule(
         grad_scaler = GradScalerSettings(
             init_scale=2.0 ** draw(st.sampled_from((10, 13, 16))), growth_interval=draw(st.integers(1, 3))
         )
-    return Schedule(heads, accumulate, tuple(epochs), resume_after, clipping, grad_scaler)
+    leave = draw(st.booleans()) and user_zero_grad
+    schedule = Schedule(heads, accumulate, tuple(epochs), resume_after, clipping, grad_scaler, not leave)
+    return user_clears_after_copies(schedule)
 
 
-def _explicit_schedules(cell: Cell, *, faults: bool, resumes: bool, copies: bool) -> list[Schedule]:
+def _explicit_schedules(
+    cell: Cell, *, faults: bool, resumes: bool, copies: bool, user_zero_grad: bool = False, ranks: bool = False
+) -> list[Schedule]:
     """Two schedules by hand: every rule on a fixed shape, then heads that change shape as the loop runs.
 
     The first: three optimizers and ``accumulate_grad_batches=3`` over epochs of 5 and 4 batches; windows cut
@@ -176,6 +192,16 @@ def _explicit_schedules(cell: Cell, *, faults: bool, resumes: bool, copies: bool
     scaler updates right after each real step there); under 16-mixed a loss scale that grows every iteration and
     backs off after an overflow, across open windows; with ``copies`` a pickle and a deepcopy of the whole training
     state that go on training (overflowing and growing) while the originals must stay as they were.
+
+    With ``user_zero_grad`` (the implementation claims the feature) a third: the first under
+    ``zero_grad_after_step=False``, its windows carrying what the last real step left wherever no ``zero_grad()``
+    came first (its overflow skipping a step that leaves nothing, scale changes over carried parts), and an epoch
+    more in which a window fails after its backward right after taking what the last step left; there a parameter is
+    frozen after wrap before another optimizer's call toggles it (and unfrozen again), with no copy in between.
+
+    With ``ranks`` (a cell of several ranks) only the first: the second changes the model's shape, and the drawn
+    schedules of the CI budget reach ``zero_grad_after_step=False`` and carrying windows there (a rank schedule costs
+    seconds of the process group).
     """
     overflow = cell.precision == "16-mixed"
     plain: CallForm = "closure" if overflow else "closure_plain_backward"
@@ -219,13 +245,28 @@ def _explicit_schedules(cell: Cell, *, faults: bool, resumes: bool, copies: bool
             Iteration((Call(0), Call(1))),
         ),
     )
-    return [
-        Schedule(
-            (HeadSpec("sgd_momentum"), HeadSpec("sgd_momentum"), HeadSpec("adam")),
-            3,
-            tuple(tuple(Iteration(calls) for calls in epoch) for epoch in fixed),
-            frozenset({1, 5}) if resumes else frozenset(),
+    first = Schedule(
+        (HeadSpec("sgd_momentum"), HeadSpec("sgd_momentum"), HeadSpec("adam")),
+        3,
+        tuple(tuple(Iteration(calls) for calls in epoch) for epoch in fixed),
+        frozenset({1, 5}) if resumes else frozenset(),
+    )
+    # Under zero_grad_after_step=False, a third epoch: optimizer 0's window takes what its last step left and fails
+    # after its backward (discarded or restored with it); under 16-mixed optimizer 1 then overflows while that
+    # window is open and carries (the scale backs off, the carried part stays as it is); then both windows close.
+    carrying = (
+        Iteration((Call(0, True), Call(1, False)), (Event("freeze", 0, 0),)),
+        Iteration(
+            (Call(0, False, raises_first=faults, raises_after_backward=True), Call(1, True, non_finite=overflow))
         ),
+        Iteration((Call(1, form="toggle_model"), Call(0, True, form="toggle_model")), (Event("unfreeze", 0, 0),)),
+    )
+    leaving = replace(first, epochs=(*first.epochs, carrying), zero_grad_after_step=False)
+    if ranks:  # each rank schedule costs seconds of the process group: the drawn ones reach False and carrying
+        return [first]
+    leaving_schedules = [user_clears_after_copies(leaving)] if user_zero_grad else []
+    return [
+        first,
         Schedule(
             (HeadSpec("adam_fused", groups=2, unused=True), HeadSpec("sgd_foreach", frozen=frozenset({1}))),
             2,
@@ -234,6 +275,7 @@ def _explicit_schedules(cell: Cell, *, faults: bool, resumes: bool, copies: bool
             ("norm", 1.5e-3),
             GradScalerSettings(init_scale=2.0**12, growth_interval=1) if overflow else None,
         ),
+        *leaving_schedules,
     ]
 
 
@@ -246,6 +288,7 @@ def schedules_of(
     resumes: bool = False,
     copies: bool = False,
     ranks: bool = False,
+    user_zero_grad: bool = False,
     run: Callable[[Schedule], object] | None = None,
 ) -> list[Schedule]:
     """The schedules a property check runs in ``cell`` (its explicit ones first), running ``run`` on each.
@@ -253,11 +296,12 @@ def schedules_of(
     ``requested`` schedules are generated (and a failing one shrunk), else ``CI_EXAMPLES[budget]``. Without
     ``run`` it only draws them: the same schedules, as the derandomised generator draws them in the same order
     whatever the check does with them (as long as none fails). With ``ranks``, the schedules of a cell of several
-    ranks (:func:`_draw_schedule`): the explicit one whose model changes shape is left out.
+    ranks (:func:`_draw_schedule`, :func:`_explicit_schedules`): no model that changes shape. ``user_zero_grad``:
+    the implementation claims the feature, and about half the schedules run under ``zero_grad_after_step=False``.
     """
     phases = (Phase.explicit, Phase.generate) + ((Phase.shrink,) if requested else ())
     strategy: SearchStrategy[Schedule] = st.composite(_draw_schedule)(
-        cell, faults=faults, resumes=resumes, copies=copies, ranks=ranks
+        cell, faults=faults, resumes=resumes, copies=copies, ranks=ranks, user_zero_grad=user_zero_grad
     )
     seen: list[Schedule] = []
 
@@ -266,9 +310,11 @@ def schedules_of(
         if run is not None:
             run(schedule)
 
-    explicit = _explicit_schedules(cell, faults=faults, resumes=resumes, copies=copies)
+    explicit = _explicit_schedules(
+        cell, faults=faults, resumes=resumes, copies=copies, user_zero_grad=user_zero_grad, ranks=ranks
+    )
     test = given(schedule=strategy)(generated)
-    for schedule in reversed(explicit[:1] if ranks else explicit):
+    for schedule in reversed(explicit):
         test = example(schedule=schedule)(test)
     settings(
         max_examples=int(requested) if requested else CI_EXAMPLES[budget],

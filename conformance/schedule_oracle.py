@@ -37,13 +37,25 @@ worked out here without any wrapper:
   optimizer's window: every gradient of its parameters ``None``, no micro-step pending, ``last_outcome``
   ``DISCARDED`` until the retry [FAIL-003]; a checkpoint resumed, or a copy taken, between iterations changes nothing
   [CKPT-002, PICKLE-001]: the oracle ignores those.
+
+A schedule with ``zero_grad_after_step=False`` (ZERO-003 to ZERO-007) leaves the gradients of a taken real step on
+the parameters (a skipped one clears them, ZERO-004) until ``zero_grad()`` clears them with no window open. The
+optimizer's next call takes them aside (its ``step()``, or the wrapper backward of the ``toggle_model`` form: the
+other heads are toggled off, so no other call reaches them), and its real step applies them as they are plus the
+window's mean: added after the mean and ``unscale_``, before clipping; never rescaled when the scale changes
+(neither while left nor while carried) [ZERO-005]. A discarded window loses its carried part; a restored one, or a
+call that fails before its backward, leaves them as they were [ZERO-007]. While a window carries, the gradients of
+the parameters it carries something for are not pinned (the rule fixes what its step applies, not how the window
+holds the two parts meanwhile). Gradients left and not taken are the user's, not state: a copy or a resumed
+checkpoint does not hold them, so until the user's ``zero_grad()`` (which :func:`user_clears_after_copies` puts at
+each optimizer's next call) the oracle pins none of them either.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, Literal, get_args
 
 import torch
@@ -61,11 +73,13 @@ from lightning_optimizer.conformance.harness import (
     oracle_step_done,
 )
 from lightning_optimizer.conformance.plain_loop import (
+    Carried,
     clipper,
     params_of,
     plain_scaler,
     real_step,
     scaled_backward,
+    take_gradients,
     update_scaler,
 )
 from lightning_optimizer.spec import Cell, FailurePolicy, GradScalerSettings, StepOutcome
@@ -94,6 +108,7 @@ __all__ = [
     "make_optimizer",
     "schedule_batches",
     "schedule_loss",
+    "user_clears_after_copies",
 ]
 
 OptimizerKind = Literal["sgd", "sgd_momentum", "sgd_foreach", "adam", "adam_foreach", "adam_fused", "adamw"]
@@ -212,6 +227,8 @@ class Schedule:
     clipping: Clipping | None = None
     grad_scaler: GradScalerSettings | None = None
     """16-mixed only: the loss scaler's settings, given to the factory and to the oracle's ``GradScaler``."""
+    zero_grad_after_step: bool = True
+    """The context's setting (``False`` only for an implementation that claims ``"user_zero_grad"``, ZERO-003)."""
 
     @property
     def optimizers(self) -> tuple[OptimizerKind, ...]:
@@ -235,6 +252,39 @@ class Schedule:
     def length(self) -> int:
         """How many iterations the schedule has."""
         return sum(len(iterations) for iterations in self.epochs)
+
+
+def user_clears_after_copies(schedule: Schedule) -> Schedule:
+    """``schedule`` with ``zero_grad()`` before each optimizer's first call after a copy or a resumed checkpoint.
+
+    Under ``zero_grad_after_step=False`` the gradients a real step left and no window took are the user's, not the
+    context's state [ZERO-007]: a copy of the training state (``pickle``, ``deepcopy`` drop a parameter's gradient)
+    and a resumed checkpoint have none, so the copy continues the original's trajectory where the user clears them,
+    as Lightning's ``optimizer_zero_grad`` does at a window's start (a no-op for a window that is open), with
+    ``set_to_none=True``: zeros would be the original's alone (an optimizer steps a zero gradient, not a missing
+    one). Under ``True`` the schedule is returned as it is.
+    """
+    if schedule.zero_grad_after_step:
+        return schedule
+    due: set[int] = set()
+    index, epochs = 0, []
+    for iterations in schedule.epochs:
+        changed = []
+        for iteration in iterations:
+            if any(event.kind in ("pickle", "deepcopy") for event in iteration.events):
+                due = set(range(len(schedule.heads)))
+            calls = []
+            for call in iteration.calls:
+                if call.optimizer in due:
+                    due.discard(call.optimizer)
+                    call = replace(call, zero_grad_first=True, set_to_none=True)
+                calls.append(call)
+            changed.append(replace(iteration, calls=tuple(calls)))
+            if index in schedule.resume_after:
+                due = set(range(len(schedule.heads)))
+            index += 1
+        epochs.append(tuple(changed))
+    return replace(schedule, epochs=tuple(epochs))
 
 
 class ScheduleHead(torch.nn.Module):
@@ -414,6 +464,12 @@ class ScheduleOracle:
         over ``accumulate_grad_batches`` with one)."""
         self.facts: set[tuple[str, str]] = set()
         """What the schedule exercised, as ``(dimension, value)`` pairs of ``dimensions.DIMENSIONS``."""
+        self.left = [False] * len(self.optimizers)
+        """``zero_grad_after_step=False``: each optimizer's gradients are what its last taken real step left."""
+        self.carried: list[Carried | None] = [None] * len(self.optimizers)
+        """``zero_grad_after_step=False``: what each optimizer's open window took from its last taken real step."""
+        self.users = [False] * len(self.optimizers)
+        """Left gradients a copy or a resumed checkpoint does not hold (the user's, until ``zero_grad()``)."""
         self._stepped = False
         self._epoch = 0
         self._copied = False
@@ -422,6 +478,7 @@ class ScheduleOracle:
     def _record_schedule(self) -> None:
         facts, schedule = self.facts, self.schedule
         facts.add(("wrappers", str(len(schedule.heads))))
+        facts.add(("zero_grad_after_step", str(schedule.zero_grad_after_step)))
         facts.add(("outcome_read", "after every call of every wrapper"))
         for spec in schedule.heads:
             facts.add(("optimizer", _KIND_NAMES[spec.kind]))
@@ -454,18 +511,46 @@ class ScheduleOracle:
         for event in position.events:
             apply_structure(event, self.schedule, self.model, self.optimizers)
             self.facts.add(_EVENT_FACTS[event.kind])
-            self._copied |= event.kind in ("pickle", "deepcopy")
+            if event.kind in ("pickle", "deepcopy"):
+                self._copied = True
+                self.users = list(self.left)  # the copy does not hold them [ZERO-007]
 
     def end(self, position: IterationPosition) -> None:
         """End the iteration: the scaler's one update if an optimizer stepped, open windows rescaled."""
         if self.scaler is not None and self._stepped:
             self._update()
+        if position.index in self.schedule.resume_after:
+            self.users = list(self.left)  # the resumed checkpoint does not hold them [ZERO-007]
+
+    def unpinned(self) -> tuple[frozenset[int], frozenset[int]]:
+        """Which gradients (indices into ``model.parameters()``) no rule pins now, and which a step left.
+
+        Not pinned: those a window carries something for while it is open (how it holds its two parts meanwhile is
+        its own), and the user's left gradients that a copy or a resumed checkpoint lacks. Left: what a taken real
+        step left, unscaled (never compared at another loss scale).
+        """
+        carrying = {id(param) for carried in self.carried if carried for param in carried}
+        users = {
+            id(p) for i, opt in enumerate(self.optimizers) if self.users[i] and self.left[i] for p in params_of(opt)
+        }
+        left = {id(p) for i, opt in enumerate(self.optimizers) if self.left[i] for p in params_of(opt)}
+        params = list(self.model.parameters())
+        return (
+            frozenset(i for i, param in enumerate(params) if id(param) in carrying | users),
+            frozenset(i for i, param in enumerate(params) if id(param) in left),
+        )
 
     def _update(self) -> None:
         assert self.scaler is not None
         self._stepped = False
-        # Every gradient a window still holds (each once, should two optimizers share a parameter).
-        held = {id(param): param for optimizer in self.optimizers for param in params_of(optimizer)}
+        # Every gradient a window still holds (each once, should two optimizers share a parameter); not what a real
+        # step left, which is unscaled, nor what a window carries, which is aside [ZERO-005].
+        held = {
+            id(param): param
+            for i, optimizer in enumerate(self.optimizers)
+            if not self.left[i]
+            for param in params_of(optimizer)
+        }
         change = update_scaler(self.scaler, held.values())
         if change != 1.0:
             self.facts.add(("loss_scale", "grown" if change > 1.0 else "backed off"))
@@ -488,7 +573,11 @@ class ScheduleOracle:
         optimizer = self.optimizers[index]
         self._record_call(position, call)
         if call.zero_grad_first and self.pending[index] == 0:
-            optimizer.zero_grad(set_to_none=call.set_to_none)
+            optimizer.zero_grad(set_to_none=call.set_to_none)  # what the last step left goes too [ZERO-005]
+            self.left[index] = self.users[index] = False
+        if self.left[index]:  # the window's first micro-step takes what the last taken step left [ZERO-005]
+            self.carried[index] = take_gradients(params_of(optimizer)) or None
+            self.left[index] = self.users[index] = False
         if call.fails_after_backward and self.on_failure == "discard":
             self.discard(index)
         self._backward(position, call)
@@ -501,7 +590,21 @@ class ScheduleOracle:
         # The window's mean [ACC-001], unscaled [AMP-002], clipped [CLIP-001], stepped (or skipped [AMP-004]).
         clip = None if self.schedule.clipping is None else clipper(*self.schedule.clipping)
         n = self.schedule.accumulate_grad_batches
-        finite = real_step(optimizer, window, self.scaler, n, clip=clip, check_finite=self.scaler is not None)
+        if self.carried[index]:
+            self.facts.add(("window", "carrying the last step's gradients"))
+        clear = self.schedule.zero_grad_after_step
+        finite = real_step(
+            optimizer,
+            window,
+            self.scaler,
+            n,
+            clip=clip,
+            check_finite=self.scaler is not None,
+            carried=self.carried[index],
+            clear=clear,
+        )
+        self.carried[index] = None
+        self.left[index] = not clear and finite  # a skipped step clears under both settings [ZERO-004]
         self._stepped = self.scaler is not None
         oracle_step_done(self.cell)
         self.pending[index] = 0
@@ -517,6 +620,8 @@ class ScheduleOracle:
         for param in params_of(self.optimizers[index]):
             param.grad = None
         self.pending[index] = 0
+        self.carried[index] = None  # the carried part goes with the window [ZERO-007]
+        self.left[index] = self.users[index] = False
         self.last_outcomes[index] = StepOutcome.DISCARDED
 
     def _record_call(self, position: IterationPosition, call: Call) -> None:

@@ -42,6 +42,7 @@ from lightning_optimizer.conformance.harness import (
     failure_settings,
     refuses,
     tolerance_for,
+    zeroing_settings,
 )
 from lightning_optimizer.conformance.schedule_oracle import (
     Call,
@@ -85,6 +86,10 @@ class Observed:
     params: list[torch.Tensor] = field(default_factory=list)
     scales: int = 0
     """How many backward passes the run had made by then."""
+    unpinned: frozenset[int] = frozenset()
+    """The oracle's: gradients (indices into ``grads``) that no rule pins now (a carrying window's) [ZERO-005]."""
+    left: frozenset[int] = frozenset()
+    """The oracle's: gradients that a taken real step left (unscaled, ``zero_grad_after_step=False``) [ZERO-004]."""
 
 
 @dataclass
@@ -133,6 +138,7 @@ class _Subject:
         """``per_head``: each head prepared as a module of its own (a cell of several ranks), else the model."""
         settings: dict[str, Any] = {"accumulate_grad_batches": schedule.accumulate_grad_batches}
         settings.update(failure_settings(on_failure))
+        settings.update(zeroing_settings(schedule.zero_grad_after_step))
         if schedule.clipping is not None:
             settings.update(gradient_clip_algorithm=schedule.clipping[0], gradient_clip_val=schedule.clipping[1])
         if schedule.grad_scaler is not None and cell.precision == "16-mixed":
@@ -350,9 +356,10 @@ def oracle_run(
     run, plan = Run(), list[list[Planned]]()
 
     def observe(**iteration: Any) -> Observed:
-        return Observed(
-            dict(enumerate(oracle.last_outcomes)), grads(oracle.model.parameters(), to_cpu=True), **iteration
-        )
+        unpinned, left = oracle.unpinned()
+        outcomes = dict(enumerate(oracle.last_outcomes))
+        observed = grads(oracle.model.parameters(), to_cpu=True)
+        return Observed(outcomes, observed, unpinned=unpinned, left=left, **iteration)
 
     for position in schedule.iterations():
         oracle.begin(position)
@@ -371,10 +378,11 @@ def oracle_run(
     return run, plan
 
 
-def _assert_grads(
-    got: list[list[torch.Tensor | None]], want: list[torch.Tensor | None], cell: Cell, factor: float, what: str
-) -> None:
+def _assert_grads(got: list[list[torch.Tensor | None]], want: Observed, cell: Cell, factor: float, what: str) -> None:
     """Every parameter's gradient is the oracle's: ``None`` where its is, else the open windows' (scaled) sums.
+
+    Under ``zero_grad_after_step=False`` a real step's gradients are what it applied (unscaled: compared at any loss
+    scale), until ``zero_grad()`` or the next window takes them; those of a window that carries some are not pinned.
 
     Of several ranks, the mean of their own gradients (each window holds its own shard's sums, unsynced); under FSDP
     a shard holds no open window (what micro-steps without sync accumulate lives elsewhere): only a closed window,
@@ -383,30 +391,51 @@ def _assert_grads(
     ``rtol`` too, as a half batch's gradients round in the autocast dtype on their own.
     """
     tol = REORDERED_TOLERANCES[cell.precision]
-    for i, theirs in enumerate(want):
+    # What a step applied is compared relative to the largest gradient it applied: a small one (a bias's, a mean of
+    # residuals that cancel) rounds on each rank's shard of the batch in the autocast dtype on its own.
+    applied = [want.grads[i] for i in want.left]
+    largest = max(
+        (float(g[g.isfinite()].abs().max()) for g in applied if g is not None and bool(g.isfinite().any())), default=0.0
+    )
+    for i, theirs in enumerate(want.grads):
         mine = [rank[i] for rank in got]
+        if i in want.unpinned:
+            continue
         if theirs is None:
             assert all(grad is None for grad in mine), (
                 f"{what}: parameter {i} has a gradient on rank(s) {[r for r, g in enumerate(mine) if g is not None]}; "
-                "the oracle's window is closed (gradients are cleared after a real step) [ZERO-001]"
+                "the oracle's window is closed (gradients are cleared after a real step, or by zero_grad(), or a "
+                "step skipped for non-finite gradients cleared them) [ZERO-001, ZERO-004]"
             )
             continue
         if cell.strategy == "fsdp":
             continue
+        left = i in want.left
         missing = [r for r, g in enumerate(mine) if g is None]
-        assert not missing, (
-            f"{what}: parameter {i} has no gradient on rank(s) {missing}; the oracle's open window holds one"
+        assert not missing, f"{what}: parameter {i} has no gradient on rank(s) {missing}; " + (
+            "a real step taken under zero_grad_after_step=False leaves the gradients it applied until zero_grad() "
+            "[ZERO-004]"
+            if left
+            else "the oracle's open window holds one"
         )
-        mean = torch.stack([cast(torch.Tensor, grad).double() for grad in mine]).mean(dim=0) / factor
+        scale = 1.0 if left else factor
+        mean = torch.stack([cast(torch.Tensor, grad).double() for grad in mine]).mean(dim=0) / scale
         size = float(theirs[theirs.isfinite()].abs().max()) if bool(theirs.isfinite().any()) else 0.0
+        size = max(size, largest) if left else size
         atol = (max(tol.atol, tol.rtol) if len(got) > 1 else tol.atol) * max(size, 1e-30)
         if not torch.allclose(mean, theirs.double(), rtol=tol.rtol, atol=atol, equal_nan=True):
             raise AssertionError(
                 f"{what}: the gradient of parameter {i} (mean over {len(got)} rank(s)) differs from the oracle's (max "
                 f"abs diff {float((mean - theirs.double()).abs().nan_to_num().max()):.3g} on gradients of size "
-                f"{size:.3g}): an open window holds the sum of its micro-batches' gradients"
-                + (f", at the current loss scale (x{factor:g} the oracle's)" if factor != 1.0 else "")
-                + (", each rank's its own shard's, unsynced [DDP-001, FSDP-002]" if len(got) > 1 else "")
+                f"{size:.3g}): "
+                + (
+                    "a real step taken under zero_grad_after_step=False leaves the gradients it applied (the "
+                    "window's mean plus what it carried, unscaled and clipped) [ZERO-004, ZERO-005]"
+                    if left
+                    else "an open window holds the sum of its micro-batches' gradients"
+                    + (f", at the current loss scale (x{factor:g} the oracle's)" if factor != 1.0 else "")
+                    + (", each rank's its own shard's, unsynced [DDP-001, FSDP-002]" if len(got) > 1 else "")
+                )
             )
 
 
@@ -519,11 +548,11 @@ def assert_matches(runs: list[Run], want: Run, schedule: Schedule, cell: Cell) -
                         else f"the call does not close its window, yet it issued {count} reducing operation(s) of the "
                         f"process group: micro-steps that do not close a window run without gradient sync {sync_rule}"
                     )
-            _assert_grads([observed.grads for observed in got], expected.grads, cell, factor, what)
+            _assert_grads([observed.grads for observed in got], expected, cell, factor, what)
         got = [run.iterations[position.index] for run in runs]
         what = f"end of {where}, calls {list(position.calls)}"
         _assert_outcomes(got, end, what)
-        _assert_grads([observed.grads for observed in got], end.grads, cell, factor, what)
+        _assert_grads([observed.grads for observed in got], end, cell, factor, what)
         for rank, other in enumerate(got[1:], start=1):
             assert_same_values(
                 other.params, got[0].params, f"{what}: rank {rank}'s parameters against rank 0's [DDP-002, FSDP-003]"

@@ -8,7 +8,9 @@ loss-scaler settings (given to the factory) that make the scale grow within a fe
 non-finite losses that make it back off; epochs whose length leaves partial windows, and iterations outside any
 ``context.batch`` (where, under 16-mixed, the scaler updates after each real step); per call
 ``make_optimizer_step`` ``True``/``False``/``None``, the closure form (``wrapper.backward`` or ``loss.backward()``)
-or the backward-then-step form, ``zero_grad()`` with ``set_to_none`` either way; between iterations parameters
+or the backward-then-step form, ``zero_grad()`` with ``set_to_none`` either way; ``zero_grad_after_step`` ``True``
+or, for an implementation that claims ``"user_zero_grad"``, ``False`` (windows then carry what the last real step
+left, wherever no ``zero_grad()`` came first); between iterations parameters
 frozen and unfrozen after wrap, parameter groups added after wrap, copies of the whole training state (pickle,
 deepcopy) that go on while the original must stay as it was, closures that raise, and checkpoints resumed in fresh
 objects.
@@ -94,6 +96,8 @@ def _run_schedule(
     "ACC-003",
     "ZERO-001",
     "ZERO-002",
+    "ZERO-004",
+    "ZERO-005",
     "CLOS-001",
     "TOGGLE-001",
     "TOGGLE-002",
@@ -115,12 +119,12 @@ def test_generated_schedules_match_the_oracle(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """Generated schedules: outcomes and gradients after every call, parameters and scales after every iteration."""
-    copies = "pickling" in implementation.features
+    copies, leaves = "pickling" in implementation.features, "user_zero_grad" in implementation.features
     check = functools.partial(_run_schedule, make_context, cell)
-    _check_schedules(request, tmp_path_factory, cell, "oracle", check, copies=copies)
+    _check_schedules(request, tmp_path_factory, cell, "oracle", check, copies=copies, user_zero_grad=leaves)
 
 
-@pytest.mark.requirement("CLOS-003", "TOGGLE-002", "FAIL-002", "FAIL-003", "FAIL-004", "STEP-004")
+@pytest.mark.requirement("CLOS-003", "TOGGLE-002", "FAIL-002", "FAIL-003", "FAIL-004", "STEP-004", "ZERO-007")
 @pytest.mark.cells(devices=EAGER)
 @pytest.mark.parametrize("on_failure", ON_FAILURE)
 @pytest.mark.varies(**FAULTS_GENERATED)
@@ -138,17 +142,23 @@ def test_generated_schedules_with_raising_closures(
     ``"restore"``; under ``"discard"`` the oracle discards that optimizer's window (``DISCARDED`` until the retry,
     which starts a new window) and every other window is untouched.
     """
-    copies = "pickling" in implementation.features
+    copies, leaves = "pickling" in implementation.features, "user_zero_grad" in implementation.features
     check = functools.partial(_run_schedule, make_context, cell, on_failure=on_failure)
-    _check_schedules(request, tmp_path_factory, cell, "faults", check, faults=True, copies=copies)
+    _check_schedules(
+        request, tmp_path_factory, cell, "faults", check, faults=True, copies=copies, user_zero_grad=leaves
+    )
 
 
-@pytest.mark.requirement("CKPT-001", "CKPT-002", "PROXY-003")
+@pytest.mark.requirement("CKPT-001", "CKPT-002", "PROXY-003", "ZERO-007")
 @pytest.mark.features("checkpointing")
 @pytest.mark.cells(devices=EAGER)
 @pytest.mark.varies(**RESUME_GENERATED)
 def test_generated_schedules_resume_from_checkpoints(
-    make_context: MakeContext, cell: Cell, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    make_context: MakeContext,
+    cell: Cell,
+    implementation: Any,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """Checkpoints resumed between iterations in fresh objects: the oracle's trajectory, bit for bit the same."""
 
@@ -159,7 +169,8 @@ def test_generated_schedules_resume_from_checkpoints(
             what = f"iteration {index} after resuming at iterations {sorted(schedule.resume_after)}"
             assert_same_values(got.params, want.params, f"{what}, against the uninterrupted run")
 
-    _check_schedules(request, tmp_path_factory, cell, "resume", check, resumes=True)
+    leaves = "user_zero_grad" in implementation.features
+    _check_schedules(request, tmp_path_factory, cell, "resume", check, resumes=True, user_zero_grad=leaves)
 
 
 @pytest.mark.requirement(
@@ -176,6 +187,8 @@ def test_generated_schedules_resume_from_checkpoints(
     "ACC-003",
     "ZERO-001",
     "ZERO-002",
+    "ZERO-004",
+    "ZERO-005",
     "TOGGLE-001",
     "CLIP-001",
     "AMP-002",
@@ -185,7 +198,11 @@ def test_generated_schedules_resume_from_checkpoints(
 @pytest.mark.cells(devices=EAGER, world_sizes=(2,), strategies=("ddp", "fsdp"))
 @pytest.mark.varies(**RANK_GENERATED)
 def test_generated_schedules_on_ranks_match_the_global_batch(
-    ranks: RankPool, cell: Cell, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ranks: RankPool,
+    cell: Cell,
+    implementation: Any,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """Generated schedules on two ranks, each head its own prepared module: the plain loop on the global batch."""
 
@@ -194,4 +211,5 @@ def test_generated_schedules_on_ranks_match_the_global_batch(
         scenario = "lightning_optimizer.conformance.rank_schedules:run_on_rank"
         assert_matches(ranks.run(scenario, cell, schedule=schedule, plan=plan), want, schedule, cell)
 
-    _check_schedules(request, tmp_path_factory, cell, "ranks", check, ranks=True)
+    leaves = "user_zero_grad" in implementation.features
+    _check_schedules(request, tmp_path_factory, cell, "ranks", check, ranks=True, user_zero_grad=leaves)

@@ -112,7 +112,7 @@ def test_the_ci_budget_reaches_every_declared_value(check: str) -> None:
         for precision in PRECISIONS:
             cell = Cell("cpu", precision)
             drawn = generator.schedules_of(
-                cell, budget, None, faults=faults, resumes=resumes, copies=copies, ranks=ranks
+                cell, budget, None, faults=faults, resumes=resumes, copies=copies, ranks=ranks, user_zero_grad=True
             )
             for schedule in drawn:
                 for policy in policies:

@@ -162,7 +162,10 @@ MUTANTS: dict[str, Entry] = {
     "epoch_start_resets_window_count": ("ACC-001", [ORACLE_PROPERTY]),
     "no_flush": ("ACC-003", ["test_schedule_flushes_last_partial_window", ORACLE_PROPERTY]),
     "drops_last_partial_window": ("ACC-003", ["test_schedule_flushes_last_partial_window", ORACLE_PROPERTY]),
-    "no_zero_grad_after_step": ("ZERO-001", ["test_real_step_clears_gradients"]),
+    "no_zero_grad_after_step": (
+        "ZERO-001",
+        ["test_real_step_clears_gradients", "test_a_taken_step_leaves_the_gradients_it_applied[zero-after-step]"],
+    ),
     "zero_grad_always_clears": ("ZERO-002", ["test_zero_grad_keeps_an_open_window", ORACLE_PROPERTY]),
     "closure_run_twice": ("CLOS-001", ["test_closure_runs_once_per_call"]),
     "lbfgs_closure_cached": ("CLOS-002", ["test_lbfgs_evaluates_the_closure_itself"]),
@@ -1090,6 +1093,124 @@ MUTANTS: dict[str, Entry] = {
         ["test_an_optimizer_declaring_evaluates_closure_is_refused_accumulation[instance attribute]"],
     ),
     "evaluation_result_detached": ("STEP-006", ["test_an_evaluating_optimizer_step_returns_its_first_evaluation"]),
+    # Contract 2026.12.9: zero_grad_after_step (ZERO-003 to ZERO-007), each under the setting False where it breaks a
+    # rule of it. The first two are the readings the contract rejected.
+    "zero_refuses_left_gradients": (
+        "ZERO-005",
+        [
+            "test_a_window_applies_what_it_carries_plus_its_own_mean",
+            "test_zero_grad_clears_what_the_last_step_left[with the window open]",
+            ORACLE_PROPERTY,
+        ],
+    ),
+    "zero_setting_ignored": (
+        "ZERO-004",
+        [
+            "test_a_taken_step_leaves_the_gradients_it_applied[user-zero-grad]",
+            "test_a_window_carries_on_every_device",
+            "test_a_window_applies_what_it_carries_plus_its_own_mean",
+            "test_zero_grad_clears_what_the_last_step_left",
+            ORACLE_PROPERTY,
+        ],
+    ),
+    "zero_grad_after_step_truthy": ("ZERO-003", ["test_zero_grad_after_step_is_a_construction_setting"]),
+    "carried_divided_by_window_length": (
+        "ZERO-005",
+        [
+            "test_a_window_applies_what_it_carries_plus_its_own_mean[windows 2, 4, flushed 1]",
+            "test_a_window_applies_what_it_carries_plus_its_own_mean[windows 3, cut short 2, flushed 2]",
+            "test_a_window_applies_what_it_carries_plus_its_own_mean[windows 4, flushed 3]",
+            "test_unscale_gradients_makes_the_sum_the_user_clips",
+            "test_a_failed_window_discards_or_restores_its_carried_part[later micro-step-restore]",
+            "test_a_failed_window_discards_or_restores_its_carried_part[inner step-restore]",
+            ORACLE_PROPERTY,
+        ],
+    ),
+    "carried_unscaled_twice": (
+        "ZERO-005",
+        [
+            "test_the_carried_part_is_neither_unscaled_nor_rescaled_again",
+            "test_a_window_applies_what_it_carries_plus_its_own_mean",
+            ORACLE_PROPERTY,
+        ],
+        F16,
+    ),
+    "carried_rescaled_at_scale_change": (
+        "ZERO-005",
+        ["test_the_carried_part_is_neither_unscaled_nor_rescaled_again", ORACLE_PROPERTY],
+        F16,
+    ),
+    "left_gradients_rescaled": (
+        "ZERO-005",
+        [
+            "test_the_carried_part_is_neither_unscaled_nor_rescaled_again",
+            "test_a_window_applies_what_it_carries_plus_its_own_mean",
+            ORACLE_PROPERTY,
+        ],
+        F16,
+    ),
+    "carried_not_clipped": (
+        "ZERO-005",
+        ["test_configured_clipping_clips_the_carried_part_with_the_rest", ORACLE_PROPERTY],
+    ),
+    "unscale_gradients_leaves_out_carried": (
+        "ZERO-005",
+        ["test_unscale_gradients_makes_the_sum_the_user_clips[backward]"],
+    ),
+    "zero_grad_keeps_taken_carried": (
+        "ZERO-005",
+        ["test_zero_grad_clears_what_the_last_step_left[after a backward took it]"],
+    ),
+    "lbfgs_carries": ("ZERO-005", ["test_an_optimizer_that_evaluates_its_closure_carries_nothing"]),
+    "skipped_step_leaves_gradients": (
+        "ZERO-004",
+        [
+            "test_a_taken_step_leaves_the_gradients_it_applied[user-zero-grad]",
+            "test_the_carried_part_is_neither_unscaled_nor_rescaled_again",
+            ORACLE_PROPERTY,
+        ],
+        F16,
+    ),
+    "left_gradients_changed_in_place_taken": (
+        "ZERO-006",
+        ["test_gradients_changed_in_place_before_they_were_taken_are_refused"],
+    ),
+    "cleared_left_gradients_refused": ("ZERO-006", ["test_gradients_set_to_none_or_replaced_carry_nothing"]),
+    "discard_keeps_carried": (
+        "ZERO-007",
+        [
+            "test_a_failed_window_discards_or_restores_its_carried_part[first micro-step-discard]",
+            "test_a_failed_window_discards_or_restores_its_carried_part[later micro-step-discard]",
+            "test_a_failed_window_discards_or_restores_its_carried_part[inner step-discard]",
+            f"{FAULT_PROPERTY}[discard]",
+        ],
+    ),
+    "restore_loses_carried": (
+        "ZERO-007",
+        [
+            "test_a_failed_window_discards_or_restores_its_carried_part[first micro-step-restore]",
+            "test_a_failed_window_discards_or_restores_its_carried_part[before any backward-discard]",
+            "test_a_failed_window_discards_or_restores_its_carried_part[before any backward-restore]",
+            FAULT_PROPERTY,
+        ],
+    ),
+    "state_drops_carried": (
+        "ZERO-007",
+        [
+            "test_a_taken_carried_part_is_window_state[checkpoint mid-window]",
+            "test_a_taken_carried_part_is_window_state[checkpoint between windows]",
+            RESUME_PROPERTY,
+        ],
+    ),
+    "copy_drops_carried": (
+        "ZERO-007",
+        [
+            "test_a_taken_carried_part_is_window_state[pickle mid-window]",
+            "test_a_taken_carried_part_is_window_state[deepcopy mid-window]",
+            FAULT_PROPERTY,
+        ],
+    ),
+    "state_of_other_zeroing_accepted": ("ZERO-007", ["test_a_state_of_the_other_setting_is_refused"]),
 }
 
 KNOWN_GAPS: dict[str, str] = {

@@ -25,7 +25,8 @@ class KeepsEvaluationGradients(ClearAfterStep):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.zeroing = KeepsEvaluationGradients()
+        if self.parts.zeroing.clears_after_step:  # the default setting's rule (ZERO-001); False is left as it is
+            self.parts.zeroing = KeepsEvaluationGradients()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

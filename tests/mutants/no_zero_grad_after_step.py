@@ -21,7 +21,8 @@ class NoZeroGrad(ClearAfterStep):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.zeroing = NoZeroGrad()
+        if self.parts.zeroing.clears_after_step:  # the default setting's rule (ZERO-001); False is left as it is
+            self.parts.zeroing = NoZeroGrad()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -1,0 +1,22 @@
+"""ZERO-007 broken: a copy of the context (``pickle``, ``copy.deepcopy``) loses the part its open windows carry.
+
+The copy's windows keep their micro-steps and lose what they took from the last real step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class Context(MutantContext):
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        for window in self._windows:
+            window.carried = None
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,29 @@
+"""ZERO-007 broken: a discarded window keeps its carried part, which the next window then applies.
+
+``on_failure="discard"`` empties the window's gradients and length but not what it carried from the last step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.reference.window import Window
+from lightning_optimizer.reference.zeroing import LeaveToUser
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class DropKeepsCarried(LeaveToUser):
+    def drop(self, window: Window) -> None:
+        window.left = None
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.parts.zeroing.clears_after_step:
+            self.parts.zeroing = DropKeepsCarried()
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)

@@ -1,0 +1,29 @@
+"""ZERO-004 broken: under ``zero_grad_after_step=False`` a step skipped for non-finite gradients leaves them too.
+
+Its infinities are then carried into the next window, which skips in turn: every later step is skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.reference.window import Window
+from lightning_optimizer.reference.zeroing import LeaveToUser
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class LeavesSkipped(LeaveToUser):
+    def after_step(self, window: Window, *, skipped: bool) -> None:
+        super().after_step(window, skipped=False)
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.parts.zeroing.clears_after_step:
+            self.parts.zeroing = LeavesSkipped()
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
