@@ -278,6 +278,8 @@ _ZERO_GRADS = [
     "set_to_none=False",
     "with the window open",
     "after a backward took it",
+    "set_to_none=False after a backward took it",
+    "set_to_none=False in step()'s closure",
     "of the other wrapper",
 ]
 
@@ -288,7 +290,14 @@ _ZERO_GRADS = [
 @pytest.mark.parametrize("when", _ZERO_GRADS)
 @pytest.mark.varies(
     zero_grad_after_step=("False",),
-    zero_grad=("set_to_none=True", "set_to_none=False", "with a window open", "of another wrapper"),
+    zero_grad=(
+        "set_to_none=True",
+        "set_to_none=False",
+        "with a window open",
+        "of another wrapper",
+        "after a backward took the carried part",
+        "in step()'s closure, after step() took it",
+    ),
     call_form=("closure, wrapper.backward", "backward, then step()"),
     window=("1 micro-step", "k >= 2 micro-steps", "carrying the last step's gradients"),
     make_optimizer_step=("None",),
@@ -307,7 +316,7 @@ def test_zero_grad_clears_what_the_last_step_left(make_context: MakeContext, cel
         rig.step("b", 0, True)
     a_params = _layers(rig)
     with rig.batch(1):
-        if when.startswith("set_to_none"):
+        if when in ("set_to_none=True", "set_to_none=False"):
             set_to_none = when == "set_to_none=True"
             rig.zero_grad("a", set_to_none)
             got = [p.grad for p in a_params]
@@ -322,15 +331,41 @@ def test_zero_grad_clears_what_the_last_step_left(make_context: MakeContext, cel
         elif when == "with the window open":
             rig.step("a", 1, False)
             rig.zero_grad("a")
-        elif when == "after a backward took it":
+        elif when.endswith("after a backward took it"):
+            set_to_none = not when.startswith("set_to_none=False")
             rig.wrappers["a"].backward(rig.loss("a", 1))
             rig.plain.backward("a", rig.plain_loss("a", 1))
-            rig.zero_grad("a")
-            assert all(p.grad is None for p in a_params), (
-                "zero_grad() after a backward took the carried part, before the window's first micro-step "
-                "accumulated, left gradients: it clears them, the carried part included [ZERO-005, ZERO-002]"
-            )
+            rig.zero_grad("a", set_to_none)
+            got = [p.grad for p in a_params]
+            if set_to_none:
+                assert all(g is None for g in got), (
+                    "zero_grad() after a backward took the carried part, before the window's first micro-step "
+                    "accumulated, left gradients: it clears them, the carried part included [ZERO-005, ZERO-002]"
+                )
+            else:
+                assert all(g is not None and not bool(g.any()) for g in got), (
+                    "zero_grad(set_to_none=False) after a backward took the carried part did not leave zeros on "
+                    f"every parameter ({sum(g is None for g in got)} left None): as torch's zero_grad(False), it "
+                    "leaves zeros where gradients were, the taken ones included, so a parameter the next backward "
+                    "does not reach is still stepped with a zero gradient [ZERO-005, ZERO-002]"
+                )
             rig.step("a", 1, False, "backward")
+        elif when == "set_to_none=False in step()'s closure":  # Lightning's closure: zero_grad, then backward
+            seen: list[torch.Tensor | None] = []
+
+            def zero_first() -> None:
+                rig.wrappers["a"].zero_grad(set_to_none=False)
+                seen.extend(None if p.grad is None else p.grad.clone() for p in a_params)
+
+            rig.plain.take("a")
+            rig.plain.zero_grad("a", set_to_none=False)
+            rig.step("a", 1, False, before=zero_first)
+            assert all(g is not None and not bool(g.any()) for g in seen), (
+                "zero_grad(set_to_none=False) in step()'s closure, after the step() took the carried part and "
+                f"before the closure's backward, left {sum(g is None for g in seen)} of {len(seen)} gradients None: "
+                "as torch's zero_grad(False) it leaves zeros where the last step left gradients, so a parameter "
+                "the backward does not reach is still stepped with a zero gradient [ZERO-005, ZERO-002]"
+            )
         else:
             rig.zero_grad("b")
             rig.step("a", 1, False)
@@ -645,6 +680,57 @@ def test_gradients_set_to_none_or_replaced_carry_nothing(make_context: MakeConte
             rig.step("a", batch_idx, None, "toggle_model" if batch_idx == 2 else "closure")
     assert not rig.plain.carrying["a"], "the plain loop carried something (a defect of the check)"
     rig.assert_params(f"{how} after a real step, then a window of 2: nothing carried [ZERO-006]")
+
+
+_UNSCALED = ("64-true", "32-true", "bf16-mixed", "bf16-true", "16-true")
+"""The precisions without a loss scaler, where a plain ``loss.backward()`` writes what ``wrapper.backward`` would."""
+
+
+@pytest.mark.requirement("ZERO-006", "ZERO-005")
+@pytest.mark.features("user_zero_grad")
+@pytest.mark.cells(devices=EAGER, precisions=_UNSCALED)
+@pytest.mark.parametrize("set_to_none", [True, False], ids=["model.zero_grad()", "model.zero_grad(False)"])
+@pytest.mark.varies(
+    zero_grad_after_step=("False",),
+    zero_grad=("set_to_none=True", "set_to_none=False"),
+    call_form=("loss.backward(), then step()", "closure, wrapper.backward"),
+    window=("k >= 2 micro-steps",),
+)
+def test_a_gradient_written_after_the_left_one_was_cleared_is_the_windows_own(
+    make_context: MakeContext, cell: Cell, set_to_none: bool
+) -> None:
+    """After ``model.zero_grad()``, a ``loss.backward()`` before the window's first ``step()`` is a micro-step of it.
+
+    Set to ``None``, the left gradients carry nothing: the tensor the backward then writes is new, the window's own,
+    averaged with its next micro-step, not carried whole. Zeroed in place (``set_to_none=False``), what the backward
+    adds onto the zeros is an in-place change of the left tensor: refused before anything changes [ZERO-006].
+    """
+    rig = ZeroRig(make_context, cell, zero_grad_after_step=False, accumulate=2)
+    with rig.batch(0):
+        rig.step("a", 0, True)
+    rig.model.zero_grad(set_to_none=set_to_none)
+    rig.loss("a", 1).backward()
+    wrapper = rig.wrappers["a"]
+    if not set_to_none:
+        before = [p.detach().clone() for p in _layers(rig)]
+        with pytest.raises(RuntimeError, match="zero_grad"):
+            wrapper.step()
+        assert all(torch.equal(b, p) for b, p in zip(before, _layers(rig), strict=True)), (
+            "the refused step() changed a parameter [ZERO-006]"
+        )
+        return
+    rig.plain.zero_grad("a", set_to_none=True)
+    rig.plain.backward("a", rig.plain_loss("a", 1))
+    with rig.batch(2):
+        wrapper.step()
+        rig.after_call("a", False, "a.step() after model.zero_grad() and loss.backward() on batch 2")
+    with rig.batch(3):
+        rig.step("a", 3, None)
+    assert not rig.plain.carrying["a"], "the plain loop carried something (a defect of the check)"
+    rig.assert_params(
+        "model.zero_grad(), then loss.backward() and step(), then a closing micro-step: the new gradient is the "
+        "window's first micro-step, averaged with its second, not carried whole [ZERO-006, ZERO-005]"
+    )
 
 
 # -- ZERO-007: failures, states, copies ---------------------------------------------------------------------------

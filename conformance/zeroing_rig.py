@@ -31,6 +31,7 @@ from lightning_optimizer.conformance.harness import (
     FlakyAdam,
     FlakySGD,
     Halves,
+    adam_eps,
     assert_params_close,
     context_loss,
     failure_settings,
@@ -90,13 +91,21 @@ Kind = Literal["sgd", "sgd_momentum", "adam", "flaky_sgd", "flaky_adam", "lbfgs"
 
 LR = 10.0
 """SGD's learning rate: a gradient off by any factor moves the parameters far beyond the tolerance."""
+HALF_LR = 1.0
+"""SGD's learning rate in 16-true: still far beyond 16-true's tolerance, and the parameters stay in float16's range."""
 ADAM_LR = 0.01
 
 
-def make_optimizer(kind: Kind, module: torch.nn.Module, groups: int = 2) -> torch.optim.Optimizer:
-    """An optimizer of ``kind`` over ``module``; ``groups=2``: its last layer in a group of its own, at half the lr."""
+def make_optimizer(kind: Kind, module: torch.nn.Module, cell: Cell, groups: int = 2) -> torch.optim.Optimizer:
+    """An optimizer of ``kind`` over ``module``; ``groups=2``: its last layer in a group of its own, at half the lr.
+
+    In 16-true (float16 parameters and optimizer state) SGD's learning rate is ``HALF_LR``, and Adam's ``eps`` one
+    float16 holds (:func:`.harness.adam_eps`): the checks' inputs would overflow float16 otherwise.
+    """
     params = list(module.parameters())
-    lr = ADAM_LR if kind in ("adam", "flaky_adam") else LR
+    adam = kind in ("adam", "flaky_adam")
+    lr = ADAM_LR if adam else (HALF_LR if cell.precision == "16-true" else LR)
+    eps = adam_eps(cell)
     param_groups: list[dict[str, Any]] = (
         [{"params": params}] if groups == 1 else [{"params": params[:-2]}, {"params": params[-2:], "lr": lr / 2}]
     )
@@ -107,9 +116,9 @@ def make_optimizer(kind: Kind, module: torch.nn.Module, groups: int = 2) -> torc
     if kind == "flaky_sgd":
         return FlakySGD(param_groups, lr=lr, momentum=0.9)
     if kind == "adam":
-        return torch.optim.Adam(param_groups, lr=lr)
+        return torch.optim.Adam(param_groups, lr=lr, eps=eps)
     if kind == "flaky_adam":
-        return FlakyAdam(param_groups, lr=lr)
+        return FlakyAdam(param_groups, lr=lr, eps=eps)
     return torch.optim.LBFGS(params, lr=0.5, max_iter=3, history_size=3)
 
 
@@ -277,7 +286,7 @@ class ZeroRig:
         self.oracle = oracle_copy(self.base, cell)
         assert isinstance(self.oracle, Halves)
         optimizers = {
-            name: make_optimizer(kind, getattr(self.oracle, name), groups) for name, kind in self.kinds.items()
+            name: make_optimizer(kind, getattr(self.oracle, name), cell, groups) for name, kind in self.kinds.items()
         }
         clip_function = None if clip is None else clipper(*clip)
         scaler = plain_scaler(cell, grad_scaler)
@@ -292,7 +301,7 @@ class ZeroRig:
         model = context.prepare_module(copy.deepcopy(self.base))
         assert isinstance(model, Halves), f"prepare_module gave a {type(model).__name__}"
         wrappers = {
-            name: context.wrap(make_optimizer(kind, getattr(model, name), self.groups))
+            name: context.wrap(make_optimizer(kind, getattr(model, name), self.cell, self.groups))
             for name, kind in self.kinds.items()
         }
         return context, model, wrappers
@@ -329,16 +338,21 @@ class ZeroRig:
         *,
         blow_up: bool = False,
         then: Callable[[], object] | None = None,
+        before: Callable[[], object] | None = None,
     ) -> StepOutcome:
         """One micro-step of wrapper ``name`` on batch ``data`` in ``form``, on both sides; the outcome, checked.
 
-        ``then`` runs after the backward (in the closure, or before the closure-less ``step()``).
+        ``then`` runs after the backward (in the closure, or before the closure-less ``step()``); ``before`` first
+        thing in the closure, on the implementation's side only (a closure form only).
         """
+        assert before is None or form in ("closure", "loss.backward"), "before= needs a closure (a check's defect)"
         wrapper = self.wrappers[name]
         closes = self.plain.closes(name, make_optimizer_step, self.position)
         self.plain.backward(name, self.plain_loss(name, data, blow_up=blow_up))  # first: ``then`` may compare with it
 
         def backward() -> None:
+            if before is not None:
+                before()
             loss = self.loss(name, data, blow_up=blow_up)
             loss.backward() if form == "loss.backward" else wrapper.backward(loss)
             if then is not None:
