@@ -334,4 +334,16 @@ def unavailable_reason(cell: Cell) -> str | None:
         return "torch_xla is not installed"
     if cell.device == "cuda" and cell.world_size > max(torch.cuda.device_count(), 1):
         return f"world size {cell.world_size} needs {cell.world_size} CUDA devices"
+    if cell.device == "xla" and cell.precision == "16-true" and _xla_backend() == "CPU":
+        return (
+            "torch_xla's CPU backend (PJRT_DEVICE=CPU) is no place for float16 graphs: after the 16-true cells' "
+            "graphs, a later XLA computation in the same process ends in a segmentation fault (torch_xla 2.9)"
+        )
     return None
+
+
+def _xla_backend() -> str:
+    """The device type of torch_xla's runtime (``CPU``, ``TPU``, ``CUDA``, ...); torch_xla is installed."""
+    import torch_xla.runtime as xr
+
+    return str(xr.device_type())

@@ -1211,6 +1211,111 @@ MUTANTS: dict[str, Entry] = {
         ],
     ),
     "state_of_other_zeroing_accepted": ("ZERO-007", ["test_a_state_of_the_other_setting_is_refused"]),
+    # Blind batch 3: written from contract 2026.12.9's text (ZERO-003 to ZERO-007, PREC-001, PREC-002, ERR-007) by
+    # someone who had not read the checks.
+    "blind3_zero_backward_takes_own_window_only": (
+        "ZERO-005",
+        [
+            "test_gradients_changed_in_place_before_they_were_taken_are_refused"
+            "[grad.mul_(2), then the other wrapper's backward-discard]",
+            "test_gradients_changed_in_place_before_they_were_taken_are_refused"
+            "[grad.mul_(2), then the other wrapper's backward-restore]",
+        ],
+    ),
+    "blind3_zero_backward_takes_toggled_windows": (
+        "ZERO-005",
+        [
+            "test_gradients_changed_in_place_before_they_were_taken_are_refused[loss.backward() before step()-discard]",
+            "test_gradients_changed_in_place_before_they_were_taken_are_refused[loss.backward() before step()-restore]",
+        ],
+    ),
+    "blind3_zero_carried_added_before_unscale": (
+        "ZERO-005",
+        [
+            "test_a_taken_step_leaves_the_gradients_it_applied[user-zero-grad]",
+            "test_a_window_carries_on_every_device",
+            "test_a_window_applies_what_it_carries_plus_its_own_mean[windows 1, 1, 1, 1]",
+        ],
+        F16,
+    ),
+    "blind3_zero_carried_not_clipped": (
+        "ZERO-005",
+        [
+            "test_a_taken_step_leaves_the_gradients_it_applied[user-zero-grad]",
+            "test_configured_clipping_clips_the_carried_part_with_the_rest[norm]",
+        ],
+    ),
+    "blind3_zero_carried_stays_in_grad": (
+        "ZERO-005",
+        ["test_a_window_applies_what_it_carries_plus_its_own_mean[windows 2, 4, flushed 1]"],
+    ),
+    "blind3_zero_changed_in_place_accepted": (
+        "ZERO-006",
+        [
+            "test_gradients_changed_in_place_before_they_were_taken_are_refused[loss.backward() before step()-discard]",
+            "test_gradients_changed_in_place_before_they_were_taken_are_refused[loss.backward() before step()-restore]",
+        ],
+    ),
+    "blind3_zero_discard_keeps_carried": (
+        "ZERO-007",
+        [
+            "test_a_failed_window_discards_or_restores_its_carried_part[first micro-step-discard]",
+            "test_a_failed_window_discards_or_restores_its_carried_part[inner step-discard]",
+        ],
+    ),
+    "blind3_zero_lbfgs_first_evaluation_accumulates": (
+        "ZERO-005",
+        [
+            "test_an_optimizer_that_evaluates_its_closure_carries_nothing",
+            "test_lbfgs_evaluations_see_only_their_own_gradients[no-zero-grad]",
+        ],
+    ),
+    "blind3_zero_left_rescaled_at_update": (
+        "ZERO-005",
+        [
+            "test_a_window_applies_what_it_carries_plus_its_own_mean[windows 1, 1, 1, 1]",
+            "test_a_window_applies_what_it_carries_plus_its_own_mean[windows 2, 4, flushed 1]",
+        ],
+        F16,
+    ),
+    "blind3_zero_replaced_gradient_carried": (
+        "ZERO-006",
+        ["test_a_gradient_written_after_the_left_one_was_cleared_is_the_windows_own[model.zero_grad()]"],
+    ),
+    "blind3_zero_restore_loses_carried": (
+        "ZERO-007",
+        [
+            "test_a_failed_window_discards_or_restores_its_carried_part[first micro-step-restore]",
+            "test_a_failed_window_discards_or_restores_its_carried_part[before any backward-restore]",
+        ],
+    ),
+    "blind3_zero_skipped_step_leaves_gradients": (
+        "ZERO-004",
+        [
+            "test_a_taken_step_leaves_the_gradients_it_applied[user-zero-grad]",
+            "test_the_carried_part_is_neither_unscaled_nor_rescaled_again[closure]",
+        ],
+        F16,
+    ),
+    "blind3_zero_state_omits_carried": (
+        "ZERO-007",
+        [
+            "test_a_taken_carried_part_is_window_state[checkpoint mid-window]",
+            "test_a_taken_carried_part_is_window_state[checkpoint between windows]",
+        ],
+    ),
+    "blind3_zero_unscale_gradients_drops_carried": (
+        "ZERO-005",
+        ["test_unscale_gradients_makes_the_sum_the_user_clips[backward]"],
+    ),
+    "blind3_zero_zero_grad_keep_memory_drops": (
+        "ZERO-005",
+        ["test_zero_grad_clears_what_the_last_step_left[set_to_none=False in step()'s closure]"],
+    ),
+    "blind3_zero_zero_grad_spares_taken": (
+        "ZERO-005",
+        ["test_zero_grad_clears_what_the_last_step_left[after a backward took it]"],
+    ),
 }
 
 KNOWN_GAPS: dict[str, str] = {

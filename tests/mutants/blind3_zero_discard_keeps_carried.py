@@ -1,0 +1,32 @@
+"""ZERO-007 / FAIL-003 broken: a failed call under ``on_failure="discard"`` discards the window but keeps its carried part.
+
+Reasoning: the carried gradients come from a step that succeeded; the failed micro-step did not make them, so
+discarding "the window" (its micro-steps) should not throw them away, and the retry still applies them. ZERO-007: a
+window's carried part fails with it: ``"discard"`` clears it with the window (and the note says so). The next window
+of the mutant applies ``c + g`` where the contract's applies ``g``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_optimizer.reference.window import Window
+from lightning_optimizer.reference.zeroing import LeaveToUser
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+
+
+class _KeepsCarriedOnDiscard(LeaveToUser):
+    def drop(self, window: Window) -> None:
+        window.left = None  # the failed micro-steps go; the last real step's gradients stay carried
+
+
+class Context(MutantContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.parts.zeroing.clears_after_step:
+            self.parts.zeroing = _KeepsCarriedOnDiscard()
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
