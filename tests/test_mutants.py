@@ -1213,6 +1213,32 @@ MUTANTS: dict[str, Entry] = {
     "state_of_other_zeroing_accepted": ("ZERO-007", ["test_a_state_of_the_other_setting_is_refused"]),
     # Blind batch 3: written from contract 2026.12.9's text (ZERO-003 to ZERO-007, PREC-001, PREC-002, ERR-007) by
     # someone who had not read the checks.
+    "blind3_prec_16mixed_wraps_float16_parameters": (
+        "ERR-007",
+        ["test_wrap_takes_exactly_the_dtypes_the_precision_trains", "test_parameters_off_the_context_device_or_dtype"],
+        F16,
+    ),
+    "blind3_prec_16true_skips_non_finite": (
+        "PREC-002",
+        ["test_16_true_has_no_autocast_no_loss_scaling_and_never_skips"],
+        F16_TRUE,
+    ),
+    "blind3_prec_32true_and_mixed_cast_float32": ("PREC-001", ["test_32_true_and_mixed_precisions_convert_nothing"]),
+    "blind3_prec_64true_to_dtype_drops_imaginary": (
+        "PREC-001",
+        ["test_64_true_casts_floating_tensors_as_double_does"],
+        F64,
+    ),
+    "blind3_prec_complex_buffer_not_refused": (
+        "PREC-002",
+        ["test_half_true_refuses_complex_tensors_before_anything_changes[complex buffer]"],
+        BF16_TRUE,
+    ),
+    "blind3_prec_complex_refused_after_partial_cast": (
+        "PREC-002",
+        ["test_half_true_refuses_complex_tensors_before_anything_changes[complex buffer beside BatchNorm]"],
+        F16_TRUE,
+    ),
     "blind3_zero_backward_takes_own_window_only": (
         "ZERO-005",
         [
