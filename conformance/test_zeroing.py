@@ -290,14 +290,7 @@ _ZERO_GRADS = [
 @pytest.mark.parametrize("when", _ZERO_GRADS)
 @pytest.mark.varies(
     zero_grad_after_step=("False",),
-    zero_grad=(
-        "set_to_none=True",
-        "set_to_none=False",
-        "with a window open",
-        "of another wrapper",
-        "after a backward took the carried part",
-        "in step()'s closure, after step() took it",
-    ),
+    zero_grad=("set_to_none=True", "set_to_none=False", "with a window open", "of another wrapper"),
     call_form=("closure, wrapper.backward", "backward, then step()"),
     window=("1 micro-step", "k >= 2 micro-steps", "carrying the last step's gradients"),
     make_optimizer_step=("None",),
