@@ -574,7 +574,7 @@ _IN_PLACE = {
 }
 
 
-@pytest.mark.requirement("ZERO-006", "FAIL-002")
+@pytest.mark.requirement("ZERO-006", "ZERO-005", "FAIL-002")
 @pytest.mark.features("user_zero_grad")
 @pytest.mark.cells(devices=EAGER)
 @pytest.mark.parametrize("on_failure", ON_FAILURE)

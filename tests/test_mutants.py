@@ -1173,7 +1173,10 @@ MUTANTS: dict[str, Entry] = {
     ),
     "left_gradients_changed_in_place_taken": (
         "ZERO-006",
-        ["test_gradients_changed_in_place_before_they_were_taken_are_refused"],
+        [
+            "test_gradients_changed_in_place_before_they_were_taken_are_refused",
+            "test_a_gradient_written_after_the_left_one_was_cleared_is_the_windows_own[model.zero_grad(False)]",
+        ],
     ),
     "cleared_left_gradients_refused": ("ZERO-006", ["test_gradients_set_to_none_or_replaced_carry_nothing"]),
     "discard_keeps_carried": (
@@ -1293,7 +1296,6 @@ MUTANTS: dict[str, Entry] = {
         "ZERO-005",
         [
             "test_an_optimizer_that_evaluates_its_closure_carries_nothing",
-            "test_lbfgs_evaluations_see_only_their_own_gradients[no-zero-grad]",
         ],
     ),
     "blind3_zero_left_rescaled_at_update": (

@@ -1,4 +1,4 @@
-"""ZERO-005 / CLIP-001 broken: the carried part is added after clipping, so it is never clipped with the window.
+"""ZERO-005 broken (with CLIP-001): the carried part is added after clipping, so it is never clipped with the window.
 
 Reasoning: the carried gradients were clipped already at the step that applied them; clipping them again "would
 clip twice", so the implementer clips the window's new mean and then adds the carried part. ZERO-005: the carried

@@ -1,4 +1,4 @@
-"""ZERO-007 / FAIL-003 broken: a failed call under ``on_failure="discard"`` keeps the window's carried part.
+"""ZERO-007 broken (with FAIL-003): a failed call under ``on_failure="discard"`` keeps the window's carried part.
 
 Reasoning: the carried gradients come from a step that succeeded; the failed micro-step did not make them, so
 discarding "the window" (its micro-steps) should not throw them away, and the retry still applies them. ZERO-007: a

@@ -1,4 +1,4 @@
-"""ZERO-005 / CLOS-004 broken: LBFGS's first evaluation of a real step starts from the gradients left on the parameters.
+"""ZERO-005 broken (with CLOS-004): LBFGS's first evaluation of a real step starts from the left gradients.
 
 Reasoning: "a window starts from what the last step left" applied to closure evaluators too; the implementer clears
 the gradients before each *re*-evaluation (CLOS-004's "each evaluation starts from cleared gradients" read as

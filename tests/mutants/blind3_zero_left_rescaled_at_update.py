@@ -1,4 +1,4 @@
-"""ZERO-005 / AMP-006 broken (16-mixed): the scaler's update rescales the gradients a taken step left, too.
+"""ZERO-005 broken (16-mixed, with AMP-006): the scaler's update rescales the gradients a taken step left, too.
 
 AMP-006 rescales every gradient a window holds when the loss scale changes; the implementer's update loop goes over
 every gradient on the wrappers' parameters, and under ``zero_grad_after_step=False`` the gradients the step just

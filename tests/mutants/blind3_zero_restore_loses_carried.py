@@ -1,4 +1,4 @@
-"""ZERO-007 / FAIL-004 broken: under ``on_failure="restore"`` a failed call does not give back the taken part.
+"""ZERO-007 broken (with FAIL-004): under ``on_failure="restore"`` a failed call does not give back the taken part.
 
 The restoring transaction puts the window's own gradients back exactly (its stash); the implementer's undo of the
 take only resets the bookkeeping ("nothing is left to take any more") and forgets that the take moved the gradients

@@ -1,4 +1,4 @@
-"""ZERO-007 / CKPT-002 broken: the context's state does not hold the carried part of an open window.
+"""ZERO-007 broken (with CKPT-002): the context's state does not hold the carried part of an open window.
 
 Reasoning from ZERO-007's own sentence, "gradients that a real step left ... are the user's, as an optimizer's
 ``state_dict()`` holds no gradients: they are not context state", generalised to the carried part: the state saves

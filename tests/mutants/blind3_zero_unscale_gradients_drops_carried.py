@@ -1,4 +1,4 @@
-"""ZERO-005 / CLIP-002 broken: ``unscale_gradients()`` prepares the window without its carried part, which is lost.
+"""ZERO-005 broken (with CLIP-002): ``unscale_gradients()`` prepares the window without its carried part, which is lost.
 
 Reasoning: ``unscale_gradients()`` is there to unscale (and let the user clip) the window's *own* scaled gradients;
 the carried part is unscaled already, so the early preparation leaves it out "to be added at the step". But the
