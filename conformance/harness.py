@@ -19,6 +19,7 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.spec import (
+    PRECISIONS,
     REQUIREMENTS,
     Cell,
     ContextFactory,
@@ -43,6 +44,7 @@ __all__ = [
     "REORDERED_TOLERANCES",
     "TOLERANCES",
     "TRUE_DTYPES",
+    "UNSCALED_PRECISIONS",
     "FLOATING_DTYPES",
     "TRAINED_DTYPES",
     "untrained_dtypes",
@@ -117,6 +119,11 @@ def cell_device(cell: Cell) -> torch.device:
 
         return torch.device(torch_xla.device())
     return torch.device(cell.device)
+
+
+UNSCALED_PRECISIONS: tuple[Precision, ...] = tuple(p for p in PRECISIONS if p != "16-mixed")
+"""Every precision but 16-mixed: no loss scaler, so a closure reaches the inner step and a plain ``loss.backward()``
+writes what ``wrapper.backward`` would (torch's ``GradScaler.step`` takes no closure)."""
 
 
 TRUE_DTYPES: dict[Precision, torch.dtype] = {

@@ -17,6 +17,7 @@ import torch
 from lightning_optimizer.conformance.assertions import assert_same_grads, grads, last_outcome, param_values
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
+    UNSCALED_PRECISIONS,
     Batch,
     Halves,
     assert_params_close,
@@ -42,9 +43,7 @@ from lightning_optimizer.conformance.plain_loop import (
 from lightning_optimizer.spec import Cell, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
-EAGER_UNSCALED = pytest.mark.cells(
-    devices=("cpu", "cuda"), precisions=("64-true", "32-true", "bf16-mixed", "bf16-true", "16-true")
-)
+EAGER_UNSCALED = pytest.mark.cells(devices=("cpu", "cuda"), precisions=UNSCALED_PRECISIONS)
 """Where a two-pass optimizer runs: outside 16-mixed (torch's GradScaler takes no closure), eager devices."""
 
 

@@ -22,6 +22,7 @@ from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.assertions import param_values
 from lightning_optimizer.conformance.harness import (
+    UNSCALED_PRECISIONS,
     Batch,
     Halves,
     PlannedFailure,
@@ -54,8 +55,6 @@ MakeContext = Callable[..., TrainingContext]
 MIXED = ("16-mixed", "bf16-mixed")
 REFUSING_A_DTYPE = ("64-true", "16-mixed", "bf16-true", "16-true")
 """The precisions that refuse a parameter of some floating-point dtype (ERR-007, ``harness.untrained_dtypes``)."""
-NOT_16 = ("64-true", "32-true", "bf16-mixed", "bf16-true", "16-true")
-"""Every precision but 16-mixed, whose loss scaler takes no closure (torch's ``GradScaler.step``)."""
 
 
 # -- REENT-001: a caught refusal (decision 20) -------------------------------------------------------------------
@@ -167,7 +166,7 @@ def test_a_call_without_a_closure_hands_the_inner_step_none(make_context: MakeCo
 
 
 @pytest.mark.requirement("CLOS-005", "STEP-006")
-@pytest.mark.cells(precisions=NOT_16)
+@pytest.mark.cells(precisions=UNSCALED_PRECISIONS)
 @pytest.mark.varies(optimizer=("step(closure) recorded",), call_form=("closure, wrapper.backward",))
 def test_what_takes_a_closure_is_what_binds_closure(make_context: MakeContext, cell: Cell) -> None:
     """A ``step(**kwargs)`` gets the closure (its first call returns the result); a ``step()`` with none gets none."""
@@ -507,7 +506,7 @@ def test_a_second_unscale_gradients_prepares_nothing_again(make_context: MakeCon
 
 
 @pytest.mark.requirement("CLOS-005", "CLIP-002", "CLOS-001")
-@pytest.mark.cells(precisions=NOT_16)
+@pytest.mark.cells(precisions=UNSCALED_PRECISIONS)
 @pytest.mark.varies(optimizer=("two-pass (SAM)",), clipping=("unscale_gradients() by hand",))
 def test_reevaluations_run_in_the_autocast_region_and_may_backward(make_context: MakeContext, cell: Cell) -> None:
     """A two-pass optimizer's second evaluation runs in the first's autocast region; its backward is not refused.
@@ -649,7 +648,7 @@ def test_an_optimizer_declaring_evaluates_closure_is_refused_accumulation(
 
 @pytest.mark.requirement("HOOK-002", "HOOK-003", "HOOK-001", "CLOS-004")
 @pytest.mark.features("hooks", "closure_evaluating_optimizers")
-@pytest.mark.cells(precisions=NOT_16)
+@pytest.mark.cells(precisions=UNSCALED_PRECISIONS)
 @pytest.mark.parametrize("declared", list(DECLARATIONS))
 @pytest.mark.varies(optimizer=("LBFGS", "step(closure) recorded"), call_form=("closure, wrapper.backward",))
 def test_hooks_of_an_evaluating_optimizer_run_once_per_real_step(
@@ -779,7 +778,7 @@ def test_step_returns_the_closure_result_whatever_the_inner_returns(
 
 @pytest.mark.requirement("STEP-006", "CLOS-002")
 @pytest.mark.features("closure_evaluating_optimizers")
-@pytest.mark.cells(precisions=NOT_16)
+@pytest.mark.cells(precisions=UNSCALED_PRECISIONS)
 @pytest.mark.varies(optimizer=("step(closure) recorded",), make_optimizer_step=("True",))
 def test_an_evaluating_optimizer_step_returns_its_first_evaluation(make_context: MakeContext, cell: Cell) -> None:
     """A declared evaluator evaluates three times and returns another value: ``step()`` returns the first result."""

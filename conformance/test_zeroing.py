@@ -36,6 +36,7 @@ from lightning_optimizer.conformance.assertions import (
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     REORDERED_TOLERANCES,
+    UNSCALED_PRECISIONS,
     ZERO_GRAD_AFTER_STEP,
     PlannedFailure,
     assert_discard_note,
@@ -675,13 +676,9 @@ def test_gradients_set_to_none_or_replaced_carry_nothing(make_context: MakeConte
     rig.assert_params(f"{how} after a real step, then a window of 2: nothing carried [ZERO-006]")
 
 
-_UNSCALED = ("64-true", "32-true", "bf16-mixed", "bf16-true", "16-true")
-"""The precisions without a loss scaler, where a plain ``loss.backward()`` writes what ``wrapper.backward`` would."""
-
-
 @pytest.mark.requirement("ZERO-006", "ZERO-005")
 @pytest.mark.features("user_zero_grad")
-@pytest.mark.cells(devices=EAGER, precisions=_UNSCALED)
+@pytest.mark.cells(devices=EAGER, precisions=UNSCALED_PRECISIONS)
 @pytest.mark.parametrize("set_to_none", [True, False], ids=["model.zero_grad()", "model.zero_grad(False)"])
 @pytest.mark.varies(
     zero_grad_after_step=("False",),
