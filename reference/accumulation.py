@@ -6,9 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
-from types import TracebackType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,29 +15,9 @@ from lightning_optimizer.reference.window import Window, WindowStage
 from lightning_optimizer.spec.types import StepOutcome
 
 if TYPE_CHECKING:
-    from lightning_optimizer.reference.context import TrainingContext
+    from lightning_optimizer.reference.windows import LoopPosition
 
-__all__ = [
-    "Accumulation",
-    "Batch",
-    "LoopPosition",
-    "check_accumulate_grad_batches",
-    "check_count",
-    "normalise_window",
-]
-
-
-class LoopPosition(NamedTuple):
-    """Where the loop is: the batch index within the epoch and whether it is the epoch's last batch."""
-
-    batch_idx: int
-    is_last: bool
-
-
-def check_count(what: str, value: object) -> None:
-    """Refuse a count that is not a non-negative ``int``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{what} must be a non-negative int, got {value!r}")
+__all__ = ["Accumulation", "check_accumulate_grad_batches", "normalise_window"]
 
 
 def check_accumulate_grad_batches(value: object) -> int:
@@ -76,7 +54,7 @@ class Accumulation:
         """A micro-step that only accumulated: the window one longer [STEP-002, STEP-004]."""
         window.pending += 1
         window.last_outcome = StepOutcome.ACCUMULATED
-        window.stage = WindowStage.READY
+        window.move(WindowStage.READY)
 
     def closed(self, window: Window, *, skipped: bool) -> None:
         """The real step returned: the window empty, the step counted unless skipped [AMP-004, SCHED-002].
@@ -91,15 +69,15 @@ class Accumulation:
             window.steps += 1
             window.last_outcome = StepOutcome.STEPPED
         window.pending = 0
-        window.stage = WindowStage.READY
+        window.move(WindowStage.READY)
 
     def discarded(self, window: Window) -> None:
         """A failed call discarded the window (its gradients are gone already) [FAIL-003]."""
         window.pending = 0
         window.last_outcome = StepOutcome.DISCARDED
-        window.stage = WindowStage.READY
+        window.move(WindowStage.READY)
 
-    def zero_grad_clears(self, window: Window, set_to_none: bool) -> bool:
+    def zero_grad_clears(self, window: Window) -> bool:
         """Whether ``zero_grad()`` clears ``window``: not while it holds accumulated micro-steps [ZERO-002]."""
         return window.pending == 0
 
@@ -120,27 +98,3 @@ def normalise_window(params: Iterable[torch.Tensor], window_length: int, *, divi
                     param.grad.div_(window_length)
                 else:
                     param.grad.mul_(divided_by / window_length)
-
-
-class Batch(AbstractContextManager[None]):
-    """The block of ``context.batch(batch_idx, is_last=...)``: the loop position while it runs [STEP-003].
-
-    Leaving it ends the training iteration [AMP-003]. (A class rather than a generator: it runs every iteration.)
-    """
-
-    def __init__(self, context: TrainingContext, batch_idx: int, is_last: bool) -> None:
-        self._context, self._batch_idx, self._is_last = context, batch_idx, is_last
-
-    def __enter__(self) -> None:
-        if type(self._batch_idx) is not int or self._batch_idx < 0:  # the usual plain int skips the full check
-            check_count("batch_idx", self._batch_idx)
-        if self._context._position is not None:
-            raise RuntimeError("context.batch() blocks do not nest: leave the current batch first")
-        self._context.parts.refusals.check_flag("is_last", self._is_last)
-        self._context._position = LoopPosition(self._batch_idx, self._is_last)
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self._context._position = None
-        self._context._end_iteration()

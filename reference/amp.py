@@ -34,7 +34,7 @@ _NOTHING = nullcontext()
 _SCALER_KEYS = {"scale": float, "growth_factor": float, "backoff_factor": float, "growth_interval": int}
 
 
-def _gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+def optimizer_gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
 
 
@@ -121,7 +121,7 @@ class GradScaling(LossScaling):
     def __init__(self, scaler: GradScaler) -> None:
         self._scaler = scaler
         self._stepped_since_update = False
-        self._backwards = _RunningBackwards()
+        self.backwards = RunningBackwards()
 
     @property
     def scaler(self) -> GradScaler:
@@ -139,15 +139,15 @@ class GradScaling(LossScaling):
 
     def backward(self) -> AbstractContextManager[None]:
         """Mark autograd as running on a scaled loss: what :meth:`watch` lets through."""
-        return self._backwards
+        return self.backwards
 
     def watch(self, tensors: Sequence[torch.Tensor]) -> AbstractContextManager[None]:
         """Watch the gradients a closure writes into ``tensors``: each must come from a scaled backward [AMP-008]."""
-        return _UnscaledBackwardGuard(self._backwards, tensors)
+        return UnscaledBackwardGuard(self.backwards, tensors)
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
         """Unscale the optimizer's gradients once per iteration (not again after the user's unscale)."""
-        grads = _gradients(optimizer)
+        grads = optimizer_gradients(optimizer)
         if grads and not torch_compat.has_unscaled(self._scaler, optimizer):
             # A window restored from a copy or checkpoint reaches its real step before any scale() made the scale.
             torch_compat.start_scale(self._scaler, grads[0].device)
@@ -240,11 +240,11 @@ class GradScaling(LossScaling):
         device, enabled = state.pop("device"), state.pop("enabled")
         self._scaler = GradScaler(device, enabled=enabled)
         self._stepped_since_update = False
-        self._backwards = _RunningBackwards()
+        self.backwards = RunningBackwards()
         self.load_state_dict(state)
 
 
-class _RunningBackwards(AbstractContextManager[None]):
+class RunningBackwards(AbstractContextManager[None]):
     """How many backwards of a scaled loss are running (reentrant: a backward hook may run one of its own)."""
 
     def __init__(self) -> None:
@@ -259,7 +259,7 @@ class _RunningBackwards(AbstractContextManager[None]):
         self.count -= 1
 
 
-class _UnscaledBackwardGuard(AbstractContextManager[None]):
+class UnscaledBackwardGuard(AbstractContextManager[None]):
     """Around a 16-mixed closure: a gradient that autograd accumulates while no scaled backward runs is refused.
 
     The gradients tell: a post-accumulate-grad hook on each watched tensor sees every backward that writes to it,
@@ -267,26 +267,24 @@ class _UnscaledBackwardGuard(AbstractContextManager[None]):
     none and is not refused.
     """
 
-    def __init__(self, backwards: _RunningBackwards, tensors: Sequence[torch.Tensor]) -> None:
-        self._backwards = backwards
-        self._tensors = tensors
-        self._unscaled = False
+    def __init__(self, backwards: RunningBackwards, tensors: Sequence[torch.Tensor]) -> None:
+        self.backwards = backwards
+        self.tensors = tensors
+        self.unscaled = False
 
-    def _accumulated(self, tensor: torch.Tensor) -> None:
-        if not self._backwards.count:
-            self._unscaled = True
+    def accumulated(self, tensor: torch.Tensor) -> None:
+        if not self.backwards.count:
+            self.unscaled = True
 
     def __enter__(self) -> None:
-        self._handles = [
-            t.register_post_accumulate_grad_hook(self._accumulated) for t in self._tensors if t.requires_grad
-        ]
+        self.handles = [t.register_post_accumulate_grad_hook(self.accumulated) for t in self.tensors if t.requires_grad]
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        for handle in self._handles:
+        for handle in self.handles:
             handle.remove()
-        if exc_type is None and self._unscaled:
+        if exc_type is None and self.unscaled:
             raise RuntimeError(
                 "under 16-mixed the closure ran a backward that did not go through the wrapper (loss.backward() or "
                 "torch.autograd.backward): its gradients are not scaled, and unscaling would divide them by the loss "

@@ -70,7 +70,7 @@ class Call:
         """The failure policy's transaction of this call (set when the call begins)."""
         self.taking: Taking | None = None
         """What the window held before this call took its carried part (``zero_grad_after_step=False``), if it did."""
-        window.stage = WindowStage.CLOSING if real else WindowStage.ACCUMULATING
+        window.move(WindowStage.CLOSING if real else WindowStage.ACCUMULATING)
 
     def advance(self, to: CallStage) -> None:
         """Move to ``to``; a transition the machine does not allow is the reference's own bug."""

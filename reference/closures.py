@@ -41,7 +41,7 @@ class Closures:
 
     def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
         """One evaluation by the inner optimizer: gradients cleared, toggled, reduced, clipped [CLOS-004]."""
-        window = context._windows[index]
+        window = context.windows.all[index]
         call.advance(CallStage.REEVALUATING)
         window.clear_gradients()
         loss = context.run_closure(call, index, closure)

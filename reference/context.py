@@ -10,7 +10,7 @@ import torch
 from torch.amp.grad_scaler import GradScaler
 from torch.utils.hooks import RemovableHandle
 
-from lightning_optimizer.reference.accumulation import Accumulation, Batch, LoopPosition, check_accumulate_grad_batches
+from lightning_optimizer.reference.accumulation import Accumulation, check_accumulate_grad_batches
 from lightning_optimizer.reference.amp import loss_scaling
 from lightning_optimizer.reference.call import Call, CallStage
 from lightning_optimizer.reference.clipping import ClipAlgorithm, check_clipping
@@ -26,6 +26,7 @@ from lightning_optimizer.reference.stages import Parts
 from lightning_optimizer.reference.state import StateFormat, copy_state, restore_copy
 from lightning_optimizer.reference.toggling import Toggling
 from lightning_optimizer.reference.window import Window, WindowStage
+from lightning_optimizer.reference.windows import Batch, Windows
 from lightning_optimizer.reference.wrapper import WrappedOptimizer, wrapper_class
 from lightning_optimizer.reference.zeroing import zeroing
 from lightning_optimizer.spec.context import BackwardHook, OptimizerStepHook, StepHook
@@ -91,10 +92,8 @@ class TrainingContext:
             refusals=Refusals(),
             state=StateFormat(),
         )
-        self._windows: list[Window] = []
-        self._position: LoopPosition | None = None
-        self._call: Call | None = None
-        """The ``step()`` running now (its closure or inner step), if any."""
+        self.windows = Windows()
+        """Every optimizer's window, the ``step()`` running now and the loop position (:mod:`.windows`)."""
 
     # -- configuration ---------------------------------------------------------------------------------
 
@@ -141,7 +140,7 @@ class TrainingContext:
 
     def holds_open_window(self) -> bool:
         """Whether any window holds accumulated micro-steps that its real step has not applied yet."""
-        return any(window.pending for window in self._windows)
+        return self.windows.holds_open_window()
 
     def prepare_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Cast ``module`` as the precision does and move it to the device (in place); wrap it for DDP or shard it.
@@ -157,9 +156,9 @@ class TrainingContext:
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         """Wrap an optimizer built on the prepared module's parameters."""
         self.parts.refusals.check_wrap(self, optimizer)
-        self._windows.append(Window(optimizer))
+        index = self.windows.add(optimizer)
         record_wrap(optimizer, self)
-        return self.new_wrapper(len(self._windows) - 1)
+        return self.new_wrapper(index)
 
     # -- the loop --------------------------------------------------------------------------------------
 
@@ -169,15 +168,18 @@ class TrainingContext:
 
     def batch(self, batch_idx: int, *, is_last: bool = False) -> AbstractContextManager[None]:
         """Mark one training iteration: batch ``batch_idx`` of the epoch, the last one when ``is_last``."""
-        return Batch(self, batch_idx, is_last)
+        return Batch(self.windows, batch_idx, is_last, self.end_iteration)
 
-    def _end_iteration(self) -> None:
-        """The end of a training iteration: the loss scaler's update [AMP-003, AMP-006]."""
-        self.parts.scaling.end_iteration(self._windows, self.parts.parallel)
+    def end_iteration(self) -> None:
+        """The end of a training iteration: the loss scaler's update [AMP-003, AMP-006].
+
+        Leaving a ``batch()`` block calls it; outside any block a real step does.
+        """
+        self.parts.scaling.end_iteration(self.windows.all, self.parts.parallel)
 
     # -- the step: one call through its stages ------------------------------------------------------------
 
-    def _step(
+    def step_window(
         self,
         index: int,
         closure: Callable[[], T] | None,
@@ -185,12 +187,17 @@ class TrainingContext:
         kwargs: dict[str, Any],
         wrapper: WrappedOptimizer[Any],
     ) -> T | None:
-        parts, window = self.parts, self._windows[index]
+        """``wrapper.step(closure, make_optimizer_step, **kwargs)`` of optimizer ``index``: one call through its stages.
+
+        Refused before anything changes, or run in a transaction of the failure policy [FAIL-001].
+        """
+        parts, windows = self.parts, self.windows
+        window = windows.all[index]
         parts.refusals.check_step(self, window, closure, make_optimizer_step, kwargs)
-        real = parts.accumulation.closes(make_optimizer_step, window.pending, self._position)
+        real = parts.accumulation.closes(make_optimizer_step, window.pending, windows.position)
         parts.refusals.check_transition(window, real, closure)
         taking = None if window.left is None else parts.zeroing.take(window)  # the window's first micro-step [ZERO-005]
-        call = self._call = Call(window, real=real)
+        call = windows.begin_call(window, real=real)
         call.taking = taking
         call.transaction = self._begin(call, closure)
         try:
@@ -199,7 +206,7 @@ class TrainingContext:
             self._fail(call, error)
             raise
         finally:
-            self._call = None
+            windows.end_call()
         call.transaction.commit()
         self._finish(call)
         if parts.hooks.after_step:
@@ -275,7 +282,7 @@ class TrainingContext:
             scaling.forget(window.optimizer)  # this call's unscaling is undone with the window
         if call.taking is not None:
             self.parts.zeroing.untake(window, call.taking)  # the carried part as before the call [ZERO-007]
-        window.stage = call.stage_before
+        window.move(call.stage_before)
 
     def _finish(self, call: Call) -> None:
         """Outcome, counts, zeroing, and the loss scaler's update outside a ``batch()``."""
@@ -285,8 +292,8 @@ class TrainingContext:
             return
         self.parts.accumulation.closed(call.window, skipped=call.skipped)
         self.parts.zeroing.after_step(call.window, skipped=call.skipped)  # cleared, or left to the user [ZERO-001]
-        if self._position is None:
-            self._end_iteration()
+        if self.windows.position is None:
+            self.end_iteration()
 
     # -- the stages a variant may replace ---------------------------------------------------------------
 
@@ -324,7 +331,7 @@ class TrainingContext:
 
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         """The wrapper object of optimizer ``index`` (a subclass of the reference wrapper and the inner's class)."""
-        return wrapper_class(type(self._windows[index].optimizer))(self, index)
+        return wrapper_class(type(self.windows.all[index].optimizer))(self, index)
 
     # -- what the wrappers call besides step ------------------------------------------------------------
 
@@ -355,7 +362,7 @@ class TrainingContext:
         """
         carrying = [
             window
-            for window in self._windows
+            for window in self.windows.all
             if window.left is not None and any(param.requires_grad for param in window.left)
         ]
         if not carrying:
@@ -366,11 +373,12 @@ class TrainingContext:
         for window in carrying:
             zeroing.take(window)
 
-    def _unscale_gradients(self, index: int) -> None:
-        """``wrapper.unscale_gradients()``: prepare the window now [CLIP-002]."""
-        window, call = self._windows[index], self._call
+    def unscale_window(self, index: int) -> None:
+        """``wrapper.unscale_gradients()``: prepare the window of optimizer ``index`` now [CLIP-002]."""
+        windows = self.windows
+        window, call = windows.all[index], windows.call
         self.parts.refusals.check_unscale(window)
-        if self.parts.refusals.prepared(self, window):
+        if windows.prepared(window):
             return
         if window.left is not None:
             self.parts.zeroing.take(window)  # the window's preparation begins: it carries what was left [ZERO-005]
@@ -380,14 +388,14 @@ class TrainingContext:
             call.transaction.after_closure(call)
             self._prepare(call)
             return
-        self.parts.preparation.prepare(self, window, early=True)
-        window.stage = WindowStage.PREPARED
+        self.parts.preparation.prepare(self, window)
+        window.move(WindowStage.PREPARED)
 
-    def _zero_grad(self, index: int, set_to_none: bool) -> None:
-        """``wrapper.zero_grad()``: clear the gradients unless a window is open [ZERO-002]."""
-        window, call = self._windows[index], self._call
+    def zero_grad_window(self, index: int, set_to_none: bool) -> None:
+        """``wrapper.zero_grad()``: clear optimizer ``index``'s gradients unless its window is open [ZERO-002]."""
+        window, call = self.windows.all[index], self.windows.call
         self.parts.refusals.check_zero_grad(self, window)
-        if not self.parts.accumulation.zero_grad_clears(window, set_to_none):
+        if not self.parts.accumulation.zero_grad_clears(window):
             return
         if call is not None and call.window is window:
             call.transaction.cleared(set_to_none)
@@ -395,17 +403,18 @@ class TrainingContext:
         window.optimizer.zero_grad(set_to_none=set_to_none)
         self.parts.parallel.clear_unsynced(window)
 
-    def _toggle_model(self, index: int, sync_grad: object) -> AbstractContextManager[None]:
-        """``wrapper.toggle_model()`` [TOGGLE-003, ERR-009]."""
+    def toggle_window(self, index: int, sync_grad: object) -> AbstractContextManager[None]:
+        """``wrapper.toggle_model()``: optimizer ``index``'s region [TOGGLE-003, ERR-009]."""
         self.parts.refusals.check_flag("sync_grad", sync_grad)
         return self.parts.toggling.region(self, index, sync_grad=bool(sync_grad))
 
-    def _add_param_group(self, index: int, param_group: dict[str, Any]) -> None:
-        """``wrapper.add_param_group()``: the new parameters checked first [ERR-007]."""
-        candidates = self.parts.refusals.check_param_group(self, self._windows[index], param_group)
+    def add_param_group_to_window(self, index: int, param_group: dict[str, Any]) -> None:
+        """``wrapper.add_param_group()``: a group for optimizer ``index``, its parameters checked first [ERR-007]."""
+        window = self.windows.all[index]
+        candidates = self.parts.refusals.check_param_group(self, window, param_group)
         if not isinstance(param_group["params"], list | tuple | torch.Tensor | set | frozenset):
             param_group["params"] = candidates  # a one-shot iterable: what torch would have made of it
-        self._windows[index].optimizer.add_param_group(param_group)
+        window.optimizer.add_param_group(param_group)
 
     # -- hooks, checkpoints, copies -----------------------------------------------------------------------
 

@@ -111,16 +111,16 @@ class Discard:
         """
         if call.window.evaluates_closure and call.real:
             return ParameterRollback(call.window.optimizer)
-        return _DiscardTransaction(tensors)
+        return DiscardTransaction(tensors)
 
 
-class _DiscardTransaction:
-    __slots__ = ("_grads", "_tensors", "_versions")
+class DiscardTransaction:
+    __slots__ = ("grads", "tensors", "versions")
 
     def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
-        self._tensors = tensors
-        self._grads = [tensor.grad for tensor in tensors]
-        self._versions = [None if grad is None else torch_compat.version_counter(grad) for grad in self._grads]
+        self.tensors = tensors
+        self.grads = [tensor.grad for tensor in tensors]
+        self.versions = [None if grad is None else torch_compat.version_counter(grad) for grad in self.grads]
 
     def before_in_place(self, call: Call) -> None:
         """Nothing to keep."""
@@ -134,9 +134,9 @@ class _DiscardTransaction:
     def commit(self) -> None:
         """Nothing was kept."""
 
-    def _written(self) -> bool:
+    def written(self) -> bool:
         """Whether any gradient of the window changed since the call began (a new tensor, or written in place)."""
-        for tensor, grad, version in zip(self._tensors, self._grads, self._versions, strict=True):
+        for tensor, grad, version in zip(self.tensors, self.grads, self.versions, strict=True):
             now = tensor.grad
             if now is not grad or (now is not None and torch_compat.version_counter(now) != version):
                 return True
@@ -144,9 +144,9 @@ class _DiscardTransaction:
 
     def fail(self, call: Call) -> bool:
         """Discard the window if the call wrote into it or reached its real step; else it is as it was."""
-        if not (self._written() or call.reached_the_step):
+        if not (self.written() or call.reached_the_step):
             return False
-        for tensor in self._tensors:
+        for tensor in self.tensors:
             tensor.grad = None
         return True
 
@@ -163,66 +163,66 @@ class Restore:
         """A transaction that stashes the window before the closure (``stash``), or copies it before it changes."""
         if call.window.evaluates_closure and call.real:
             return ParameterRollback(call.window.optimizer)
-        return _RestoreTransaction(tensors, stash=stash, in_place=in_place, real=call.real)
+        return RestoreTransaction(tensors, stash=stash, in_place=in_place, real=call.real)
 
 
-class _RestoreTransaction:
+class RestoreTransaction:
     """The window moved aside (or copied) before it changes, put back if the call fails."""
 
-    __slots__ = ("_before", "_cleared", "_in_place", "_kept", "_merged", "_real", "_stashed", "_tensors", "_zeros")
+    __slots__ = ("before", "cleared_empty", "in_place", "kept", "merged", "real", "stashed", "tensors", "zeros")
 
     def __init__(self, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool, real: bool) -> None:
-        self._tensors = tensors
-        self._in_place, self._real = in_place, real
-        self._before: list[torch.Tensor | None] = [tensor.grad for tensor in tensors]
-        holds = any(grad is not None for grad in self._before)
-        self._stashed = stash and holds
+        self.tensors = tensors
+        self.in_place, self.real = in_place, real
+        self.before: list[torch.Tensor | None] = [tensor.grad for tensor in tensors]
+        holds = any(grad is not None for grad in self.before)
+        self.stashed = stash and holds
         """The window's gradients are set aside; the closure's backward starts from none."""
-        self._kept = self._stashed or not holds
-        """``_before`` is what the window was, safe from in-place changes (set aside, copied, or all ``None``)."""
-        self._merged = not self._stashed
-        self._cleared = self._zeros = False
-        if self._stashed:
+        self.kept = self.stashed or not holds
+        """``before`` is what the window was, safe from in-place changes (set aside, copied, or all ``None``)."""
+        self.merged = not self.stashed
+        self.cleared_empty = self.zeros = False
+        if self.stashed:
             for tensor in tensors:
                 tensor.grad = None
 
     def before_in_place(self, call: Call) -> None:
         """Copy the window's gradients (once) before they change in place, unless they are set aside."""
-        if not self._kept:
-            self._before = [None if grad is None else grad.detach().clone() for grad in self._before]
-            self._kept = True
+        if not self.kept:
+            self.before = [None if grad is None else grad.detach().clone() for grad in self.before]
+            self.kept = True
 
     def cleared(self, set_to_none: bool) -> None:
         """The closure cleared an empty window: the stash is not added back."""
-        if self._stashed and not self._merged:
-            self._cleared, self._zeros = True, not set_to_none
+        if self.stashed and not self.merged:
+            self.cleared_empty, self.zeros = True, not set_to_none
 
     def after_closure(self, call: Call) -> None:
         """Add the stashed window into the closure's fresh gradients (once); the stash stays for :meth:`fail`."""
-        if self._merged:
+        if self.merged:
             return
-        self._merged = True
-        for tensor, old in zip(self._tensors, self._before, strict=True):
+        self.merged = True
+        for tensor, old in zip(self.tensors, self.before, strict=True):
             if old is not None:
-                tensor.grad = self._merged_grad(tensor.grad, old)
+                tensor.grad = self.merged_grad(tensor.grad, old)
 
-    def _merged_grad(self, fresh: torch.Tensor | None, old: torch.Tensor) -> torch.Tensor | None:
-        if self._cleared:
-            return torch.zeros_like(old) if fresh is None and self._zeros else fresh
+    def merged_grad(self, fresh: torch.Tensor | None, old: torch.Tensor) -> torch.Tensor | None:
+        if self.cleared_empty:
+            return torch.zeros_like(old) if fresh is None and self.zeros else fresh
         if fresh is None:
             # The window's sum is prepared in place on a real step: the stash must stay untouched.
-            return old.clone() if self._real else old
-        if self._in_place and not (fresh.is_sparse or old.is_sparse or fresh.requires_grad):
+            return old.clone() if self.real else old
+        if self.in_place and not (fresh.is_sparse or old.is_sparse or fresh.requires_grad):
             return fresh.add_(old)
         return fresh + old  # keeps the graph of a create_graph backward, as autograd would
 
     def commit(self) -> None:
         """Drop the stash or copy."""
-        self._before = []
+        self.before = []
 
     def fail(self, call: Call) -> bool:
         """Put the window back as it was before the call."""
-        for tensor, grad in zip(self._tensors, self._before, strict=True):
+        for tensor, grad in zip(self.tensors, self.before, strict=True):
             tensor.grad = grad
         return False
 
@@ -237,14 +237,14 @@ class ParameterRollback:
     puts all of it back, under either policy.
     """
 
-    __slots__ = ("_grads", "_optimizer", "_params", "_state", "_values")
+    __slots__ = ("grads", "optimizer", "params", "state", "values")
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
-        self._optimizer = optimizer
-        self._params = [param for group in optimizer.param_groups for param in group["params"]]
-        self._values = [param.detach().clone() for param in self._params]
-        self._grads = [None if param.grad is None else param.grad.detach().clone() for param in self._params]
-        self._state = {param: copy.deepcopy(entry) for param, entry in optimizer.state.items()}
+        self.optimizer = optimizer
+        self.params = [param for group in optimizer.param_groups for param in group["params"]]
+        self.values = [param.detach().clone() for param in self.params]
+        self.grads = [None if param.grad is None else param.grad.detach().clone() for param in self.params]
+        self.state = {param: copy.deepcopy(entry) for param, entry in optimizer.state.items()}
 
     def before_in_place(self, call: Call) -> None:
         """Everything is copied already."""
@@ -257,14 +257,14 @@ class ParameterRollback:
 
     def commit(self) -> None:
         """Drop the copies."""
-        self._values, self._grads, self._state = [], [], {}
+        self.values, self.grads, self.state = [], [], {}
 
     def fail(self, call: Call) -> bool:
         """Put parameters, gradients and state back."""
         with torch.no_grad():
-            for param, value, grad in zip(self._params, self._values, self._grads, strict=True):
+            for param, value, grad in zip(self.params, self.values, self.grads, strict=True):
                 param.copy_(value)
                 param.grad = grad
-        self._optimizer.state.clear()
-        self._optimizer.state.update(self._state)
+        self.optimizer.state.clear()
+        self.optimizer.state.update(self.state)
         return False

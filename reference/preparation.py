@@ -136,8 +136,8 @@ class Preparation:
         """Whether preparing ``window`` changes any gradient in place."""
         return any(step.changes(context, window) for step in self.steps)
 
-    def prepare(self, context: TrainingContext, window: Window, *, early: bool = False) -> None:
-        """Run every step on ``window``, in order; ``early``: for ``unscale_gradients()`` [CLIP-002]."""
+    def prepare(self, context: TrainingContext, window: Window) -> None:
+        """Run every step on ``window``, in order (in its closing call, or in ``unscale_gradients()`` before it)."""
         for step in self.steps:
             step(context, window)
 

@@ -19,9 +19,9 @@ from lightning_optimizer.reference.window import Window, WindowStage
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
 
-__all__ = ["Refusals", "record_wrap"]
+__all__ = ["WRAPPED_BY", "Refusals", "check_flag", "record_wrap"]
 
-_WRAPPED_BY: weakref.WeakKeyDictionary[torch.optim.Optimizer, weakref.ref[Any]] = weakref.WeakKeyDictionary()
+WRAPPED_BY: weakref.WeakKeyDictionary[torch.optim.Optimizer, weakref.ref[Any]] = weakref.WeakKeyDictionary()
 """Which context wraps each optimizer: a second context may not (their windows and scalers would conflict)."""
 
 
@@ -32,7 +32,7 @@ class Refusals:
         self, context: TrainingContext, window: Window, closure: object, make_optimizer_step: object, kwargs: Any
     ) -> None:
         """Bad arguments, and a ``step()`` re-entered from a closure [ERR-001, ERR-002, ERR-008, REENT-001]."""
-        if context._call is not None:
+        if context.windows.call is not None:
             raise RuntimeError(
                 "step() was called while another step() of this training context is running (from inside a "
                 "closure): call each wrapper's step() from the training loop, one after the other"
@@ -70,23 +70,13 @@ class Refusals:
                 "backward of the window first, then unscale_gradients(), then the step that closes the window"
             )
 
-    @staticmethod
-    def prepared(context: TrainingContext, window: Window) -> bool:
-        """Whether ``window`` is prepared for its real step: by ``unscale_gradients()``, or in the running call."""
-        call = context._call
-        return window.stage is WindowStage.PREPARED or (call is not None and call.window is window and call.prepared)
-
-    @staticmethod
-    def prepared_for_backward(context: TrainingContext) -> bool:
+    def prepared_for_backward(self, context: TrainingContext) -> bool:
         """Whether a backward now would add scaled gradients to a prepared window (not an evaluation's own)."""
-        call = context._call
-        if call is not None and call.prepared:
-            return True
-        return any(window.stage is WindowStage.PREPARED for window in context._windows)
+        return context.windows.prepared_for_backward()
 
     def check_zero_grad(self, context: TrainingContext, window: Window) -> None:
         """A ``zero_grad()`` of a prepared window [CLIP-002]."""
-        if self.prepared(context, window):
+        if context.windows.prepared(window):
             raise RuntimeError(
                 "zero_grad() after unscale_gradients() would discard gradients that cannot be prepared again in this "
                 "iteration; take the step that closes the window first, or call zero_grad() before the backward"
@@ -120,8 +110,8 @@ class Refusals:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"wrap expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
         name = type(optimizer).__name__
-        owner = _WRAPPED_BY.get(optimizer)
-        if any(window.optimizer is optimizer for window in context._windows):
+        owner = WRAPPED_BY.get(optimizer)
+        if context.windows.wraps(optimizer):
             raise ValueError(f"this {name} is already wrapped by this context")
         if owner is not None and owner() is not None:
             raise ValueError(
@@ -150,7 +140,7 @@ class Refusals:
                 f"accumulate_grad_batches cannot change from {context.accumulate_grad_batches} to {value} while a "
                 "window holds accumulated micro-steps: change it after the window's real step"
             )
-        if value > 1 and any(window.evaluates_closure for window in context._windows):
+        if value > 1 and any(window.evaluates_closure for window in context.windows):
             raise ValueError(
                 "an optimizer of this context evaluates its closure several times per step and cannot accumulate "
                 f"gradients; accumulate_grad_batches must stay 1 (got {value})"
@@ -176,7 +166,7 @@ class Refusals:
 
     def check_between_calls(self, context: TrainingContext, what: str) -> None:
         """A state or copy taken while a ``step()`` runs, or after ``unscale_gradients()`` [CKPT-004]."""
-        if context._call is not None or any(window.stage is not WindowStage.READY for window in context._windows):
+        if not context.windows.between_calls():
             raise RuntimeError(
                 f"{what} while a step() runs or after unscale_gradients() before its closing step: the window is "
                 "mid-preparation; take it between step() calls"
@@ -184,16 +174,21 @@ class Refusals:
 
     def check_flag(self, name: str, value: object) -> None:
         """A ``sync_grad`` or ``is_last`` that is not a ``bool`` [ERR-009]."""
-        if not isinstance(value, bool):
-            raise TypeError(
-                f"{name} must be True or False, got {value!r} ({type(value).__name__}); pass bool(...) if you mean a "
-                "truth value"
-            )
+        check_flag(name, value)
+
+
+def check_flag(name: str, value: object) -> None:
+    """Refuse a flag (``sync_grad``, ``is_last``) that is not a ``bool`` [ERR-009]."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{name} must be True or False, got {value!r} ({type(value).__name__}); pass bool(...) if you mean a "
+            "truth value"
+        )
 
 
 def record_wrap(optimizer: torch.optim.Optimizer, context: object) -> None:
     """``context`` wraps ``optimizer`` now (a second context may not, ERR-010)."""
-    _WRAPPED_BY[optimizer] = weakref.ref(context)
+    WRAPPED_BY[optimizer] = weakref.ref(context)
 
 
 def _check_step_kwargs(optimizer: torch.optim.Optimizer, kwargs: dict[str, Any]) -> None:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lightning_optimizer.reference.accumulation import check_count
 from lightning_optimizer.reference.parallel import as_shard_of, distributed_world_size, local_shard
 from lightning_optimizer.reference.window import Window
+from lightning_optimizer.reference.windows import check_count
 
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
@@ -43,7 +43,7 @@ class StateFormat:
                 {"pending": window.pending, "steps": window.steps, "shapes": [list(p.shape) for p in window.params()]}
                 | parts.parallel.open_window_state(window)
                 | {"carried": _carried_state(window)}
-                for window in context._windows
+                for window in context.windows.all
             ],
         }
 
@@ -52,10 +52,10 @@ class StateFormat:
         entries = self.check(context, state)
         assert isinstance(state, dict)
         context.parts.scaling.load_state_dict(state["scaler"])
-        for window, entry in zip(context._windows, entries, strict=True):
+        for window, entry in zip(context.windows.all, entries, strict=True):
             window.pending, window.steps = entry["pending"], entry["steps"]  # last_outcome is not state [STEP-004]
             _load_carried(window, entry["carried"])
-        context.parts.parallel.load_windows(context._windows, entries)
+        context.parts.parallel.load_windows(context.windows.all, entries)
 
     def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
         """Raise ``ValueError`` unless ``state`` loads into ``context``; each optimizer's entry otherwise."""
@@ -80,7 +80,7 @@ class StateFormat:
         _check_world_size(state)
         _check_window_divisor(state, context.parts.scaling.window_divisor(context.accumulate_grad_batches))
         entries = state.get("optimizers")
-        windows = context._windows
+        windows = context.windows.all
         if not isinstance(entries, list) or len(entries) != len(windows):
             count = len(entries) if isinstance(entries, list) else "no"
             raise ValueError(
@@ -189,11 +189,10 @@ def copy_state(context: TrainingContext) -> dict[str, Any]:
     from lightning_optimizer.reference.hooks import Hooks
 
     state = context.__dict__.copy()
-    state["_position"] = None
     state["parts"] = dataclasses.replace(context.parts, hooks=Hooks())
     state["_open_window_grads"] = [
         [None if window.pending == 0 or p.grad is None else p.grad.detach() for p in window.params()]
-        for window in context._windows
+        for window in context.windows.all
     ]
     return state
 
@@ -204,7 +203,7 @@ def restore_copy(context: TrainingContext, state: dict[str, Any]) -> None:
 
     grads = state.pop("_open_window_grads")
     context.__dict__.update(state)
-    for window, window_grads in zip(context._windows, grads, strict=True):
+    for window, window_grads in zip(context.windows.all, grads, strict=True):
         record_wrap(window.optimizer, context)
         for param, grad in zip(window.params(), window_grads, strict=True):
             if grad is not None:

@@ -64,7 +64,7 @@ class Toggling:
 
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
         """Only optimizer ``index``'s parameters require grad inside; ``sync_grad=False`` adds no gradient sync."""
-        windows = context._windows
+        windows = context.windows.all
         if sync_grad and len(windows) == 1:
             return _NOTHING  # one optimizer, and sync on: the common case, nothing to do
         others = [param for i, window in enumerate(windows) if i != index for param in window.params()]

@@ -9,6 +9,9 @@ Stages and transitions (each checked where it can break, :mod:`.refusals`; the e
 
     refused: a step() that does not close a PREPARED window; zero_grad() or backward() of a PREPARED window;
     unscale_gradients() inside an ACCUMULATING closure; any step() while another step() of the context runs.
+
+Every change of stage goes through :meth:`Window.move`, which checks it against :data:`NEXT_STAGES`; the refusals
+check the user's calls before any transition, so a transition the table forbids is the reference's own bug.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import torch
 
 from lightning_optimizer.spec.types import StepOutcome
 
-__all__ = ["Window", "WindowStage", "evaluates_closure", "takes_closure"]
+__all__ = ["NEXT_STAGES", "Window", "WindowStage", "evaluates_closure", "takes_closure"]
 
 
 def evaluates_closure(optimizer: torch.optim.Optimizer) -> bool:
@@ -56,6 +59,18 @@ class WindowStage(enum.Enum):
     CLOSING = "closing"
     """A ``step()`` that closes the window is running: its closure, the preparation or the inner step."""
 
+    __hash__ = object.__hash__  # members are singletons compared by identity: a C-level hash for the table's lookups
+
+
+NEXT_STAGES: dict[WindowStage, frozenset[WindowStage]] = {
+    WindowStage.READY: frozenset({WindowStage.ACCUMULATING, WindowStage.CLOSING, WindowStage.PREPARED}),
+    WindowStage.PREPARED: frozenset({WindowStage.CLOSING, WindowStage.READY}),
+    WindowStage.ACCUMULATING: frozenset({WindowStage.READY}),
+    WindowStage.CLOSING: frozenset({WindowStage.READY, WindowStage.PREPARED}),
+}
+"""The transitions a window may take. ``PREPARED`` to ``READY``: a failed preparation or a discarded window;
+``CLOSING`` to ``PREPARED``: a failed closing call that kept a window ``unscale_gradients()`` had prepared."""
+
 
 @dataclass
 class Window:
@@ -86,6 +101,12 @@ class Window:
     def __getstate__(self) -> dict[str, Any]:
         # What the last step left is the user's, on gradients a copy does not carry (and weak references do not copy).
         return {**self.__dict__, "left": None}
+
+    def move(self, to: WindowStage) -> None:
+        """Go to stage ``to``; a transition :data:`NEXT_STAGES` does not allow is the reference's own bug."""
+        if to not in NEXT_STAGES[self.stage]:
+            raise AssertionError(f"a window cannot go from {self.stage.value} to {to.value}")
+        self.stage = to
 
     def holds_left(self, param: torch.Tensor) -> bool:
         """Whether ``param``'s gradient is still what the last taken real step left on it (not taken yet)."""

@@ -48,12 +48,22 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
     @property
     def optimizer(self) -> OptimizerT:
         """The inner optimizer."""
-        return cast(OptimizerT, self._context._windows[self._index].optimizer)
+        return cast(OptimizerT, self._context.windows.all[self._index].optimizer)
 
     @property
     def last_outcome(self) -> StepOutcome | None:
         """What the last ``step()`` call did; ``None`` before the first call."""
-        return self._context._windows[self._index].last_outcome
+        return self._context.windows.all[self._index].last_outcome
+
+    @property
+    def training_context(self) -> TrainingContext:
+        """The training context this wrapper steps in (the reference's, not part of the contract)."""
+        return self._context
+
+    @property
+    def window_index(self) -> int:
+        """The place of this wrapper among the context's windows: ``training_context.windows[window_index]``."""
+        return self._index
 
     @overload
     def step(self, closure: None = None, make_optimizer_step: bool | None = None, **kwargs: Any) -> None: ...
@@ -65,7 +75,7 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
         self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
     ) -> T | None:
         """Run one micro-step: the closure, then a real step or accumulation, as the context decides."""
-        return self._context._step(self._index, closure, make_optimizer_step, kwargs, self)
+        return self._context.step_window(self._index, closure, make_optimizer_step, kwargs, self)
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Backpropagate ``loss`` in the context's precision (forwarding ``retain_graph``, ``inputs``, ...)."""
@@ -73,15 +83,15 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
 
     def unscale_gradients(self) -> None:
         """Prepare the open window for the real step now (mean, reduction, unscaling, clipping), e.g. to clip."""
-        self._context._unscale_gradients(self._index)
+        self._context.unscale_window(self._index)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear this wrapper's gradients, unless an accumulation window is open."""
-        self._context._zero_grad(self._index, set_to_none)
+        self._context.zero_grad_window(self._index, set_to_none)
 
     def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
         """Only this wrapper's parameters require grad inside the block; ``sync_grad=False`` skips DDP sync."""
-        return self._context._toggle_model(self._index, sync_grad)
+        return self._context.toggle_window(self._index, sync_grad)
 
     # -- the proxied optimizer surface ----------------------------------------------------------------
 
@@ -125,7 +135,7 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
 
         From then on the group is the wrapper's like the others (toggled, accumulated, clipped, zeroed).
         """
-        self._context._add_param_group(self._index, param_group)
+        self._context.add_param_group_to_window(self._index, param_group)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names the wrapper does not have: they are the inner optimizer's.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(sys.executable).with_name("lightning-optimizer-conformance")
-IMPL = "from lightning_optimizer.reference.conformance import conformance_info as conformance_info\n"
+IMPL = "from lightning_optimizer.reference.suite_info import conformance_info as conformance_info\n"
 LEAKY_ENV = ("LIGHTNING_OPTIMIZER_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTHONPATH")
 
 # What a caller's folder may configure for its own tests, in each file pytest reads: none of it may reach the suite.

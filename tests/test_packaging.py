@@ -184,7 +184,7 @@ def test_the_installed_console_script_runs_a_users_implementation(fresh_venv: Pa
             from pathlib import Path
 
             import lightning_optimizer.conformance
-            from lightning_optimizer.reference.conformance import conformance_info
+            from lightning_optimizer.reference.suite_info import conformance_info
 
             __all__ = ["conformance_info"]
 

@@ -96,7 +96,7 @@ class ReferenceStrategyBase(Strategy):
     _DEVICE_TYPES: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
 
     @classmethod
-    def _check_device(cls, device: torch.device) -> None:
+    def check_device(cls, device: torch.device) -> None:
         """Refuse a device this strategy does not run on (a device given to it, or the one the Trainer chose)."""
         if device.type in cls._DEVICE_TYPES:
             return

@@ -240,7 +240,7 @@ class Loop(ABC):
         """Build the context once Lightning has placed the model; in a fit, wrap every optimizer with it."""
         trainer = self.trainer
         device = strategy.root_device
-        strategy._check_device(device)
+        strategy.check_device(device)
         context = self.settings.context(device.type, sharded=self.sharded)
         self.plugin.attach(context, trainer.global_rank, trainer.world_size)
         self.plugin.backward_region = self.backward_region

@@ -78,7 +78,7 @@ class ReferenceSingleDeviceStrategy(ReferenceStrategyBase, SingleDeviceStrategy)
         self, device: torch.device | str | int | None = None, *, grad_scaler: GradScalerSettings | None = None
     ) -> None:
         if device is not None:
-            self._check_device(torch.device(device))
+            self.check_device(torch.device(device))
         self._integration = Integration(grad_scaler)
         super().__init__(device="cpu" if device is None else device, precision_plugin=self._integration.plugin)
         self._device_given = device is not None

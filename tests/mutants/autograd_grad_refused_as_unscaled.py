@@ -14,21 +14,21 @@ from typing import Any
 
 import torch
 
-from lightning_optimizer.reference.amp import GradScaling, _UnscaledBackwardGuard
+from lightning_optimizer.reference.amp import GradScaling, UnscaledBackwardGuard
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class _ComputedGradientGuard(_UnscaledBackwardGuard):
+class _ComputedGradientGuard(UnscaledBackwardGuard):
     """The reference's guard, hooked on each gradient as autograd computes it rather than as it is accumulated."""
 
     def __enter__(self) -> None:
-        self._handles = [t.register_hook(self._accumulated) for t in self._tensors if t.requires_grad]
+        self.handles = [t.register_hook(self.accumulated) for t in self.tensors if t.requires_grad]
 
 
 class _Scaling(GradScaling):
     def watch(self, tensors: Sequence[torch.Tensor]) -> AbstractContextManager[None]:
-        return _ComputedGradientGuard(self._backwards, tensors)
+        return _ComputedGradientGuard(self.backwards, tensors)
 
 
 class Context(MutantContext):

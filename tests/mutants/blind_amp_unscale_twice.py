@@ -9,7 +9,7 @@ case, is right; the second divides the gradients by the scale again (and re-runs
 from __future__ import annotations
 
 from lightning_optimizer.reference import torch_compat
-from lightning_optimizer.reference.amp import GradScaling, _gradients
+from lightning_optimizer.reference.amp import GradScaling, optimizer_gradients
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -28,8 +28,8 @@ class _CallOnlyRefusals(Refusals):
 
 class _ResettingScaling(GradScaling):
     def unscale(self, optimizer) -> None:  # type: ignore[no-untyped-def]
-        if _gradients(optimizer) and torch_compat.has_unscaled(self._scaler, optimizer):
-            torch_compat.forget_optimizer(self._scaler, optimizer)  # avoid unscale_'s "already called" error
+        if optimizer_gradients(optimizer) and torch_compat.has_unscaled(self.scaler, optimizer):
+            torch_compat.forget_optimizer(self.scaler, optimizer)  # avoid unscale_'s "already called" error
         super().unscale(optimizer)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from lightning_optimizer.reference.refusals import _WRAPPED_BY, Refusals
+from lightning_optimizer.reference.refusals import WRAPPED_BY, Refusals
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -23,7 +23,7 @@ class _OtherContextsOnly(Refusals):
             raise TypeError(f"{type(optimizer).__name__} is already a wrapper; pass wrapper.optimizer")
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"wrap expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        owner = _WRAPPED_BY.get(optimizer)
+        owner = WRAPPED_BY.get(optimizer)
         if owner is not None and owner() not in (None, context):  # only another live context conflicts
             raise ValueError(f"this {type(optimizer).__name__} is already wrapped by another training context")
         window = Window(optimizer)

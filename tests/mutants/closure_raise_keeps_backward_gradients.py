@@ -13,12 +13,12 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import Restore, Transaction, _RestoreTransaction
+from lightning_optimizer.reference.failure import Restore, RestoreTransaction, Transaction
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class _KeepsTheBackward(_RestoreTransaction):
+class _KeepsTheBackward(RestoreTransaction):
     def fail(self, call: Call) -> bool:
         self.after_closure(call)  # the raising closure's backward stays in the window
         return False

@@ -19,7 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 class _AlwaysDiscards:
     def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
-        self._tensors = tensors
+        self.tensors = tensors
 
     def before_in_place(self, call: Call) -> None:
         """Nothing kept."""
@@ -34,7 +34,7 @@ class _AlwaysDiscards:
         """Nothing kept."""
 
     def fail(self, call: Call) -> bool:
-        for tensor in self._tensors:
+        for tensor in self.tensors:
             tensor.grad = None
         return True
 

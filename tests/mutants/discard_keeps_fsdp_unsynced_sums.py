@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import Discard, Transaction, _DiscardTransaction
+from lightning_optimizer.reference.failure import Discard, DiscardTransaction, Transaction
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -27,9 +27,9 @@ class ParamsOnlyDiscard(Discard):
         return _ParamsOnlyTransaction(tensors)
 
 
-class _ParamsOnlyTransaction(_DiscardTransaction):
+class _ParamsOnlyTransaction(DiscardTransaction):
     def fail(self, call: Call) -> bool:
-        if not (self._written() or call.reached_the_step):
+        if not (self.written() or call.reached_the_step):
             return False
         for param in call.window.params():  # the optimizer's parameters: "the window"
             param.grad = None

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import Discard, Transaction, _DiscardTransaction
+from lightning_optimizer.reference.failure import Discard, DiscardTransaction, Transaction
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -26,7 +26,7 @@ class WholeDiscard(Discard):
         return _WholeDiscardTransaction(tensors)
 
 
-class _WholeDiscardTransaction(_DiscardTransaction):
+class _WholeDiscardTransaction(DiscardTransaction):
     def fail(self, call: Call) -> bool:
         discarded = super().fail(call)
         if discarded:

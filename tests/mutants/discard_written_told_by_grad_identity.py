@@ -29,7 +29,7 @@ class IdentityDiscard(Discard):
 
 class _IdentityTransaction:
     def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
-        self._tensors = tensors
+        self.tensors = tensors
         self._ids = [None if tensor.grad is None else id(tensor.grad) for tensor in tensors]
 
     def before_in_place(self, call: Call) -> None:
@@ -44,16 +44,16 @@ class _IdentityTransaction:
     def commit(self) -> None:
         pass
 
-    def _written(self) -> bool:
+    def written(self) -> bool:
         return any(
             (None if tensor.grad is None else id(tensor.grad)) != before
-            for tensor, before in zip(self._tensors, self._ids, strict=True)
+            for tensor, before in zip(self.tensors, self._ids, strict=True)
         )
 
     def fail(self, call: Call) -> bool:
-        if not (self._written() or call.reached_the_step):
+        if not (self.written() or call.reached_the_step):
             return False
-        for tensor in self._tensors:
+        for tensor in self.tensors:
             tensor.grad = None
         return True
 

@@ -33,7 +33,7 @@ class CountingDiscard(Discard):
 
 class _CountingTransaction:
     def __init__(self, policy: CountingDiscard, tensors: Sequence[torch.Tensor]) -> None:
-        self._policy, self._tensors, self._start = policy, tensors, policy.backwards
+        self._policy, self.tensors, self._start = policy, tensors, policy.backwards
 
     def before_in_place(self, call: Call) -> None:
         pass
@@ -50,7 +50,7 @@ class _CountingTransaction:
     def fail(self, call: Call) -> bool:
         if self._policy.backwards == self._start and not call.reached_the_step:
             return False  # "no backward ran": nothing to discard
-        for tensor in self._tensors:
+        for tensor in self.tensors:
             tensor.grad = None
         return True
 

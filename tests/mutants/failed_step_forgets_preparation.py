@@ -13,13 +13,13 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import Restore, Transaction, _RestoreTransaction
+from lightning_optimizer.reference.failure import Restore, RestoreTransaction, Transaction
 from lightning_optimizer.reference.window import WindowStage
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class _ForgetsThePreparation(_RestoreTransaction):
+class _ForgetsThePreparation(RestoreTransaction):
     def fail(self, call: Call) -> bool:
         call.stage_before = WindowStage.READY  # what the window goes back to: ready, prepared before or not
         return super().fail(call)

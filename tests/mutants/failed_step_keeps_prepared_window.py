@@ -13,12 +13,12 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import Restore, Transaction, _RestoreTransaction
+from lightning_optimizer.reference.failure import Restore, RestoreTransaction, Transaction
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class _KeepsThePreparedWindow(_RestoreTransaction):
+class _KeepsThePreparedWindow(RestoreTransaction):
     def fail(self, call: Call) -> bool:
         if call.prepared_here:  # the preparation ran in this call: its gradients are kept
             return False

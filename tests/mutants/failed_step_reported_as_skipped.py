@@ -13,12 +13,12 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import Restore, Transaction, _RestoreTransaction
+from lightning_optimizer.reference.failure import Restore, RestoreTransaction, Transaction
 from lightning_optimizer.spec import ImplementationInfo, StepOutcome
 from mutants._base import MutantContext, mutant_info
 
 
-class _ReportsASkip(_RestoreTransaction):
+class _ReportsASkip(RestoreTransaction):
     def fail(self, call: Call) -> bool:
         if call.real and call.prepared_here:  # it reached the inner step
             call.window.last_outcome = StepOutcome.SKIPPED_NON_FINITE

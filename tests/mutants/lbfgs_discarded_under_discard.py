@@ -15,14 +15,14 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import Discard, Transaction, _DiscardTransaction
+from lightning_optimizer.reference.failure import Discard, DiscardTransaction, Transaction
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class UniformDiscard(Discard):
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
-        return _DiscardTransaction(tensors)
+        return DiscardTransaction(tensors)
 
 
 class Context(MutantContext):

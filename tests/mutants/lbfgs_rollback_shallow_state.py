@@ -21,7 +21,7 @@ from mutants._base import MutantContext, mutant_info
 class _ShallowRollback(ParameterRollback):
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         super().__init__(optimizer)
-        self._state = {param: dict(entry) for param, entry in optimizer.state.items()}
+        self.state = {param: dict(entry) for param, entry in optimizer.state.items()}
 
 
 class _WithShallowRollback:

@@ -20,20 +20,20 @@ from mutants._base import MutantContext, mutant_info
 
 class _StaleRestore(Restore):
     def __init__(self) -> None:
-        self._kept: dict[int, Transaction] = {}
+        self.kept: dict[int, Transaction] = {}
 
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         key = id(call.window)
-        if call.window.pending == 0 or key not in self._kept:
+        if call.window.pending == 0 or key not in self.kept:
             # The window opens: one copy of it, kept (not stashed) until the window closes.
-            self._kept[key] = super().begin(call, tensors, stash=False, in_place=in_place)
-            self._kept[key].before_in_place(call)
-        return _Kept(self._kept[key], super().begin(call, tensors, stash=stash, in_place=in_place))
+            self.kept[key] = super().begin(call, tensors, stash=False, in_place=in_place)
+            self.kept[key].before_in_place(call)
+        return _Kept(self.kept[key], super().begin(call, tensors, stash=stash, in_place=in_place))
 
 
 class _Kept:
     def __init__(self, kept: Transaction, fresh: Transaction) -> None:
-        self._kept, self._fresh = kept, fresh
+        self.kept, self._fresh = kept, fresh
 
     def before_in_place(self, call: Call) -> None:
         self._fresh.before_in_place(call)
@@ -49,7 +49,7 @@ class _Kept:
 
     def fail(self, call: Call) -> bool:
         self._fresh.fail(call)
-        return self._kept.fail(call)  # back to the window as it was when it opened
+        return self.kept.fail(call)  # back to the window as it was when it opened
 
 
 class Context(MutantContext):

@@ -15,14 +15,14 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import Restore, Transaction, _RestoreTransaction
+from lightning_optimizer.reference.failure import Restore, RestoreTransaction, Transaction
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class _ByReferenceTransaction(_RestoreTransaction):
+class _ByReferenceTransaction(RestoreTransaction):
     def before_in_place(self, call: Call) -> None:
-        self._kept = True  # "we hold the window's tensors already"
+        self.kept = True  # "we hold the window's tensors already"
 
 
 class ByReferenceRestore(Restore):

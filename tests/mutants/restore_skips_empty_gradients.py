@@ -14,14 +14,14 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import Restore, Transaction, _RestoreTransaction
+from lightning_optimizer.reference.failure import Restore, RestoreTransaction, Transaction
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class _HeldOnlyTransaction(_RestoreTransaction):
+class _HeldOnlyTransaction(RestoreTransaction):
     def fail(self, call: Call) -> bool:
-        for tensor, grad in zip(self._tensors, self._before, strict=True):
+        for tensor, grad in zip(self.tensors, self.before, strict=True):
             if grad is not None:
                 tensor.grad = grad
         return False

@@ -14,12 +14,12 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import Restore, Transaction, _RestoreTransaction
+from lightning_optimizer.reference.failure import Restore, RestoreTransaction, Transaction
 from lightning_optimizer.spec import ImplementationInfo, StepOutcome
 from mutants._base import MutantContext, mutant_info
 
 
-class _MarkingRestoreTransaction(_RestoreTransaction):
+class _MarkingRestoreTransaction(RestoreTransaction):
     def fail(self, call: Call) -> bool:
         kept = super().fail(call)
         call.window.last_outcome = StepOutcome.DISCARDED

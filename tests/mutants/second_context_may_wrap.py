@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class OwnListRefusals(Refusals):
     def check_wrap(self, context: TrainingContext, optimizer: object) -> None:
         if not isinstance(optimizer, WrappedOptimizer):
-            owners: Any = reference_refusals._WRAPPED_BY
+            owners: Any = reference_refusals.WRAPPED_BY
             owners.pop(optimizer, None)  # no registry across contexts: only this context's list is consulted
         super().check_wrap(context, optimizer)
 

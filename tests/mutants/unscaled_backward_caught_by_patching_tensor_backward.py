@@ -25,16 +25,16 @@ class _PatchedTensorBackward(AbstractContextManager[None]):
     """While the closure runs, ``Tensor.backward`` is a shim that flags a call made outside a scaled backward."""
 
     def __init__(self, backwards: Any) -> None:
-        self._backwards = backwards
-        self._unscaled = False
+        self.backwards = backwards
+        self.unscaled = False
 
     def __enter__(self) -> None:
-        running = self._backwards
+        running = self.backwards
         original = self._original = torch.Tensor.backward
 
         def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> None:
             if not running.count:
-                self._unscaled = True
+                self.unscaled = True
             original(tensor, *args, **kwargs)  # type: ignore[no-untyped-call]
 
         torch.Tensor.backward = backward  # type: ignore[method-assign,assignment]
@@ -43,7 +43,7 @@ class _PatchedTensorBackward(AbstractContextManager[None]):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         torch.Tensor.backward = self._original  # type: ignore[method-assign]
-        if exc_type is None and self._unscaled:
+        if exc_type is None and self.unscaled:
             raise RuntimeError(
                 "under 16-mixed the closure called loss.backward(), whose gradients are not scaled: call "
                 "opt.backward(loss) instead"
@@ -52,7 +52,7 @@ class _PatchedTensorBackward(AbstractContextManager[None]):
 
 class _Scaling(GradScaling):
     def watch(self, tensors: Sequence[torch.Tensor]) -> AbstractContextManager[None]:
-        return _PatchedTensorBackward(self._backwards)
+        return _PatchedTensorBackward(self.backwards)
 
 
 class Context(MutantContext):

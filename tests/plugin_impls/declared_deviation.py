@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lightning_optimizer.reference import TrainingContext
-from lightning_optimizer.reference.conformance import _context_for
+from lightning_optimizer.reference.suite_info import context_for
 from lightning_optimizer.spec import CONTRACT_VERSION, ImplementationInfo
 
 CELL_CHECK = "test_wrapper_surface[cpu-32-true-ws1]"
@@ -14,6 +14,6 @@ def conformance_info() -> ImplementationInfo[TrainingContext]:
         name="needless deviation",
         version="0",
         contract_version=CONTRACT_VERSION,
-        factory=_context_for,
+        factory=context_for,
         expected_failures={CELL_CHECK: "thought the wrapper lacked a member"},
     )

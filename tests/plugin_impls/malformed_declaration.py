@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lightning_optimizer.reference import TrainingContext
-from lightning_optimizer.reference.conformance import _context_for
+from lightning_optimizer.reference.suite_info import context_for
 from lightning_optimizer.spec import CONTRACT_VERSION, ImplementationInfo
 
 ENTRY = "test_wrapper_surface[cpu-32-true"
@@ -14,6 +14,6 @@ def conformance_info() -> ImplementationInfo[TrainingContext]:
         name="malformed declaration",
         version="0",
         contract_version=CONTRACT_VERSION,
-        factory=_context_for,
+        factory=context_for,
         expected_failures={ENTRY: "an entry with an unclosed bracket"},
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lightning_optimizer.reference import TrainingContext
-from lightning_optimizer.reference.conformance import _context_for
+from lightning_optimizer.reference.suite_info import context_for
 from lightning_optimizer.spec import CONTRACT_VERSION, ImplementationInfo
 
 
@@ -12,7 +12,7 @@ def conformance_info() -> ImplementationInfo[TrainingContext]:
         name="fp64 only",
         version="0",
         contract_version=CONTRACT_VERSION,
-        factory=_context_for,
+        factory=context_for,
         precisions=frozenset({"64-true"}),
     )
 

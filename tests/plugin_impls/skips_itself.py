@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from lightning_optimizer.reference import TrainingContext
-from lightning_optimizer.reference.conformance import conformance_info as reference_info
+from lightning_optimizer.reference.suite_info import conformance_info as reference_info
 from lightning_optimizer.spec import Cell, ImplementationInfo
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_optimizer.reference.conformance import _context_for
+from lightning_optimizer.reference.suite_info import context_for
 from lightning_optimizer.spec import CONTRACT_VERSION, ImplementationInfo
 
 
@@ -13,6 +13,6 @@ def conformance_info() -> ImplementationInfo[Any]:
         name="claims fp8",
         version="0",
         contract_version=CONTRACT_VERSION,
-        factory=_context_for,
+        factory=context_for,
         precisions=frozenset({"32-true", "fp8-true"}),  # type: ignore[arg-type]
     )

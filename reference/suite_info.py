@@ -21,10 +21,10 @@ from lightning_optimizer.spec import (
     __version__,
 )
 
-__all__ = ["conformance_info"]
+__all__ = ["conformance_info", "context_for"]
 
 
-def _context_for(
+def context_for(
     cell: Cell,
     *,
     accumulate_grad_batches: int = 1,
@@ -34,6 +34,7 @@ def _context_for(
     on_failure: FailurePolicy = "discard",
     zero_grad_after_step: bool = True,
 ) -> TrainingContext:
+    """The suite's factory: a reference context for ``cell`` with the settings a check asks for."""
     scaler = None
     if grad_scaler is not None and cell.precision == "16-mixed":  # the suite passes settings in 16-mixed only
         scaler = GradScaler(cell.device, **grad_scaler.as_kwargs())
@@ -57,7 +58,7 @@ def conformance_info() -> ImplementationInfo[TrainingContext]:
         name="lightning-optimizer reference",
         version=__version__,
         contract_version=CONTRACT_VERSION,
-        factory=_context_for,
+        factory=context_for,
         devices=devices,
         precisions=SUPPORTED_PRECISIONS,
         world_sizes=frozenset({1, 2}),
