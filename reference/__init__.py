@@ -9,8 +9,8 @@ Build a :class:`TrainingContext`, prepare the model with it, wrap each optimizer
     opt = ctx.wrap(torch.optim.Adam(model.parameters()))
 """
 
-from lightning_optimizer.reference.suite_info import conformance_info
 from lightning_optimizer.reference.context import TrainingContext
+from lightning_optimizer.reference.suite_info import conformance_info
 from lightning_optimizer.reference.window import evaluates_closure
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec import __version__ as __version__
