@@ -41,7 +41,7 @@ class Windows:
     """Every window of one context, the running call and the loop position.
 
     ``call`` and ``position`` are read by anyone and set only here: by :meth:`begin_call`/:meth:`end_call` and by a
-    :class:`Batch` block.
+    :class:`Batch` block (:attr:`position` is set on entering one and cleared on leaving it).
     """
 
     __slots__ = ("all", "call", "position")
@@ -107,7 +107,10 @@ class Windows:
         call = self.call
         if call is not None and call.prepared:
             return True
-        return any(window.stage is WindowStage.PREPARED for window in self.all)
+        for window in self.all:  # noqa: SIM110 (every backward asks: a loop, not a generator)
+            if window.stage is WindowStage.PREPARED:
+                return True
+        return False
 
     def between_calls(self) -> bool:
         """No ``step()`` runs and no window is prepared: the windows are whole, as a state or a copy takes them."""
@@ -117,24 +120,12 @@ class Windows:
         """Whether any window holds accumulated micro-steps that its real step has not applied yet."""
         return any(window.pending for window in self.all)
 
-    # -- the loop position -----------------------------------------------------------------------------
-
-    def enter_batch(self, batch_idx: int, is_last: bool) -> None:
-        """A ``context.batch()`` block begins (blocks do not nest) [CTX-003]."""
-        if self.position is not None:
-            raise RuntimeError("context.batch() blocks do not nest: leave the current batch first")
-        self.position = LoopPosition(batch_idx, is_last)
-
-    def leave_batch(self) -> None:
-        """The ``context.batch()`` block ends."""
-        self.position = None
-
 
 class Batch(AbstractContextManager[None]):
     """The block of ``context.batch(batch_idx, is_last=...)``: the loop position while it runs [STEP-003].
 
-    Leaving it ends the training iteration (``end_iteration``: the loss scaler's update) [AMP-003]. (A class rather
-    than a generator: it runs every iteration.)
+    Blocks do not nest [CTX-003]. Leaving it ends the training iteration (``end_iteration``: the loss scaler's update)
+    [AMP-003]. (A class rather than a generator: it runs every iteration.)
     """
 
     __slots__ = ("batch_idx", "end_iteration", "is_last", "windows")
@@ -147,10 +138,13 @@ class Batch(AbstractContextManager[None]):
             check_count("batch_idx", self.batch_idx)
         if type(self.is_last) is not bool:
             check_flag("is_last", self.is_last)
-        self.windows.enter_batch(self.batch_idx, self.is_last is True)
+        windows = self.windows
+        if windows.position is not None:
+            raise RuntimeError("context.batch() blocks do not nest: leave the current batch first")
+        windows.position = LoopPosition(self.batch_idx, self.is_last is True)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        self.windows.leave_batch()
+        self.windows.position = None
         self.end_iteration()

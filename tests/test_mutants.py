@@ -1580,6 +1580,11 @@ def _skip_if_unavailable(where: Cells) -> None:
         pytest.skip(f"unavailable here: {reason}")
 
 
+BROKEN_MUTANT = re.compile(r"has no attribute '_\w+'|\bNameError\b|cannot import name|No module named 'mutants")
+"""A failure that shows the mutant crashing on the reference's internals (a private name a refactor removed, a
+name or import that no longer exists), not the defect it stands for: not a catch."""
+
+
 def _catches(run: Run, requirement: str, checks: list[str]) -> tuple[list[dict[str, str]], list[str]]:
     """The rows that caught the mutant (failed, for a reason tied to its requirement), and every row that did not."""
     if run.document is None or run.exit != 1:
@@ -1594,6 +1599,8 @@ def _catches(run: Run, requirement: str, checks: list[str]) -> tuple[list[dict[s
                 where = f"{row['check']} on {cell.id} against {run.case.impl}"
                 if row["outcome"] != "failed":
                     missed.append(f"{where}: {row['outcome']} ({row['reason']}), not failed")
+                elif BROKEN_MUTANT.search(row["reason"]):
+                    missed.append(f"{where} failed because the mutant itself is broken: {row['reason']}")
                 elif requirement not in row["requirements"] and requirement not in row["reason"]:
                     missed.append(
                         f"{where} failed, but neither its requirements {row['requirements']} nor its reason "

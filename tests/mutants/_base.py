@@ -16,8 +16,8 @@ from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.clipping import ClipAlgorithm, check_clipping
-from lightning_optimizer.reference.suite_info import conformance_info as reference_conformance_info
 from lightning_optimizer.reference.preparation import preparation
+from lightning_optimizer.reference.suite_info import conformance_info as reference_conformance_info
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.wrapper import wrapper_class
 from lightning_optimizer.spec import Cell, FailurePolicy, GradScalerSettings, ImplementationInfo

@@ -15,7 +15,7 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 class Wrapper(WrappedOptimizer[Any]):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        context, optimizer = self._context, self.optimizer
+        context, optimizer = self.training_context, self.optimizer
         optimizer.add_param_group(param_group)
         for param in optimizer.param_groups[-1]["params"]:
             context.parts.refusals.check_parameter(context, param)
@@ -23,7 +23,7 @@ class Wrapper(WrappedOptimizer[Any]):
 
 class Context(MutantContext):
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

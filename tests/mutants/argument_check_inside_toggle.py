@@ -22,7 +22,7 @@ class ToggledRefusals(Refusals):
     def check_step(
         self, context: TrainingContext, window: Window, closure: object, make_optimizer_step: object, kwargs: Any
     ) -> None:
-        index = next(i for i, each in enumerate(context._windows) if each is window)
+        index = next(i for i, each in enumerate(context.windows) if each is window)
         toggle = context.parts.toggling.region(context, index, sync_grad=True)
         toggle.__enter__()  # toggle_optimizer()
         super().check_step(context, window, closure, make_optimizer_step, kwargs)

@@ -20,7 +20,7 @@ class BackwardCheckedInClosuresOnly(Refusals):
     def check_backward(self, context: TrainingContext, loss: object) -> None:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")
-        call = context._call
+        call = context.windows.call
         if call is not None and call.prepared:
             raise RuntimeError("backward() after unscale_gradients() in the closure of the closing step")
 

@@ -22,7 +22,7 @@ from mutants._base import MutantContext, mutant_info
 
 class Context(MutantContext):
     def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        in_closure = self._call is not None
+        in_closure = self.windows.call is not None
         hooks = self.parts.hooks
         with outside_autocast(self.device) if in_closure else nullcontext():
             self.parts.refusals.check_backward(self, loss)

@@ -18,7 +18,7 @@ from mutants._base import MutantContext, mutant_info
 
 class Context(MutantContext):
     def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        if self._call is None:
+        if self.windows.call is None:
             super().backward(wrapper, loss, *args, **kwargs)
             return
         hooks = self.parts.hooks

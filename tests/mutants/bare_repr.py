@@ -11,12 +11,12 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 class Wrapper(WrappedOptimizer[Any]):
     def __repr__(self) -> str:
-        return f"OptimizerWrapper(precision={self._context.precision!r})"
+        return f"OptimizerWrapper(precision={self.training_context.precision!r})"
 
 
 class Context(MutantContext):
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

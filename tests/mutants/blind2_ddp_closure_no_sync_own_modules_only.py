@@ -26,8 +26,8 @@ class Context(MutantContext):
         if call.real:
             return super().run_closure(call, index, closure)
         parts, scaling = self.parts, self.parts.scaling
-        own = self._windows[index].params()
-        others = [p for i, window in enumerate(self._windows) if i != index for p in window.params()]
+        own = self.windows[index].params()
+        others = [p for i, window in enumerate(self.windows) if i != index for p in window.params()]
         ids = {id(param) for param in own}
         trained = [m for m in parts.parallel.modules if any(id(p) in ids for p in m.parameters())]
         watch: AbstractContextManager[None] = (

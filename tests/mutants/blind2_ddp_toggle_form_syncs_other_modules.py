@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 class ClosurePathOnly(Toggling):
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
-        windows = context._windows
-        if sync_grad and context._call is None:  # toggle_model(sync_grad=True): toggling only
+        windows = context.windows
+        if sync_grad and windows.call is None:  # toggle_model(sync_grad=True): toggling only
             others = [param for i, window in enumerate(windows) if i != index for param in window.params()]
             return only_these_require_grad(windows[index].params(), others)
         return super().region(context, index, sync_grad=sync_grad)

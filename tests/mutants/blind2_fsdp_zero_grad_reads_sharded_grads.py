@@ -17,7 +17,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class EmptyWindowClears(Accumulation):
-    def zero_grad_clears(self, window: Window, set_to_none: bool) -> bool:
+    def zero_grad_clears(self, window: Window) -> bool:
         return window.pending == 0 or not window.has_gradients()
 
 

@@ -26,7 +26,7 @@ class Context(MutantContext):
         hooks = parts.hooks
         with outside_autocast(parts.device.torch_device):
             parts.refusals.check_backward(self, loss)
-            window = self._windows[wrapper._index]
+            window = self.windows[wrapper.window_index]
             if window.left is not None:
                 parts.zeroing.take(window)  # the calling wrapper's window starts here
             if hooks.before_backward:

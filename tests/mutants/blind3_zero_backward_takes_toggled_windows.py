@@ -28,7 +28,7 @@ class Context(MutantContext):
         hooks = parts.hooks
         with outside_autocast(parts.device.torch_device):
             parts.refusals.check_backward(self, loss)
-            carrying = [window for window in self._windows if window.left is not None]
+            carrying = [window for window in self.windows if window.left is not None]
             for window in carrying:
                 parts.zeroing.check_take(window)
             for window in carrying:

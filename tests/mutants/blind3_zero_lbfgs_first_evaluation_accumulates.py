@@ -29,7 +29,7 @@ class _ClearsBetweenEvaluations(Closures):
     """The call whose first evaluation ran (each later one of it starts from cleared gradients)."""
 
     def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
-        window = context._windows[index]
+        window = context.windows[index]
         if not window.evaluates_closure:
             return super().evaluate(context, call, index, closure)  # a replayed closure's re-evaluation [CLOS-005]
         if self._evaluating is call:

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 
 
 class _EarlyWithoutCarried(Preparation):
-    def prepare(self, context: TrainingContext, window: Window, *, early: bool = False) -> None:
+    def prepare(self, context: TrainingContext, window: Window) -> None:
+        call = context.windows.call
+        early = call is None or call.window is not window  # unscale_gradients(), not the closing step() call
         for step in self.steps:
             if early and isinstance(step, AddCarried):
                 continue  # unscale_gradients(): the window's own gradients only

@@ -8,7 +8,7 @@ step (one rule for every wrapper, not the graph's).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -17,17 +17,20 @@ from lightning_optimizer.reference.window import WindowStage
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
 
 class _OwnWindowRefusals(Refusals):
     caller: int | None = None
 
-    def prepared_for_backward(self, context) -> bool:  # type: ignore[no-untyped-def, override]
-        call = context._call
+    def prepared_for_backward(self, context: TrainingContext) -> bool:
+        call = context.windows.call
         if call is not None and call.prepared:
             return True
         if self.caller is None:
-            return Refusals.prepared_for_backward(context)
-        return context._windows[self.caller].stage is WindowStage.PREPARED
+            return super().prepared_for_backward(context)
+        return context.windows[self.caller].stage is WindowStage.PREPARED
 
 
 class Context(MutantContext):
@@ -39,7 +42,7 @@ class Context(MutantContext):
         refusals = self.parts.refusals
         if not isinstance(refusals, _OwnWindowRefusals):
             return super().backward(wrapper, loss, *args, **kwargs)
-        refusals.caller = wrapper._index
+        refusals.caller = wrapper.window_index
         try:
             super().backward(wrapper, loss, *args, **kwargs)
         finally:

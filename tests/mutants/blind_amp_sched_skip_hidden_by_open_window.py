@@ -9,7 +9,8 @@ while another only accumulated in the same iteration gets its scheduler warning 
 from __future__ import annotations
 
 from lightning_optimizer.reference.accumulation import Accumulation
-from lightning_optimizer.reference.window import Window
+from lightning_optimizer.reference.window import Window, WindowStage
+from lightning_optimizer.reference.windows import Windows
 from lightning_optimizer.spec import ImplementationInfo
 from lightning_optimizer.spec.types import StepOutcome
 from mutants._base import MutantContext, mutant_info
@@ -18,7 +19,7 @@ from mutants._base import MutantContext, mutant_info
 class _IterationAccumulation(Accumulation):
     __slots__ = ("windows",)
 
-    def __init__(self, every: object, windows: list[Window]) -> None:
+    def __init__(self, every: object, windows: Windows) -> None:
         super().__init__(every)
         self.windows = windows
 
@@ -28,7 +29,7 @@ class _IterationAccumulation(Accumulation):
             window.last_outcome = StepOutcome.SKIPPED_NON_FINITE
             window.optimizer.zero_grad(set_to_none=True)
             window.pending = 0
-            window.stage = type(window.stage).READY
+            window.move(WindowStage.READY)
             return
         super().closed(window, skipped=skipped)
 
@@ -36,7 +37,7 @@ class _IterationAccumulation(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = _IterationAccumulation(self.parts.accumulation.every, self._windows)
+        self.parts.accumulation = _IterationAccumulation(self.parts.accumulation.every, self.windows)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

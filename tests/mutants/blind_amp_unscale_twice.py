@@ -10,20 +10,9 @@ from __future__ import annotations
 
 from lightning_optimizer.reference import torch_compat
 from lightning_optimizer.reference.amp import GradScaling, optimizer_gradients
-from lightning_optimizer.reference.refusals import Refusals
+from lightning_optimizer.reference.window import WindowStage
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
-
-
-class _CallOnlyRefusals(Refusals):
-    @staticmethod
-    def prepared(context, window) -> bool:  # type: ignore[no-untyped-def]
-        call = context._call
-        return call is not None and call.window is window and call.prepared
-
-    def check_zero_grad(self, context, window) -> None:  # type: ignore[no-untyped-def]
-        if Refusals.prepared(context, window):
-            raise RuntimeError("zero_grad() after unscale_gradients() before the closing step")
 
 
 class _ResettingScaling(GradScaling):
@@ -36,9 +25,19 @@ class _ResettingScaling(GradScaling):
 class Context(MutantContext):
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
-        self.parts.refusals = _CallOnlyRefusals()
         if isinstance(self.parts.scaling, GradScaling):
             self.parts.scaling = _ResettingScaling(self.parts.scaling.scaler)
+
+    def unscale_window(self, index: int) -> None:
+        window = self.windows[index]
+        if window.stage is not WindowStage.PREPARED:
+            super().unscale_window(index)  # not prepared, or prepared in the running step(): the reference's path
+            return
+        # The defect: only the running step() records a preparation, so a window prepared before it is prepared again.
+        self.parts.refusals.check_unscale(window)
+        if window.left is not None:
+            self.parts.zeroing.take(window)
+        self.parts.preparation.prepare(self, window)  # the window stays PREPARED
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -20,8 +20,8 @@ class TaintingRefusals(Refusals):
         self.tainted: Any = None
 
     def check_step(self, context: Any, window: Any, closure: object, make_optimizer_step: object, kwargs: Any) -> None:
-        if context._call is not None:
-            self.tainted = context._call  # remember which call a nested step() was refused in
+        if context.windows.call is not None:
+            self.tainted = context.windows.call  # remember which call a nested step() was refused in
         super().check_step(context, window, closure, make_optimizer_step, kwargs)
 
     def __getstate__(self) -> dict[str, Any]:

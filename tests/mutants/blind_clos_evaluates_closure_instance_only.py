@@ -24,7 +24,7 @@ def _declared_on_instance(optimizer: torch.optim.Optimizer) -> bool:
 class Context(MutantContext):
     def wrap(self, optimizer: Any) -> Any:
         wrapper = super().wrap(optimizer)
-        self._windows[-1].evaluates_closure = _declared_on_instance(optimizer)  # the defect
+        self.windows[-1].evaluates_closure = _declared_on_instance(optimizer)  # the defect
         return wrapper
 
 

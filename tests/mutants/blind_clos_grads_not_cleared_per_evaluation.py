@@ -23,7 +23,7 @@ class ClearOnceClosures(Closures):
         self.cleared_for: tuple[int, int] | None = None
 
     def evaluate(self, context: Any, call: Any, index: int, closure: Callable[[], T]) -> T:
-        window = context._windows[index]
+        window = context.windows[index]
         call.advance(CallStage.REEVALUATING)
         key = (index, window.steps)
         if self.cleared_for != key:  # the defect: only the step's first evaluation starts from cleared gradients

@@ -8,21 +8,23 @@ pass with ``RuntimeError``; LBFGS (never prepared as a window) and closures usin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_optimizer.reference.call import CallStage
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
+if TYPE_CHECKING:
+    from lightning_optimizer.reference.context import TrainingContext
+
 
 class StickyPreparedRefusals(Refusals):
-    @staticmethod
-    def prepared_for_backward(context: Any) -> bool:
-        call = context._call
+    def prepared_for_backward(self, context: TrainingContext) -> bool:
+        call = context.windows.call
         if call is not None and call.stage is CallStage.REEVALUATING and not call.window.evaluates_closure:
             return True  # the defect: the window was prepared in this call, so any backward is refused
-        return Refusals.prepared_for_backward(context)
+        return super().prepared_for_backward(context)
 
 
 class Context(MutantContext):

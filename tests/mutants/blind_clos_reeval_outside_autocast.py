@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 class PlainEvaluations(Closures):
     def evaluate(self, context: Any, call: Any, index: int, closure: Callable[[], T]) -> T:
-        window = context._windows[index]
+        window = context.windows[index]
         call.advance(CallStage.REEVALUATING)
         window.optimizer.zero_grad(set_to_none=True)
         with context.parts.toggling.region(context, index, sync_grad=call.real):

@@ -25,7 +25,7 @@ def _has_closure_parameter(optimizer: Any) -> bool:
 class Context(MutantContext):
     def wrap(self, optimizer: Any) -> Any:
         wrapper = super().wrap(optimizer)
-        self._windows[-1].takes_closure = _has_closure_parameter(optimizer)  # the defect: by name only
+        self.windows[-1].takes_closure = _has_closure_parameter(optimizer)  # the defect: by name only
         return wrapper
 
 

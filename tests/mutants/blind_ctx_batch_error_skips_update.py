@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from lightning_optimizer.reference.accumulation import Batch
+from lightning_optimizer.reference.windows import Batch
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -18,14 +18,14 @@ class _Batch(Batch):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        self._context._position = None
+        self.windows.position = None
         if exc_type is None:
-            self._context._end_iteration()
+            self.end_iteration()
 
 
 class Context(MutantContext):
     def batch(self, batch_idx: int, *, is_last: bool = False) -> _Batch:
-        return _Batch(self, batch_idx, is_last)
+        return _Batch(self.windows, batch_idx, is_last, self.end_iteration)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from lightning_optimizer.reference.accumulation import Batch
+from lightning_optimizer.reference.windows import Batch
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -21,10 +21,10 @@ class Context(MutantContext):
 
     @contextmanager
     def _batch(self, batch_idx: int, is_last: bool) -> Iterator[None]:
-        Batch(self, batch_idx, is_last).__enter__()  # the checks and the position
+        Batch(self.windows, batch_idx, is_last, self.end_iteration).__enter__()  # the checks and the position
         yield
-        self._position = None
-        self._end_iteration()
+        self.windows.position = None
+        self.end_iteration()
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -16,7 +16,7 @@ from mutants._base import MutantContext, mutant_info
 class Context(MutantContext):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        for window in self._windows:
+        for window in self.windows:
             window.last_outcome = None  # like load_state_dict (STEP-004)
 
 

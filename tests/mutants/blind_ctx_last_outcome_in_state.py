@@ -19,14 +19,14 @@ from mutants._base import MutantContext, mutant_info
 class _OutcomeState(StateFormat):
     def save(self, context) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         state = super().save(context)
-        for entry, window in zip(state["optimizers"], context._windows, strict=True):
+        for entry, window in zip(state["optimizers"], context.windows, strict=True):
             entry["last_outcome"] = None if window.last_outcome is None else window.last_outcome.value
         return state
 
     def load(self, context, state: object) -> None:  # type: ignore[no-untyped-def]
         super().load(context, state)
         assert isinstance(state, dict)
-        for window, entry in zip(context._windows, state["optimizers"], strict=True):
+        for window, entry in zip(context.windows, state["optimizers"], strict=True):
             saved = entry.get("last_outcome")
             if saved is not None:
                 window.last_outcome = StepOutcome(saved)

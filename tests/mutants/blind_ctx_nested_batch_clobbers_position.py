@@ -7,24 +7,26 @@ outer block goes on with the refused block's ``batch_idx`` and ``is_last``, so i
 
 from __future__ import annotations
 
-from lightning_optimizer.reference.accumulation import Batch, LoopPosition, check_count
+from lightning_optimizer.reference.refusals import check_flag
+from lightning_optimizer.reference.windows import Batch, LoopPosition, check_count
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class _Batch(Batch):
     def __enter__(self) -> None:
-        check_count("batch_idx", self._batch_idx)
-        self._context.parts.refusals.check_flag("is_last", self._is_last)
-        previous = self._context._position
-        self._context._position = LoopPosition(self._batch_idx, self._is_last)
-        if previous is not None:
+        check_count("batch_idx", self.batch_idx)
+        check_flag("is_last", self.is_last)
+        windows = self.windows
+        previous = windows.position
+        windows.position = LoopPosition(self.batch_idx, self.is_last is True)  # swap in the new position first,
+        if previous is not None:  # and complain if something was there
             raise RuntimeError("context.batch() blocks do not nest: leave the current batch first")
 
 
 class Context(MutantContext):
     def batch(self, batch_idx: int, *, is_last: bool = False) -> _Batch:
-        return _Batch(self, batch_idx, is_last)
+        return _Batch(self.windows, batch_idx, is_last, self.end_iteration)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

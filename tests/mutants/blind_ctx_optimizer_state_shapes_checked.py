@@ -29,7 +29,7 @@ class _ShapeCheckingWrapper(WrappedOptimizer[Any]):
 
 class Context(MutantContext):
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(_ShapeCheckingWrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(_ShapeCheckingWrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

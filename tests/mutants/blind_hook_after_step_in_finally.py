@@ -20,7 +20,7 @@ class AfterStepInFinally(WrappedOptimizer[Any]):
         try:
             return super().step(closure, make_optimizer_step, **kwargs)
         except BaseException:
-            hooks = self._context.parts.hooks
+            hooks = self.training_context.parts.hooks
             if hooks.after_step and self.last_outcome is not None:
                 hooks.run_after_step(self, self.last_outcome)  # the defect: a failed call runs after_step
             raise
@@ -28,7 +28,7 @@ class AfterStepInFinally(WrappedOptimizer[Any]):
 
 class Context(MutantContext):
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(AfterStepInFinally, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(AfterStepInFinally, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

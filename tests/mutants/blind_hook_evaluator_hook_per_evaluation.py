@@ -27,7 +27,7 @@ class PerEvaluationHooks(Hooks):
         self.pending_wrapper: Any = None
 
     def run_before_optimizer_step(self, wrapper: Any, *, evaluation: bool = False) -> None:
-        window = wrapper._context._windows[wrapper._index]
+        window = wrapper.training_context.windows[wrapper.window_index]
         if window.evaluates_closure and not evaluation:
             self.pending_wrapper = wrapper  # run after each evaluation's preparation instead
             return
@@ -39,7 +39,7 @@ class HookedClosures(Closures):
         loss = super().evaluate(context, call, index, closure)
         hooks = context.parts.hooks
         wrapper = getattr(hooks, "pending_wrapper", None)
-        if wrapper is not None and wrapper._index == index:
+        if wrapper is not None and wrapper.window_index == index:
             hooks.run_before_optimizer_step(hooks.pending_wrapper, evaluation=True)
         return loss
 

@@ -21,12 +21,12 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 class Context(MutantContext):
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
-        vars(self._windows[-1])["at_wrap"] = {id(param) for param in self._windows[-1].params()}
+        vars(self.windows[-1])["at_wrap"] = {id(param) for param in self.windows[-1].params()}
         return wrapper
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        for window, entry in zip(self._windows, state["optimizers"], strict=True):
+        for window, entry in zip(self.windows, state["optimizers"], strict=True):
             at_wrap: set[int] = vars(window)["at_wrap"]
             entry["grads"] = [
                 grad if id(param) in at_wrap else None

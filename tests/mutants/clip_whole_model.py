@@ -21,7 +21,7 @@ from mutants._base import MutantContext, mutant_info
 
 class WholeModelClipping(Clipping):
     def __call__(self, context: TrainingContext, window: Window) -> None:
-        everything = [param for other in context._windows for param in other.params()]
+        everything = [param for other in context.windows for param in other.params()]
         clip_gradients(everything, self.value, self.algorithm)
 
 

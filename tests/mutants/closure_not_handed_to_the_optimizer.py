@@ -20,7 +20,7 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 class Context(MutantContext):
     def wrap(self, optimizer: OptimizerT) -> Any:
         wrapper = super().wrap(optimizer)
-        self._windows[-1].takes_closure = False
+        self.windows[-1].takes_closure = False
         return wrapper
 
 

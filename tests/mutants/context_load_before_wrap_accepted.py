@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class ByPositionFormat(StateFormat):
     def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
         entries = state.get("optimizers") if isinstance(state, dict) else None
-        wrapped = len(context._windows)
+        wrapped = len(context.windows)
         if isinstance(state, dict) and isinstance(entries, list) and len(entries) > wrapped:
             return super().check(context, {**state, "optimizers": entries[:wrapped]})
         return super().check(context, state)

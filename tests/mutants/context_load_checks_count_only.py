@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 class CountOnlyFormat(StateFormat):
     def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
-        wrapped = len(context._windows)
+        wrapped = len(context.windows)
         if not isinstance(state, dict) or len(state.get("optimizers", ())) != wrapped:
             raise ValueError(f"the state does not hold {wrapped} optimizers")
         entries: list[dict[str, Any]] = state["optimizers"]

@@ -25,8 +25,8 @@ class Context(MutantContext):
     """The iteration's loop position (``None`` outside ``batch()``) and the sync decision its first step took."""
 
     def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
-        if self._iteration is None or self._iteration[0] is not self._position:
-            self._iteration = (self._position, call.real)  # the first step() of the iteration decides
+        if self._iteration is None or self._iteration[0] is not self.windows.position:
+            self._iteration = (self.windows.position, call.real)  # the first step() of the iteration decides
         parts = self.parts
         watch: AbstractContextManager[None] = (
             parts.scaling.watch(parts.parallel.window_tensors(call.window))
@@ -38,7 +38,7 @@ class Context(MutantContext):
 
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         result = super().inner_step(window, kwargs, closure)
-        if self._position is None:
+        if self.windows.position is None:
             self._iteration = None  # outside batch() each real step ends the iteration
         return result
 

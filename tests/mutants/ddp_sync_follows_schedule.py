@@ -12,8 +12,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
-from lightning_optimizer.reference.accumulation import Accumulation, LoopPosition
+from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.call import Call
+from lightning_optimizer.reference.windows import LoopPosition
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 

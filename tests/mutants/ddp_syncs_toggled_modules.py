@@ -23,7 +23,7 @@ class SyncEveryModule(Toggling):
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
         if not sync_grad:
             return super().region(context, index, sync_grad=False)
-        windows = context._windows
+        windows = context.windows.all
         others = [param for i, window in enumerate(windows) if i != index for param in window.params()]
         return only_these_require_grad(windows[index].params(), others) if others else nullcontext()
 

@@ -21,20 +21,20 @@ from mutants._base import MutantContext, mutant_info
 class ThisCallOnlyScaling(GradScaling):
     def __init__(self, scaling: GradScaling, context: MutantContext) -> None:
         super().__init__(scaling.scaler)
-        self._context = context
+        self._owner = context
 
     def forget(self, optimizer: torch.optim.Optimizer) -> None:
-        call = self._context._call
+        call = self._owner.windows.call
         if call is not None and call.prepared_before:
             return  # prepared by the user's unscale_gradients(): "not ours to forget"
         super().forget(optimizer)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"scaling": super().__getstate__(), "context": self._context}
+        return {"scaling": super().__getstate__(), "context": self._owner}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state["scaling"])
-        self._context = state["context"]
+        self._owner = state["context"]
 
 
 class Context(MutantContext):

@@ -36,7 +36,7 @@ class _ClearsEverything:
     def fail(self, call: Call) -> bool:
         discarded = self._inner.fail(call)
         if discarded:
-            for window in self._context._windows:
+            for window in self._context.windows:
                 for param in window.params():
                     param.grad = None
                 window.pending = 0

@@ -19,7 +19,7 @@ class Context(MutantContext):
         with super().batch(batch_idx):
             yield
         if is_last:
-            for window in self._windows:
+            for window in self.windows:
                 if window.pending:
                     window.optimizer.zero_grad(set_to_none=True)
                     window.pending = 0

@@ -21,7 +21,7 @@ def _declared_on_class(optimizer: torch.optim.Optimizer) -> bool:
 class Context(MutantContext):
     def wrap(self, optimizer: Any) -> Any:
         wrapper = super().wrap(optimizer)
-        self._windows[-1].evaluates_closure = _declared_on_class(optimizer)  # the defect
+        self.windows[-1].evaluates_closure = _declared_on_class(optimizer)  # the defect
         return wrapper
 
 

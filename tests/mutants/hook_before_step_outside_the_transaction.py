@@ -42,11 +42,10 @@ class Context(MutantContext):
 
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         result = super().inner_step(window, kwargs, closure)
-        call, self._call = self._call, None  # the step is taken: nothing of this call is undone now
-        try:
-            self._hooks_after.run_deferred()
-        finally:
-            self._call = call
+        # The step is taken: nothing of this call is undone now. (Nothing reads the running call between the inner
+        # step's return and the call's end, which clears it again.)
+        self.windows.end_call()
+        self._hooks_after.run_deferred()
         return result
 
 

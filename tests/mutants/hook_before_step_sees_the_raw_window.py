@@ -21,14 +21,14 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class HooksFirst(Preparation):
-    def prepare(self, context: TrainingContext, window: Window, *, early: bool = False) -> None:
+    def prepare(self, context: TrainingContext, window: Window) -> None:
         hooks = context.parts.hooks
         if hooks.before_optimizer_step:
-            index = next(i for i, each in enumerate(context._windows) if each is window)
+            index = next(i for i, each in enumerate(context.windows) if each is window)
             wrapper = context.new_wrapper(index)
             for hook in list(hooks.before_optimizer_step.values()):
                 hook(wrapper)
-        super().prepare(context, window, early=early)
+        super().prepare(context, window)
 
 
 class NotBeforeTheInnerStep(Hooks):

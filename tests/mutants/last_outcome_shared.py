@@ -19,26 +19,26 @@ T = TypeVar("T")
 class Wrapper(WrappedOptimizer[Any]):
     @property
     def last_outcome(self) -> StepOutcome | None:
-        context = self._context
+        context = self.training_context
         assert isinstance(context, Context)
         return context.shared_outcome
 
     def step(  # type: ignore[override]
         self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
     ) -> T | None:
-        context = self._context
+        context = self.training_context
         assert isinstance(context, Context)
         try:
             return super().step(closure, make_optimizer_step, **kwargs)
         finally:
-            context.shared_outcome = context._windows[self._index].last_outcome
+            context.shared_outcome = context.windows[self.window_index].last_outcome
 
 
 class Context(MutantContext):
     shared_outcome: StepOutcome | None = None
 
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

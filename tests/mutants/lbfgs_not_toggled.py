@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 class UntoggledEvaluations(Closures):
     def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
-        window = context._windows[index]
+        window = context.windows[index]
         call.advance(CallStage.REEVALUATING)
         window.optimizer.zero_grad(set_to_none=True)
         with context.autocast():  # not toggled

@@ -25,7 +25,7 @@ class _RefusedAfterTheEvaluation(Closures):
     def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
         loss = super().evaluate(context, call, index, closure)
         if context.scaler is not None:
-            name = type(context._windows[index].optimizer).__name__
+            name = type(context.windows[index].optimizer).__name__
             raise TypeError(f"{name} evaluates its closure itself, which loss scaling cannot follow")
         return loss
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lightning_optimizer.reference import TrainingContext as ReferenceContext
-from lightning_optimizer.reference.accumulation import Accumulation, LoopPosition
+from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.reference.window import Window
+from lightning_optimizer.reference.windows import LoopPosition
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 

@@ -28,7 +28,7 @@ class ZeroesOncePerStep(Closures):
         """The step call whose first evaluation zeroed the gradients."""
 
     def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
-        window = context._windows[index]
+        window = context.windows[index]
         call.advance(CallStage.REEVALUATING)
         if self.zeroed_in is not call:
             self.zeroed_in = call

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from types import TracebackType
 from typing import Any
 
-from lightning_optimizer.reference.accumulation import Batch
 from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.reference.parallel import DataParallel
 from lightning_optimizer.reference.window import Window
+from lightning_optimizer.reference.windows import Batch
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -29,21 +28,6 @@ class _UpdatesWhenABatchEnds(GradScaling):
             super().end_iteration(windows, parallel)
 
 
-class _Batch(Batch):
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        scaling = self._context.parts.scaling
-        if not isinstance(scaling, _UpdatesWhenABatchEnds):
-            super().__exit__(exc_type, exc, traceback)
-            return
-        scaling.leaving_batch = True
-        try:
-            super().__exit__(exc_type, exc, traceback)
-        finally:
-            scaling.leaving_batch = False
-
-
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -51,7 +35,19 @@ class Context(MutantContext):
             self.parts.scaling = _UpdatesWhenABatchEnds(self.scaler)
 
     def batch(self, batch_idx: int, *, is_last: bool = False) -> AbstractContextManager[None]:
-        return _Batch(self, batch_idx, is_last)
+        return Batch(self.windows, batch_idx, is_last, self.end_batch_iteration)
+
+    def end_batch_iteration(self) -> None:
+        """The end of the iteration a ``batch()`` block leaves: the only one that updates the loss scaler."""
+        scaling = self.parts.scaling
+        if not isinstance(scaling, _UpdatesWhenABatchEnds):
+            self.end_iteration()
+            return
+        scaling.leaving_batch = True
+        try:
+            self.end_iteration()
+        finally:
+            scaling.leaving_batch = False
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -17,7 +17,7 @@ from mutants._base import MutantContext, mutant_info
 class Context(MutantContext):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        for window in self._windows:
+        for window in self.windows:
             window.optimizer.state = defaultdict(dict)
 
 

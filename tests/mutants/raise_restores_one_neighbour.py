@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class RestoresOneNeighbour(Toggling):
     @contextmanager
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
-        windows = context._windows
+        windows = context.windows
         own = {id(param) for param in windows[index].params()}
         others = [param for i, window in enumerate(windows) if i != index for param in window.params()]
         switched = [param for param in others if id(param) not in own and param.requires_grad]

@@ -22,7 +22,7 @@ class Wrapper(WrappedOptimizer[Any]):
     def step(  # type: ignore[override]
         self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
     ) -> T | None:
-        context = self._context
+        context = self.training_context
         assert isinstance(context, Context)
         context.take_scaler_result()
         result = super().step(closure, make_optimizer_step, **kwargs)
@@ -55,7 +55,7 @@ class Context(MutantContext):
         return taken
 
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -6,10 +6,11 @@ A per-wrapper "busy" flag instead of one for the context: from inside one wrappe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.reference.window import Window
+from lightning_optimizer.reference.windows import Windows
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -21,15 +22,19 @@ class ReentryPerWrapper(Refusals):
     def check_step(
         self, context: TrainingContext, window: Window, closure: object, make_optimizer_step: object, kwargs: Any
     ) -> None:
-        running = context._call
+        running = context.windows.call
         if running is None or running.window is window:
             super().check_step(context, window, closure, make_optimizer_step, kwargs)
             return
-        context._call = None  # another wrapper's step is running: not this one's business
-        try:
-            super().check_step(context, window, closure, make_optimizer_step, kwargs)
-        finally:
-            context._call = running
+        # Another wrapper's step is running: not this one's business. The other checks see no step running.
+        super().check_step(cast("TrainingContext", _NoStepRunning()), window, closure, make_optimizer_step, kwargs)
+
+
+class _NoStepRunning:
+    """All that ``Refusals.check_step`` reads of a context: its windows, here with no ``step()`` running."""
+
+    def __init__(self) -> None:
+        self.windows = Windows()
 
 
 class Context(MutantContext):

@@ -33,7 +33,7 @@ class ReevaluatesWithoutClearing(Closures):
                 return result
             call.advance(CallStage.REEVALUATING)
             loss = context.run_closure(call, index, closure)  # into the gradients of the first point
-            context.parts.preparation.prepare_evaluation(context, context._windows[index])
+            context.parts.preparation.prepare_evaluation(context, context.windows[index])
             call.advance(CallStage.STEPPING)
             return loss
 

@@ -20,13 +20,13 @@ class _OutcomeOnRaise(WrappedOptimizer[Any]):
         try:
             return super().step(closure, make_optimizer_step, **kwargs)
         except BaseException:
-            self._context._windows[self._index].last_outcome = StepOutcome.DISCARDED
+            self.training_context.windows[self.window_index].last_outcome = StepOutcome.DISCARDED
             raise
 
 
 class Context(MutantContext):
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(_OutcomeOnRaise, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(_OutcomeOnRaise, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -17,8 +17,8 @@ from mutants._base import MutantContext, mutant_info
 class Context(MutantContext):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         entries = state_dict.get("optimizers")
-        if isinstance(entries, list) and len(entries) == len(self._windows):
-            for i, (window, entry) in enumerate(zip(self._windows, entries, strict=True)):
+        if isinstance(entries, list) and len(entries) == len(self.windows):
+            for i, (window, entry) in enumerate(zip(self.windows, entries, strict=True)):
                 params, grads = window.params(), entry.get("grads")
                 if not isinstance(grads, list) or len(grads) != len(params):
                     raise ValueError(f"optimizer {i}: the state's gradients do not match its {len(params)} parameters")

@@ -34,7 +34,7 @@ class Context(MutantContext):
         return state
 
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        kind = type(self._windows[index].optimizer)
+        kind = type(self.windows[index].optimizer)
         if kind not in self._classes:  # one class per optimizer type and context
             self._classes[kind] = type(f"Wrapper{kind.__name__}", (Wrapper, wrapper_class(kind)), {})
         return self._classes[kind](self, index)

@@ -30,7 +30,7 @@ class Context(MutantContext):
         return cast(Wrapper[OptimizerT], super().wrap(optimizer))
 
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:  # type: ignore[type-var]  # the defect: not a TrainingContext

@@ -21,12 +21,12 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 class Wrapper(WrappedOptimizer[Any]):
     def register_step_pre_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
-        context = self._context
+        context = self.training_context
         assert isinstance(context, Context)
         return _register(context.pre_hooks, hook)
 
     def register_step_post_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
-        context = self._context
+        context = self.training_context
         assert isinstance(context, Context)
         return _register(context.post_hooks, hook)
 
@@ -44,7 +44,7 @@ class Context(MutantContext):
         self.post_hooks: OrderedDict[int, Callable[..., Any]] = OrderedDict()
 
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         optimizer: torch.optim.Optimizer = window.optimizer

@@ -17,19 +17,19 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 class Wrapper(WrappedOptimizer[Any]):
     def unscale_gradients(self) -> None:
-        scaler = self._context.scaler
+        scaler = self.training_context.scaler
         if scaler is None:
             return
         inverse = 1.0 / scaler.get_scale()
         with torch.no_grad():
-            for param in self._context._windows[self._index].params():
+            for param in self.training_context.windows[self.window_index].params():
                 if param.grad is not None:
                     param.grad.mul_(inverse)
 
 
 class Context(MutantContext):
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

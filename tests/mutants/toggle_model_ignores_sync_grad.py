@@ -16,14 +16,14 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 class Wrapper(WrappedOptimizer[Any]):
     def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
-        context = self._context
+        context = self.training_context
         context.parts.refusals.check_flag("sync_grad", sync_grad)
-        return context.parts.toggling.region(context, self._index, sync_grad=True)
+        return context.parts.toggling.region(context, self.window_index, sync_grad=True)
 
 
 class Context(MutantContext):
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class NotRestoredOnRaise(Toggling):
     @contextmanager
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
-        windows = context._windows
+        windows = context.windows.all
         own = {id(param) for param in windows[index].params()}
         others = [param for i, window in enumerate(windows) if i != index for param in window.params()]
         switched = [param for param in others if id(param) not in own and param.requires_grad]

@@ -31,7 +31,7 @@ class OthersAtWrap(Toggling):
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
         others = [p for i, params in enumerate(self.params_at_wrap) if i != index for p in params]
         with (
-            only_these_require_grad(context._windows[index].params(), others),
+            only_these_require_grad(context.windows[index].params(), others),
             nullcontext() if sync_grad else context.parts.parallel.without_sync(),
         ):
             yield
@@ -45,7 +45,7 @@ class Context(MutantContext):
 
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
-        self._at_wrap.params_at_wrap.append(self._windows[-1].params())
+        self._at_wrap.params_at_wrap.append(self.windows[-1].params())
         return wrapper
 
 

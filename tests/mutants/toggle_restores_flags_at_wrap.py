@@ -29,7 +29,7 @@ class FlagsAtWrap(Toggling):
 
     @contextmanager
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
-        windows = context._windows
+        windows = context.windows.all
         own = {id(param) for param in windows[index].params()}
         others = {
             id(p): p for i, window in enumerate(windows) if i != index for p in window.params() if id(p) not in own
@@ -53,7 +53,7 @@ class Context(MutantContext):
 
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
-        for param in self._windows[-1].params():
+        for param in self.windows[-1].params():
             self._at_wrap.flags_at_wrap.setdefault(id(param), param.requires_grad)
         return wrapper
 

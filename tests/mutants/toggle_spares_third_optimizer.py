@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class NextOneOnly(Toggling):
     @contextmanager
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
-        windows = context._windows
+        windows = context.windows
         own = windows[index].params()
         following = windows[(index + 1) % len(windows)]
         others = [] if len(windows) == 1 else following.params()

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class Unfreezes(Toggling):
     @contextmanager
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
-        windows = context._windows
+        windows = context.windows.all
         own = {id(param) for param in windows[index].params()}
         others = [p for i, window in enumerate(windows) if i != index for p in window.params() if id(p) not in own]
         for param in others:

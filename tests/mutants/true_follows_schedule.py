@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_optimizer.reference.accumulation import Accumulation, LoopPosition
+from lightning_optimizer.reference.accumulation import Accumulation
+from lightning_optimizer.reference.windows import LoopPosition
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 

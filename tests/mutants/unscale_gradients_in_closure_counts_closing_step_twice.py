@@ -21,9 +21,9 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 class Wrapper(WrappedOptimizer[Any]):
     def unscale_gradients(self) -> None:
-        context = self._context
+        context = self.training_context
         assert isinstance(context, Context)
-        context.in_closing_closure = context._windows[self._index].stage is WindowStage.CLOSING
+        context.in_closing_closure = context.windows[self.window_index].stage is WindowStage.CLOSING
         try:
             super().unscale_gradients()
         finally:
@@ -57,7 +57,7 @@ class Context(MutantContext):
         )
 
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

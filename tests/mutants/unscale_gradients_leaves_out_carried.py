@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class EarlyWithoutCarried(Preparation):
-    def prepare(self, context: TrainingContext, window: Window, *, early: bool = False) -> None:
+    def prepare(self, context: TrainingContext, window: Window) -> None:
+        call = context.windows.call
+        early = call is None or call.window is not window  # run by unscale_gradients(), not in the closing step()
         for step in self.steps:
             if not (early and isinstance(step, AddCarried)):
                 step(context, window)

@@ -18,7 +18,7 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 class Wrapper(WrappedOptimizer[Any]):
     def unscale_gradients(self) -> None:
-        context = self._context
+        context = self.training_context
         assert isinstance(context, Context)
         context.unscaling = True
         try:
@@ -49,7 +49,7 @@ class Context(MutantContext):
         )
 
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

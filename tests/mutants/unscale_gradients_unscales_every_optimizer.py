@@ -18,15 +18,15 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 class Wrapper(WrappedOptimizer[Any]):
     def unscale_gradients(self) -> None:
         super().unscale_gradients()
-        context = self._context
-        for other, window in enumerate(context._windows):
-            if other != self._index and window.has_gradients():
+        context = self.training_context
+        for other, window in enumerate(context.windows):
+            if other != self.window_index and window.has_gradients():
                 context.parts.scaling.unscale(window.optimizer)
 
 
 class Context(MutantContext):
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

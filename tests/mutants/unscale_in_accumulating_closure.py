@@ -14,13 +14,13 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 class Wrapper(WrappedOptimizer[Any]):
     def unscale_gradients(self) -> None:
-        context = self._context
-        context.parts.preparation.prepare(context, context._windows[self._index])  # no check, nothing remembered
+        context = self.training_context
+        context.parts.preparation.prepare(context, context.windows[self.window_index])  # no check, nothing remembered
 
 
 class Context(MutantContext):
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_subclass(Wrapper, type(self._windows[index].optimizer))(self, index)
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -42,7 +42,7 @@ class Context(MutantContext):
 
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
-        vars(self._windows[-1])["at_wrap"] = self._windows[-1].params()
+        vars(self.windows[-1])["at_wrap"] = self.windows[-1].params()
         return wrapper
 
 

@@ -21,7 +21,7 @@ _EVER_WRAPPED: list[torch.optim.Optimizer] = []
 
 class Context(MutantContext):
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
-        mine = any(window.optimizer is optimizer for window in self._windows)
+        mine = any(window.optimizer is optimizer for window in self.windows)
         if not mine and any(taken is optimizer for taken in _EVER_WRAPPED):
             raise ValueError(f"this {type(optimizer).__name__} is already wrapped by another training context")
         wrapper = super().wrap(optimizer)

@@ -25,7 +25,7 @@ def _builtin_base(cls: type[torch.optim.Optimizer]) -> type[torch.optim.Optimize
 
 class Context(MutantContext):
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
-        return wrapper_class(_builtin_base(type(self._windows[index].optimizer)))(self, index)
+        return wrapper_class(_builtin_base(type(self.windows.all[index].optimizer)))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

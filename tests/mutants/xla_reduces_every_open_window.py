@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 class EveryOptimizer(Reduction):
     def __call__(self, context: TrainingContext, window: Window) -> None:
-        for other in context._windows:
+        for other in context.windows:
             if other is window or other.pending:
                 context.parts.device.reduce_gradients(other.optimizer)
 

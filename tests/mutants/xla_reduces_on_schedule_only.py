@@ -19,7 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 class ReductionOnSchedule(Reduction):
     def __call__(self, context: TrainingContext, window: Window) -> None:
-        position = context._position
+        position = context.windows.position
         if position is None or (position.batch_idx + 1) % context.accumulate_grad_batches == 0:
             super().__call__(context, window)
 

@@ -14,7 +14,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class AlwaysClears(Accumulation):
-    def zero_grad_clears(self, window: Window, set_to_none: bool) -> bool:
+    def zero_grad_clears(self, window: Window) -> bool:
         return True
 
 

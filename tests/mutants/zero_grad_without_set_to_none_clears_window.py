@@ -7,23 +7,23 @@ the accumulated gradients.
 
 from __future__ import annotations
 
-from typing import Any
-
-from lightning_optimizer.reference.accumulation import Accumulation
-from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
-class GuardsDefaultOnly(Accumulation):
-    def zero_grad_clears(self, window: Window, set_to_none: bool) -> bool:
-        return not set_to_none or super().zero_grad_clears(window, set_to_none)
-
-
 class Context(MutantContext):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.parts.accumulation = GuardsDefaultOnly(self.parts.accumulation.every)
+    def zero_grad_window(self, index: int, set_to_none: bool) -> None:
+        if set_to_none:
+            super().zero_grad_window(index, set_to_none)  # the guarded default call
+            return
+        # set_to_none=False: the guard (an open window is not cleared) is skipped, the rest is the reference's
+        window, call = self.windows[index], self.windows.call
+        self.parts.refusals.check_zero_grad(self, window)
+        if call is not None and call.window is window:
+            call.transaction.cleared(set_to_none)
+        self.parts.zeroing.clear(window, set_to_none)
+        window.optimizer.zero_grad(set_to_none=set_to_none)
+        self.parts.parallel.clear_unsynced(window)
 
 
 def conformance_info() -> ImplementationInfo[Context]:
