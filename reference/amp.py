@@ -86,8 +86,9 @@ class LossScaling:
         update then follows that step. Every other window that holds gradients (micro-steps, or a backward not yet
         stepped) holds them at the old scale, and the update rescales them [AMP-006].
         """
-        if any(window.stage is WindowStage.PREPARED for window in windows):
-            return
+        for window in windows:  # every iteration asks: a loop, not a generator
+            if window.stage is WindowStage.PREPARED:
+                return
         # What a real step left and no window took yet (zero_grad_after_step=False) is unscaled already [ZERO-005].
         self.update(
             tensor for window in windows for tensor in parallel.window_tensors(window) if not window.holds_left(tensor)
@@ -136,6 +137,11 @@ class GradScaling(LossScaling):
     def window_divisor(self, window: int) -> int:
         """Each micro-step's loss was divided by the window's nominal length ``window``."""
         return window
+
+    def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
+        """The iteration's update, if an optimizer stepped since the last one (:meth:`LossScaling.end_iteration`)."""
+        if self._stepped_since_update:
+            super().end_iteration(windows, parallel)
 
     def backward(self) -> AbstractContextManager[None]:
         """Mark autograd as running on a scaled loss: what :meth:`watch` lets through."""

@@ -16,10 +16,10 @@ from lightning_optimizer.reference.call import Call, CallStage
 from lightning_optimizer.reference.clipping import ClipAlgorithm, check_clipping
 from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.reference.devices import resolve_device
-from lightning_optimizer.reference.failure import Transaction, discard_note, failure_policy
+from lightning_optimizer.reference.failure import NOTHING_TO_UNDO, Transaction, discard_note, failure_policy
 from lightning_optimizer.reference.hooks import Hooks
 from lightning_optimizer.reference.parallel import data_parallel
-from lightning_optimizer.reference.precision import outside_autocast, resolve_precision
+from lightning_optimizer.reference.precision import NO_AUTOCAST, outside_autocast, resolve_precision
 from lightning_optimizer.reference.preparation import preparation
 from lightning_optimizer.reference.refusals import Refusals, record_wrap
 from lightning_optimizer.reference.stages import Parts
@@ -36,6 +36,8 @@ __all__ = ["TrainingContext"]
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
+
+_NOTHING = nullcontext()
 
 
 class TrainingContext:
@@ -214,6 +216,8 @@ class TrainingContext:
         return result
 
     def _begin(self, call: Call, closure: object) -> Transaction:
+        if closure is None and not call.real:
+            return NOTHING_TO_UNDO  # no closure runs and the window does not close: the call writes nothing
         window, parallel = call.window, self.parts.parallel
         # A closing backward that reduces the window itself (DDP) must see it: it cannot be set aside.
         stash = closure is not None and not (call.real and window.pending and parallel.syncs_in_backward)
@@ -232,7 +236,8 @@ class TrainingContext:
         if window.evaluates_closure and call.real:
             assert closure is not None
             call.advance(CallStage.STEPPING)
-            parts.hooks.run_before_optimizer_step(wrapper)  # [HOOK-002]
+            if parts.hooks.before_optimizer_step:
+                parts.hooks.run_before_optimizer_step(wrapper)  # [HOOK-002]
             results: list[T] = []
 
             def evaluate() -> T:
@@ -252,7 +257,8 @@ class TrainingContext:
         if closure is not None and window.takes_closure and not parts.scaling.changes_gradients:
             kwargs = {**kwargs, "closure": parts.closures.replay(self, call, index, closure, result)}
         call.advance(CallStage.STEPPING)
-        parts.hooks.run_before_optimizer_step(wrapper)  # the window prepared [HOOK-002]
+        if parts.hooks.before_optimizer_step:
+            parts.hooks.run_before_optimizer_step(wrapper)  # the window prepared [HOOK-002]
         call.skipped = not self.inner_step(window, kwargs)
         return result
 
@@ -305,9 +311,7 @@ class TrainingContext:
         """
         parts, scaling = self.parts, self.parts.scaling
         region = parts.toggling.region(self, index, sync_grad=call.real)
-        watch = (
-            scaling.watch(parts.parallel.window_tensors(call.window)) if scaling.changes_gradients else nullcontext()
-        )
+        watch = scaling.watch(parts.parallel.window_tensors(call.window)) if scaling.changes_gradients else _NOTHING
         autocast = self.autocast()
         if type(region) is type(watch) is type(autocast) is nullcontext:
             return closure()  # one optimizer, no autocast, no loss scaling: nothing to enter
@@ -341,18 +345,30 @@ class TrainingContext:
         Outside autocast, between the backward hooks, the loss scaled as the precision says, the arguments
         forwarded to autograd.
         """
+        region = outside_autocast(self.parts.device.torch_device)
+        if region is NO_AUTOCAST:  # the direct form's backward: no region to leave
+            self._backward(wrapper, loss, args, kwargs)
+            return
+        with region:
+            self._backward(wrapper, loss, args, kwargs)
+
+    def _backward(
+        self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         parts = self.parts
-        hooks = parts.hooks
-        with outside_autocast(parts.device.torch_device):
-            parts.refusals.check_backward(self, loss)
-            self._take_carried()
-            if hooks.before_backward:
-                hooks.run_backward(hooks.before_backward, wrapper, loss)
-            backward: Callable[..., None] = parts.scaling.scale(loss, parts.accumulation.every).backward
-            with parts.scaling.backward():
+        hooks, scaling = parts.hooks, parts.scaling
+        parts.refusals.check_backward(self, loss)
+        self._take_carried()
+        if hooks.before_backward:
+            hooks.run_backward(hooks.before_backward, wrapper, loss)
+        backward: Callable[..., None] = scaling.scale(loss, parts.accumulation.every).backward
+        if scaling.changes_gradients:
+            with scaling.backward():
                 backward(*args, **kwargs)
-            if hooks.after_backward:
-                hooks.run_backward(hooks.after_backward, wrapper, loss)
+        else:  # no loss scaler: nothing to enter around autograd
+            backward(*args, **kwargs)
+        if hooks.after_backward:
+            hooks.run_backward(hooks.after_backward, wrapper, loss)
 
     def _take_carried(self) -> None:
         """A wrapper's backward: the windows that carry what their last step left take it now [ZERO-005, ZERO-006].
@@ -360,13 +376,16 @@ class TrainingContext:
         Those that hold a parameter requiring grad (not toggled off), which the backward may reach; each is checked
         before any takes.
         """
+        for window in self.windows.all:
+            if window.left is not None:
+                break
+        else:
+            return  # nothing carried (always so with zero_grad_after_step=True)
         carrying = [
             window
             for window in self.windows.all
             if window.left is not None and any(param.requires_grad for param in window.left)
         ]
-        if not carrying:
-            return
         zeroing = self.parts.zeroing
         for window in carrying:
             zeroing.check_take(window)

@@ -30,8 +30,10 @@ from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec.types import FAILURE_POLICIES, FailurePolicy
 
 __all__ = [
+    "NOTHING_TO_UNDO",
     "Discard",
     "FailurePolicyRule",
+    "NothingToUndo",
     "ParameterRollback",
     "Restore",
     "Transaction",
@@ -72,6 +74,33 @@ class FailurePolicyRule(Protocol):
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         """The transaction of ``call`` over ``tensors``; ``stash``: the closure's backward may start from nothing."""
         ...
+
+
+class NothingToUndo:
+    """The transaction of a call that runs no closure and does not close its window: it writes nothing to undo."""
+
+    __slots__ = ()
+
+    def before_in_place(self, call: Call) -> None:
+        """Nothing changes in place: no closure, no preparation."""
+
+    def after_closure(self, call: Call) -> None:
+        """No closure ran."""
+
+    def cleared(self, set_to_none: bool) -> None:
+        """No closure cleared anything."""
+
+    def commit(self) -> None:
+        """Nothing was kept."""
+
+    def fail(self, call: Call) -> bool:
+        """The window is as it was: nothing wrote into it."""
+        return False
+
+
+NOTHING_TO_UNDO = NothingToUndo()
+"""The one transaction of every call without a closure that does not close its window (the direct form's
+micro-steps), under either policy."""
 
 
 def failure_policy(name: object) -> FailurePolicyRule:
@@ -120,7 +149,7 @@ class DiscardTransaction:
     def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
         self.tensors = tensors
         self.grads = [tensor.grad for tensor in tensors]
-        self.versions = [None if grad is None else torch_compat.version_counter(grad) for grad in self.grads]
+        self.versions = torch_compat.version_counters(self.grads)
 
     def before_in_place(self, call: Call) -> None:
         """Nothing to keep."""

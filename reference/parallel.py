@@ -65,11 +65,8 @@ class Replicated:
 
     def __init__(self, modules: Iterable[torch.nn.Module] = ()) -> None:
         self.modules = list(modules)
-
-    @property
-    def syncs_in_backward(self) -> bool:
+        self.syncs_in_backward = any(isinstance(module, DistributedDataParallel) for module in self.modules)
         """Whether the closing backward reduces the window itself (so the window cannot be set aside before it)."""
-        return any(isinstance(module, DistributedDataParallel) for module in self.modules)
 
     def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
         """``module`` ready for the ranks, and the data parallelism that goes on with it.
@@ -144,11 +141,7 @@ class Sharded(Replicated):
     def __init__(self, modules: Iterable[torch.nn.Module] = ()) -> None:
         super().__init__(modules)
         self.units = fsdp_modules(self.modules)
-
-    @property
-    def syncs_in_backward(self) -> bool:
-        """FSDP units reduce in every backward that syncs."""
-        return True
+        self.syncs_in_backward = True  # FSDP units reduce in every backward that syncs
 
     def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
         """``module`` sharded over every rank (one unit per submodule with parameters, then the root) [FSDP-001]."""

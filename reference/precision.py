@@ -11,16 +11,25 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from types import TracebackType
 
 import torch
 
 from lightning_optimizer.spec.types import PRECISIONS, Precision
 
-__all__ = ["SUPPORTED_PRECISIONS", "PrecisionPlugin", "check_no_complex", "outside_autocast", "resolve_precision"]
+__all__ = [
+    "NO_AUTOCAST",
+    "SUPPORTED_PRECISIONS",
+    "PrecisionPlugin",
+    "check_no_complex",
+    "outside_autocast",
+    "resolve_precision",
+]
 
 
-_NO_AUTOCAST = nullcontext()
-"""The forward-pass region of the true precisions (``nullcontext`` is stateless, so one instance serves all)."""
+NO_AUTOCAST = nullcontext()
+"""The region of the true precisions, and of a region entered again inside itself: nothing to enter (``nullcontext``
+is stateless, so one instance serves all)."""
 
 
 @dataclass(frozen=True)
@@ -57,10 +66,17 @@ class PrecisionPlugin:
 
         Its weight cache is off (``cache_enabled=False``): with it on, autocast casts each parameter once per region
         and a forward after a real step in the same region would use the parameters before that step [PREC-004].
+        Inside the same region already (the user's ``context.autocast()`` in the closure the context runs in its
+        region), entering it again would change nothing: nothing is entered.
         """
-        if self.autocast_dtype is None:
-            return _NO_AUTOCAST
-        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype, cache_enabled=False)
+        dtype = self.autocast_dtype
+        if dtype is None:
+            return NO_AUTOCAST
+        kind = device.type
+        inside = torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) is dtype
+        if inside and not torch.is_autocast_cache_enabled():
+            return NO_AUTOCAST
+        return torch.autocast(device_type=kind, dtype=dtype, cache_enabled=False)
 
     def check_parameter(self, param: torch.Tensor) -> None:
         """Refuse a floating-point parameter in a dtype this precision does not train [ERR-007]."""
@@ -100,11 +116,31 @@ def outside_autocast(device: torch.device) -> AbstractContextManager[None]:
     """Where a backward runs: autocast disabled on ``device`` if a region (anyone's) enabled it there [BWD-002].
 
     torch's AMP recipe runs backward passes outside autocast (their ops would otherwise be autocast too, e.g. the
-    backward of a float32 block that the forward ran with autocast disabled). Outside any region this costs one check.
+    backward of a float32 block that the forward ran with autocast disabled). Outside any region this costs one check;
+    inside one, the device's autocast flag is off for the block and restored after it (the region's dtype, cache and
+    nesting untouched, as ``torch.autocast(enabled=False)`` leaves them).
     """
-    if torch.is_autocast_enabled(device.type):
-        return torch.autocast(device_type=device.type, enabled=False)
-    return _NO_AUTOCAST
+    kind = device.type
+    if torch.is_autocast_enabled(kind):
+        return _AutocastOff(kind)
+    return NO_AUTOCAST
+
+
+class _AutocastOff(AbstractContextManager[None]):
+    """Autocast disabled on one device type inside the block, enabled again after it (a backward's few calls)."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __enter__(self) -> None:
+        torch.set_autocast_enabled(self.kind, False)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        torch.set_autocast_enabled(self.kind, True)
 
 
 _PLUGINS: dict[str, PrecisionPlugin] = {

@@ -64,16 +64,14 @@ class Toggling:
 
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
         """Only optimizer ``index``'s parameters require grad inside; ``sync_grad=False`` adds no gradient sync."""
-        windows = context.windows.all
-        if sync_grad and len(windows) == 1:
-            return _NOTHING  # one optimizer, and sync on: the common case, nothing to do
+        windows, parallel = context.windows.all, context.parts.parallel
+        if len(windows) == 1:  # one optimizer: nothing to toggle; a micro-step that does not close runs without sync
+            return _NOTHING if sync_grad else parallel.without_sync()
+        own = windows[index].params()
         others = [param for i, window in enumerate(windows) if i != index for param in window.params()]
-        toggle = only_these_require_grad(windows[index].params(), others) if others else _NOTHING
-        parallel = context.parts.parallel
-        if sync_grad:
-            others_off = parallel.without_sync_of_others(windows[index].params())
-            return toggle if isinstance(others_off, nullcontext) else _without_sync(toggle, others_off)
-        return _without_sync(toggle, parallel.without_sync())
+        toggle = only_these_require_grad(own, others) if others else _NOTHING
+        no_sync = parallel.without_sync_of_others(own) if sync_grad else parallel.without_sync()
+        return toggle if isinstance(no_sync, nullcontext) else _without_sync(toggle, no_sync)
 
 
 @contextmanager

@@ -10,6 +10,7 @@ loudly there, not silently in a training run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ __all__ = [
     "start_scale",
     "steps_through_inf",
     "version_counter",
+    "version_counters",
 ]
 
 
@@ -39,6 +41,11 @@ def version_counter(tensor: torch.Tensor) -> int:
     """
     version: int = tensor._version
     return version
+
+
+def version_counters(grads: Sequence[torch.Tensor | None]) -> list[int | None]:
+    """:func:`version_counter` of each of ``grads`` (``None`` for a missing one), in one call per window."""
+    return [None if grad is None else grad._version for grad in grads]
 
 
 def has_unscaled(scaler: GradScaler, optimizer: torch.optim.Optimizer) -> bool:

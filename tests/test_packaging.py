@@ -271,3 +271,23 @@ def test_dev_requirements_pin_the_dev_extra() -> None:
     for requirement in wanted:
         pin = pins[canonicalize_name(requirement.name)]
         assert requirement.specifier.contains(pin, prereleases=True), f"{requirement.name}=={pin} is not {requirement}"
+
+
+def test_the_package_map_is_one_folder_per_subpackage_as_the_readme_says() -> None:
+    """``pyproject.toml`` maps ``<folder>/`` onto ``lightning_optimizer.<folder>``, and the README's Layout says so."""
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    mapping: dict[str, str] = setuptools["package-dir"]
+    assert mapping == {
+        f"lightning_optimizer.{folder}": folder for folder in ("spec", "reference", "conformance", "peers")
+    }
+    for package, folder in mapping.items():
+        assert (ROOT / folder / "__init__.py").is_file(), f"{package} maps onto {folder}/, which is not a package"
+    subpackages = {
+        f"lightning_optimizer.{path.parent.relative_to(ROOT).as_posix().replace('/', '.')}"
+        for folder in mapping.values()
+        for path in (ROOT / folder).rglob("__init__.py")
+    }
+    assert subpackages == set(setuptools["packages"]), "every package folder is listed in [tool.setuptools] packages"
+    layout = (ROOT / "README.md").read_text(encoding="utf-8").split("## Layout", 1)[1]
+    for package, folder in mapping.items():
+        assert re.search(rf"^{folder}/\s+{re.escape(package)}\s", layout, re.MULTILINE), f"README Layout: {folder}/"

@@ -1,7 +1,7 @@
 """The base of every reference strategy, and its side of each run of a Trainer.
 
 :class:`ReferenceStrategyBase` holds the overrides every reference strategy makes to its Lightning strategy;
-:class:`Integration` chooses, once per run, the loop of the module's optimization mode (:mod:`.loops`) and hands it
+:class:`LoopSelector` chooses, once per run, the loop of the module's optimization mode (:mod:`.loops`) and hands it
 the strategy's hooks. The public strategies are in :mod:`.strategies` and :mod:`.xla`.
 """
 
@@ -17,15 +17,16 @@ from lightning.pytorch.strategies import Strategy
 
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.lightning import compat
-from lightning_optimizer.reference.lightning.loops import AutomaticLoop, Loop, ManualLoop, reference_precision
+from lightning_optimizer.reference.lightning.loops import AutomaticLoop, Loop, ManualLoop
 from lightning_optimizer.reference.lightning.precision import ReferencePrecision
+from lightning_optimizer.reference.lightning.settings import reference_precision
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec.implementation import GradScalerSettings
 
-__all__ = ["Integration", "ReferenceStrategyBase"]
+__all__ = ["LoopSelector", "ReferenceStrategyBase"]
 
 
-class Integration:
+class LoopSelector:
     """A reference strategy's side of each run: its precision plugin, and the loop of the running mode.
 
     The loop is chosen once per run, by the module's ``automatic_optimization``: when the strategy connects to a
@@ -89,10 +90,10 @@ class Integration:
 class ReferenceStrategyBase(Strategy):
     """The overrides every reference strategy makes to its Lightning strategy.
 
-    A subclass makes its :class:`Integration` before calling its Lightning strategy's constructor.
+    A subclass makes its :class:`LoopSelector` before calling its Lightning strategy's constructor.
     """
 
-    _integration: Integration
+    _loop_selector: LoopSelector
     _DEVICE_TYPES: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
 
     @classmethod
@@ -110,25 +111,25 @@ class ReferenceStrategyBase(Strategy):
         With a Trainer attached the reference takes its precision, accumulation and clipping over now, before
         Lightning checks them; without one, when the strategy is set up.
         """
-        self._integration.connect(model)
+        self._loop_selector.connect(model)
         super().connect(model)
 
     def setup(self, trainer: Trainer) -> None:
         """Lightning's set-up, then the reference's context and wrappers."""
         super().setup(trainer)
-        self._integration.setup(self, trainer)
+        self._loop_selector.setup(self, trainer)
 
     @property
     def precision_plugin(self) -> Precision:
         """The reference's :class:`ReferencePrecision`, always."""
-        return self._integration.plugin
+        return self._loop_selector.plugin
 
     @precision_plugin.setter
     def precision_plugin(self, plugin: Precision | None) -> None:
         # Lightning's connector hands a strategy made from a registered name a plugin of its own choosing (for
         # 16-mixed on the CPU, after switching the Trainer to bf16-mixed with a warning). The reference keeps its
         # own, and takes on the precision the connector settled, so ``trainer.precision`` reads it from the start.
-        own = self._integration.plugin
+        own = self._loop_selector.plugin
         if isinstance(plugin, ReferencePrecision) and plugin is not own:
             raise ValueError("a reference strategy runs its own ReferencePrecision; set Trainer(precision=...)")
         compat.set_strategy_precision_plugin(self, own)
@@ -147,17 +148,17 @@ class ReferenceStrategyBase(Strategy):
     def optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
         compat.set_strategy_optimizers(self, optimizers)
         # What ``LightningModule.optimizers()`` returns: the reference's wrappers instead of LightningOptimizers.
-        compat.set_module_optimizers(self, self._integration.lightning_optimizers(optimizers))
+        compat.set_module_optimizers(self, self._loop_selector.lightning_optimizers(optimizers))
 
     @property
     def reference_context(self) -> TrainingContext | None:
         """The reference's training context of the running fit, ``None`` outside one."""
-        return self._integration.plugin.context
+        return self._loop_selector.plugin.context
 
     def on_train_start(self) -> None:
         """Restore a checkpoint's open windows (after Lightning's ``zero_grad`` at the start of the run)."""
         super().on_train_start()
-        self._integration.plugin.restore_loaded_state()
+        self._loop_selector.plugin.restore_loaded_state()
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         """A training batch starts: under automatic optimization its ``TrainingContext.batch`` block opens here.
@@ -166,19 +167,19 @@ class ReferenceStrategyBase(Strategy):
         flushed first (ACC-003).
         """
         super().on_train_batch_start(batch, batch_idx)
-        if self._integration.loop is not None:
-            self._integration.loop.start_batch()
+        if self._loop_selector.loop is not None:
+            self._loop_selector.loop.start_batch()
 
     def on_train_end(self) -> None:
         """Training is over: an epoch that ``on_train_batch_start`` ended early has its open windows flushed."""
-        if self._integration.loop is not None:
-            self._integration.loop.end_training()
+        if self._loop_selector.loop is not None:
+            self._loop_selector.loop.end_training()
         super().on_train_end()
 
     def on_exception(self, exception: BaseException) -> None:
         """A failed fit: close the open ``batch`` block."""
-        if self._integration.loop is not None:
-            self._integration.loop.end_batch()
+        if self._loop_selector.loop is not None:
+            self._loop_selector.loop.end_batch()
         super().on_exception(exception)
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
@@ -188,12 +189,12 @@ class ReferenceStrategyBase(Strategy):
         of the wrapper's ``step()``, in the block the batch opened. Outside a run (before setup, after teardown: a
         loop driven by hand) it is Lightning's own, on the Trainer's own optimizers.
         """
-        loop = self._integration.loop
+        loop = self._loop_selector.loop
         if loop is None:
             return super().training_step(*args, **kwargs)
         return loop.training_step(lambda: super(ReferenceStrategyBase, self).training_step(*args, **kwargs))
 
     def teardown(self) -> None:
         """Lightning's teardown; the Trainer gets its own settings back."""
-        self._integration.teardown()
+        self._loop_selector.teardown()
         super().teardown()

@@ -5,7 +5,8 @@ optimization mode: :class:`ManualLoop` (one ``TrainingContext.batch`` block arou
 :class:`AutomaticLoop` (the block spans the batch's optimization, because Lightning runs ``training_step`` inside the
 closure the wrapper's ``step()`` evaluates). The loop runs the context's hooks (Lightning's hooks through its own
 dispatch, DDP's preparation before each backward, the global step of manual optimization), and
-:class:`TrainerChanges` keeps what it changes on the Trainer, given back at teardown. The strategies are in
+:class:`~.trainer_patches.TrainerPatches` keeps what it changes on the Trainer, given back at teardown; the run's
+settings are :class:`~.settings.RunSettings`. The strategies are in
 :mod:`.strategies` and :mod:`.xla` on the base of :mod:`.base`; every field of Lightning touched outside its public
 API is in :mod:`.compat`.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -25,151 +25,24 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.profilers import Profiler
 from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.trainer.states import TrainerFn
-from torch.amp.grad_scaler import GradScaler
 from torch.utils.hooks import RemovableHandle
 
-from lightning_optimizer.reference.clipping import ClipAlgorithm
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.fsdp import fsdp_modules
 from lightning_optimizer.reference.lightning import compat
 from lightning_optimizer.reference.lightning.precision import ReferencePrecision
+from lightning_optimizer.reference.lightning.settings import RunSettings
+from lightning_optimizer.reference.lightning.trainer_patches import TrainerPatches
 from lightning_optimizer.reference.precision import outside_autocast
 from lightning_optimizer.reference.window import evaluates_closure
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec.implementation import GradScalerSettings
-from lightning_optimizer.spec.types import PRECISIONS, StepOutcome
-from lightning_optimizer.spec.types import Precision as PrecisionName
+from lightning_optimizer.spec.types import StepOutcome
 
 if TYPE_CHECKING:
     from lightning_optimizer.reference.lightning.base import ReferenceStrategyBase
 
-__all__ = ["AutomaticLoop", "Loop", "ManualLoop", "RunSettings", "TrainerChanges", "reference_precision"]
-
-
-def reference_precision(flag: object) -> PrecisionName:
-    """``Trainer(precision=...)`` as Lightning keeps it, checked: one of the precisions the reference runs."""
-    if not isinstance(flag, str):
-        raise RuntimeError(
-            "cannot read Trainer(precision=...) from this Lightning version; the reference strategies are made "
-            "for Lightning 2.5 and 2.6"
-        )
-    for name in PRECISIONS:
-        if flag == name:
-            return name
-    raise ValueError(
-        f"Trainer(precision={flag!r}) is not a precision the reference runs; use one of {', '.join(PRECISIONS)}"
-    )
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """What the reference takes over from the Trainer's arguments for one run."""
-
-    precision: PrecisionName
-    accumulate_grad_batches: int
-    gradient_clip_val: float | None
-    gradient_clip_algorithm: ClipAlgorithm
-    grad_scaler: GradScalerSettings | None = None
-    zero_grad_after_step: bool = True
-    """``False`` under automatic optimization, where Lightning's loop calls ``optimizer_zero_grad`` (ZERO-003)."""
-
-    @classmethod
-    def read(
-        cls,
-        trainer: Trainer,
-        grad_scaler: GradScalerSettings | None,
-        gradient_clip_val: float | None,
-        *,
-        zero_grad_after_step: bool = True,
-    ) -> RunSettings:
-        """The Trainer's settings, ``gradient_clip_val`` being the clipping the reference applies, checked now."""
-        algorithm = trainer.gradient_clip_algorithm
-        precision = reference_precision(compat.requested_precision(trainer))
-        if grad_scaler is not None and precision != "16-mixed":
-            raise ValueError(
-                f"the strategy's grad_scaler settings apply to Trainer(precision='16-mixed'), the one precision that "
-                f"scales the loss; this Trainer runs {precision!r}: drop grad_scaler or use 16-mixed"
-            )
-        settings = cls(
-            precision=precision,
-            accumulate_grad_batches=trainer.accumulate_grad_batches,
-            gradient_clip_val=None if gradient_clip_val is None or gradient_clip_val == 0 else float(gradient_clip_val),
-            gradient_clip_algorithm="value" if algorithm is not None and algorithm.value == "value" else "norm",
-            grad_scaler=grad_scaler,
-            zero_grad_after_step=zero_grad_after_step,
-        )
-        settings.context("cpu")  # the reference validates every setting now, before anything changes
-        return settings
-
-    def context(self, device: str, *, sharded: bool = False) -> TrainingContext:
-        """A training context with these settings on ``device`` (FSDP2 when ``sharded``, else one process or DDP)."""
-        scaler = None if self.grad_scaler is None else GradScaler(device, **self.grad_scaler.as_kwargs())
-        return TrainingContext(
-            self.precision,
-            device,  # type: ignore[arg-type]  # the context names an unknown device in its error
-            self.accumulate_grad_batches,
-            gradient_clip_val=self.gradient_clip_val,
-            gradient_clip_algorithm=self.gradient_clip_algorithm,
-            scaler=scaler,
-            strategy="fsdp" if sharded else "ddp",
-            zero_grad_after_step=self.zero_grad_after_step,
-        )
-
-
-class TrainerChanges:
-    """Everything the reference changes on one Trainer during a run, each saved when made; :meth:`restore` undoes it.
-
-    The Trainer's ``accumulate_grad_batches``, ``gradient_clip_val`` and ``gradient_clip_algorithm`` get their
-    values from before the run back, the epoch loop its own accumulation rule, the automatic loop its own way to run
-    a batch. The Trainer's callbacks are never changed.
-    """
-
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
-        self._arguments = (trainer.accumulate_grad_batches, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-        self._decides_accumulation = False
-        self._routes_automatic_batches = False
-
-    def take_accumulation_and_clipping(self) -> None:
-        """Hide ``accumulate_grad_batches`` and ``gradient_clip_val`` from Lightning's checks.
-
-        Lightning refuses both for manual optimization; the reference applies them.
-        """
-        self.trainer.accumulate_grad_batches = 1
-        self.trainer.gradient_clip_val = None
-
-    def give_accumulation_back(self) -> None:
-        """Give the Trainer its accumulation back, once Lightning has checked its arguments.
-
-        Lightning's loop and ``trainer.estimated_stepping_batches`` read it.
-        """
-        self.trainer.accumulate_grad_batches = self._arguments[0]
-
-    def decide_accumulation(self, answer: Callable[[Callable[[], bool]], bool]) -> None:
-        """Let ``answer`` tell the epoch loop whether a batch only accumulated (see :mod:`.compat`)."""
-        compat.decide_accumulation(self.trainer, answer)
-        self._decides_accumulation = True
-
-    def route_automatic_batches(
-        self,
-        micro_step: Callable[[Callable[[], Any]], object],
-        batch_done: Callable[[], None],
-        closure_optimizer: Callable[[torch.optim.Optimizer], torch.optim.Optimizer],
-    ) -> None:
-        """Route automatic optimization's batches (see :mod:`.compat`)."""
-        compat.route_automatic_batches(self.trainer, micro_step, batch_done, closure_optimizer)
-        self._routes_automatic_batches = True
-
-    def restore(self) -> None:
-        """Give the Trainer back every setting and rule as they were before the run."""
-        trainer = self.trainer
-        if self._decides_accumulation:
-            compat.forget_accumulation_decision(trainer)
-            self._decides_accumulation = False
-        if self._routes_automatic_batches:
-            compat.forget_automatic_batches(trainer)
-            self._routes_automatic_batches = False
-        trainer.accumulate_grad_batches, trainer.gradient_clip_val, trainer.gradient_clip_algorithm = self._arguments
+__all__ = ["AutomaticLoop", "Loop", "ManualLoop"]
 
 
 class Loop(ABC):
@@ -186,7 +59,7 @@ class Loop(ABC):
         trainer: Trainer,
         plugin: ReferencePrecision,
         settings: RunSettings,
-        changes: TrainerChanges,
+        changes: TrainerPatches,
         *,
         sharded: bool,
     ) -> None:
@@ -215,7 +88,7 @@ class Loop(ABC):
         settings = RunSettings.read(
             trainer, grad_scaler, cls._reference_clip_val(trainer), zero_grad_after_step=cls.zero_grad_after_step
         )
-        loop = cls(trainer, plugin, settings, TrainerChanges(trainer), sharded=sharded)
+        loop = cls(trainer, plugin, settings, TrainerPatches(trainer), sharded=sharded)
         loop._take_over()
         plugin.configure(settings.precision)
         return loop
@@ -569,7 +442,7 @@ class AutomaticLoop(Loop):
         trainer: Trainer,
         plugin: ReferencePrecision,
         settings: RunSettings,
-        changes: TrainerChanges,
+        changes: TrainerPatches,
         *,
         sharded: bool,
     ) -> None:

@@ -23,7 +23,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch.nn.parallel import DistributedDataParallel
 
 from lightning_optimizer.reference.lightning import compat
-from lightning_optimizer.reference.lightning.base import Integration, ReferenceStrategyBase
+from lightning_optimizer.reference.lightning.base import LoopSelector, ReferenceStrategyBase
 from lightning_optimizer.reference.lightning.xla import ReferenceXLAStrategy
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
 from lightning_optimizer.spec.implementation import GradScalerSettings
@@ -79,8 +79,8 @@ class ReferenceSingleDeviceStrategy(ReferenceStrategyBase, SingleDeviceStrategy)
     ) -> None:
         if device is not None:
             self.check_device(torch.device(device))
-        self._integration = Integration(grad_scaler)
-        super().__init__(device="cpu" if device is None else device, precision_plugin=self._integration.plugin)
+        self._loop_selector = LoopSelector(grad_scaler)
+        super().__init__(device="cpu" if device is None else device, precision_plugin=self._loop_selector.plugin)
         self._device_given = device is not None
         self.parallel_devices: list[torch.device] | None = None
         """The devices the Trainer chose (Lightning's connector fills this in)."""
@@ -136,8 +136,8 @@ class ReferenceDDPStrategy(ReferenceStrategyBase, DDPStrategy):
 
     def __init__(self, *, grad_scaler: GradScalerSettings | None = None, **kwargs: Any) -> None:
         _check_arguments("ReferenceDDPStrategy", kwargs, _DDP_ARGUMENTS, _DDP_REFUSED)
-        self._integration = Integration(grad_scaler)
-        super().__init__(precision_plugin=self._integration.plugin, **kwargs)
+        self._loop_selector = LoopSelector(grad_scaler)
+        super().__init__(precision_plugin=self._loop_selector.plugin, **kwargs)
 
     def setup(self, trainer: Trainer) -> None:
         """Lightning's set-up and the reference's; refuse optimizers DDP cannot serve without unused parameters.
@@ -151,7 +151,7 @@ class ReferenceDDPStrategy(ReferenceStrategyBase, DDPStrategy):
             return
         model = self.model
         assert isinstance(model, DistributedDataParallel)
-        wrappers = self._integration.wrappers()
+        wrappers = self._loop_selector.wrappers()
         if _has_exclusive_parameters(wrappers) and not model.find_unused_parameters:
             raise ValueError(
                 f"{len(wrappers)} optimizers own different parameters, so each closure's backward reaches only "
@@ -190,7 +190,7 @@ class ReferenceFSDPStrategy(ReferenceStrategyBase, ModelParallelStrategy):
         **kwargs: Any,
     ) -> None:
         _check_arguments("ReferenceFSDPStrategy", kwargs, _FSDP_ARGUMENTS, _FSDP_REFUSED)
-        self._integration = Integration(grad_scaler, sharded=True)
+        self._loop_selector = LoopSelector(grad_scaler, sharded=True)
         super().__init__(
             save_distributed_checkpoint=save_distributed_checkpoint,
             process_group_backend=process_group_backend,

@@ -12,7 +12,7 @@ import torch
 from lightning.pytorch.accelerators import XLAAccelerator
 from lightning.pytorch.strategies.single_xla import SingleDeviceXLAStrategy
 
-from lightning_optimizer.reference.lightning.base import Integration, ReferenceStrategyBase
+from lightning_optimizer.reference.lightning.base import LoopSelector, ReferenceStrategyBase
 from lightning_optimizer.spec.implementation import GradScalerSettings
 
 __all__ = ["ReferenceXLAAccelerator", "ReferenceXLAStrategy"]
@@ -86,10 +86,10 @@ class ReferenceXLAStrategy(ReferenceStrategyBase, SingleDeviceXLAStrategy):  # t
     _DEVICE_TYPES = ("cpu", "cuda", "xla")
 
     def __init__(self, device: int = 0, *, grad_scaler: GradScalerSettings | None = None, debug: bool = False) -> None:
-        self._integration = Integration(grad_scaler)
+        self._loop_selector = LoopSelector(grad_scaler)
         super().__init__(
             device=device,
             accelerator=ReferenceXLAAccelerator(),
-            precision_plugin=self._integration.plugin,  # type: ignore[arg-type]  # the reference's, not XLAPrecision
+            precision_plugin=self._loop_selector.plugin,  # type: ignore[arg-type]  # the reference's, not XLAPrecision
             debug=debug,
         )
