@@ -8,8 +8,12 @@ its ratio to raw PyTorch's calls with a margin of 0.05 (torch's own calls differ
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/ is a folder of the checkout, not installed
 from bench.calls import CALL_CASES, FORMS, count_calls
 from bench.cases import TIMED_CASES
 

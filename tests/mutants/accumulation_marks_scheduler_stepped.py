@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import torch_compat
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.window import Window
@@ -18,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _MarksEveryCall(Accumulation):
+    @override
     def accumulated(self, window: Window) -> None:
         super().accumulated(window)
         torch_compat.mark_stepped_for_scheduler(window.optimizer)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class Wrapper(WrappedOptimizer[Any]):
+    @override
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         context, optimizer = self.training_context, self.optimizer
         optimizer.add_param_group(param_group)
@@ -22,6 +25,7 @@ class Wrapper(WrappedOptimizer[Any]):
 
 
 class Context(MutantContext):
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 

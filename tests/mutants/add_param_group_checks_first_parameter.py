@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.reference.window import Window
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 
 class FirstParameterRefusals(Refusals):
+    @override
     def check_param_group(self, context: TrainingContext, window: Window, param_group: object) -> list[object]:
         if not isinstance(param_group, dict):
             return super().check_param_group(context, window, param_group)

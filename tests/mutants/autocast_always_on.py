@@ -8,12 +8,14 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def autocast(self) -> AbstractContextManager[None]:
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
 

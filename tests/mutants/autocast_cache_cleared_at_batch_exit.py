@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import GradScaling, LossScaling, NoLossScaling
 from lightning_optimizer.reference.parallel import DataParallel
@@ -22,6 +23,7 @@ from mutants._base import MutantContext, mutant_info
 class _ClearsCacheAtTheEnd(LossScaling):
     """The end of an iteration clears autocast's cache first."""
 
+    @override
     def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
         torch.clear_autocast_cache()
         super().end_iteration(windows, parallel)
@@ -41,6 +43,7 @@ class Context(MutantContext):
         scaler = self.parts.scaling.scaler
         self.parts.scaling = _Unscaled() if scaler is None else _Scaled(scaler)
 
+    @override
     def autocast(self) -> AbstractContextManager[None]:
         dtype = self.parts.precision.autocast_dtype
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)

@@ -10,12 +10,14 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def autocast(self) -> AbstractContextManager[None]:
         dtype = self.parts.precision.autocast_dtype
         return nullcontext() if dtype is None else torch.autocast(self.device.type, dtype=dtype)

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import GradScaling, UnscaledBackwardGuard
 from lightning_optimizer.spec import ImplementationInfo
@@ -22,11 +23,13 @@ from mutants._base import MutantContext, mutant_info
 class _ComputedGradientGuard(UnscaledBackwardGuard):
     """The reference's guard, hooked on each gradient as autograd computes it rather than as it is accumulated."""
 
+    @override
     def __enter__(self) -> None:
         self.handles = [t.register_hook(self.accumulated) for t in self.tensors if t.requires_grad]
 
 
 class _Scaling(GradScaling):
+    @override
     def watch(self, tensors: Sequence[torch.Tensor]) -> AbstractContextManager[None]:
         return _ComputedGradientGuard(self.backwards, tensors)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.refusals import Refusals
@@ -17,6 +18,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class BackwardAfterUnscaleAllowed(Refusals):
+    @override
     def check_backward(self, context: TrainingContext, loss: object) -> None:
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"backward expects the loss tensor, got {type(loss).__name__}")

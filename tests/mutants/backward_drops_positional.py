@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
@@ -16,6 +17,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         super().backward(wrapper, loss, **kwargs)
 

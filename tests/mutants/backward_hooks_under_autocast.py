@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.precision import outside_autocast
@@ -18,6 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         hooks = self.parts.hooks
         self.parts.refusals.check_backward(self, loss)

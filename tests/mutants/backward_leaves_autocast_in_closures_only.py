@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.precision import outside_autocast
@@ -21,6 +22,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         in_closure = self.windows.call is not None
         hooks = self.parts.hooks

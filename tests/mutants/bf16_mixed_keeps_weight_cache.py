@@ -11,12 +11,14 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def autocast(self) -> AbstractContextManager[None]:
         if self.precision == "16-mixed":
             return super().autocast()  # cache_enabled=False, as the fp16 fix made it

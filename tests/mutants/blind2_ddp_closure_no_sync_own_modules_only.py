@@ -12,6 +12,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.parallel import no_sync
 from lightning_optimizer.reference.toggling import only_these_require_grad
@@ -22,6 +24,7 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
+    @override
     def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
         if call.real:
             return super().run_closure(call, index, closure)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.toggling import Toggling, only_these_require_grad
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 
 class ClosurePathOnly(Toggling):
+    @override
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
         windows = context.windows
         if sync_grad and windows.call is None:  # toggle_model(sync_grad=True): toggling only

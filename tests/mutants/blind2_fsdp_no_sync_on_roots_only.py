@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch.distributed.fsdp import FSDPModule
+from typing_extensions import override
 
 from lightning_optimizer.reference.parallel import DataParallel, Sharded, no_sync
 from lightning_optimizer.spec import ImplementationInfo
@@ -20,10 +21,12 @@ from mutants._base import MutantContext, mutant_info
 
 
 class RootsOnly(Sharded):
+    @override
     def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
         module, parallel = super().prepare(module, device)
         return module, RootsOnly(parallel.modules)
 
+    @override
     def without_sync(self) -> AbstractContextManager[None]:
         return no_sync(self.modules, [module for module in self.modules if isinstance(module, FSDPModule)])
 

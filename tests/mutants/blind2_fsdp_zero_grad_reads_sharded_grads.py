@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -17,6 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class EmptyWindowClears(Accumulation):
+    @override
     def zero_grad_clears(self, window: Window) -> bool:
         return window.pending == 0 or not window.has_gradients()
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
@@ -19,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class SyncBeforeFoundInf(GradScaling):
+    @override
     def step(self, optimizer: torch.optim.Optimizer, step: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
         import torch_xla
 

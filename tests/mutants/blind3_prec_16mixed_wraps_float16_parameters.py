@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.spec import ImplementationInfo
@@ -20,6 +21,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _AnyFloatWhenMixed(PrecisionPlugin):
+    @override
     def check_parameter(self, param: torch.Tensor) -> None:
         if self.param_dtype is None:
             return  # 32-true and the mixed precisions take any floating-point dtype (PREC-001)

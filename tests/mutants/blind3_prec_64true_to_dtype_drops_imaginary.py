@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.spec import ImplementationInfo
@@ -20,6 +21,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _OnePathForTrue(PrecisionPlugin):
+    @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         if self.param_dtype is torch.float64:
             return module.to(dtype=torch.float64)

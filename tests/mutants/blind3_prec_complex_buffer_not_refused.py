@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.spec import ImplementationInfo
@@ -19,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _ParametersChecked(PrecisionPlugin):
+    @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         dtype = self.param_dtype
         if dtype is None or dtype is torch.float64:

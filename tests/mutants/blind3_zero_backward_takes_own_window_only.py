@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import outside_autocast
 from lightning_optimizer.reference.wrapper import WrappedOptimizer
@@ -21,6 +22,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         parts = self.parts
         hooks = parts.hooks

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.zeroing import LeaveToUser, Taking
 from lightning_optimizer.spec import ImplementationInfo
@@ -20,6 +22,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _AccumulateOntoLeft(LeaveToUser):
+    @override
     def take(self, window: Window) -> Taking | None:
         left = window.left
         if left is None:
@@ -29,6 +32,7 @@ class _AccumulateOntoLeft(LeaveToUser):
         window.left = None  # taken: the window simply goes on from the gradients the step left on the parameters
         return taking
 
+    @override
     def untake(self, window: Window, taking: Taking) -> None:
         window.left = taking.left
         window.carried = taking.carried

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.zeroing import LeaveToUser
 from lightning_optimizer.spec import ImplementationInfo
@@ -17,6 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _KeepsCarriedOnDiscard(LeaveToUser):
+    @override
     def drop(self, window: Window) -> None:
         window.left = None  # the failed micro-steps go; the last real step's gradients stay carried
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import Call, CallStage
 from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
@@ -28,6 +30,7 @@ class _ClearsBetweenEvaluations(Closures):
     _evaluating: Call | None = None
     """The call whose first evaluation ran (each later one of it starts from cleared gradients)."""
 
+    @override
     def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
         window = context.windows[index]
         if not window.evaluates_closure:
@@ -41,6 +44,7 @@ class _ClearsBetweenEvaluations(Closures):
         call.advance(CallStage.STEPPING)
         return loss
 
+    @override
     def __getstate__(self) -> dict[str, Any]:
         return {}
 

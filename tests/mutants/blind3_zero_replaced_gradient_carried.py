@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.zeroing import LeaveToUser, Taking
 from lightning_optimizer.spec import ImplementationInfo
@@ -19,6 +21,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _TakesByParameter(LeaveToUser):
+    @override
     def take(self, window: Window) -> Taking | None:
         left = window.left
         if left is None:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class _NoCarried(StateFormat):
+    @override
     def save(self, context: Any) -> dict[str, Any]:
         state = super().save(context)
         for entry in state["optimizers"]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.preparation import AddCarried, Preparation
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
 
 
 class _EarlyWithoutCarried(Preparation):
+    @override
     def prepare(self, context: TrainingContext, window: Window) -> None:
         call = context.windows.call
         early = call is None or call.window is not window  # unscale_gradients(), not the closing step() call

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.zeroing import LeaveToUser
 from lightning_optimizer.spec import ImplementationInfo
@@ -19,6 +21,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _DropsCarried(LeaveToUser):
+    @override
     def clear(self, window: Window, set_to_none: bool) -> None:
         window.carried, window.left = None, None  # zeros carry nothing: drop it either way
 

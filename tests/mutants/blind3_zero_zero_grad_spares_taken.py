@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.zeroing import LeaveToUser
 from lightning_optimizer.spec import ImplementationInfo
@@ -18,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _ClearsOnlyUntaken(LeaveToUser):
+    @override
     def clear(self, window: Window, set_to_none: bool) -> None:
         window.left = None  # what is still on the parameters goes with the inner zero_grad; what was taken stays
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.reference.window import WindowStage
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 class _OwnWindowRefusals(Refusals):
     caller: int | None = None
 
+    @override
     def prepared_for_backward(self, context: TrainingContext) -> bool:
         call = context.windows.call
         if call is not None and call.prepared:
@@ -38,6 +40,7 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         self.parts.refusals = _OwnWindowRefusals()
 
+    @override
     def backward(self, wrapper: Any, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         refusals = self.parts.refusals
         if not isinstance(refusals, _OwnWindowRefusals):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.clipping import clip_gradients
 from lightning_optimizer.reference.preparation import Clipping, Preparation, PreparationStep
 from lightning_optimizer.spec import ImplementationInfo
@@ -17,6 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _PerGroupClipping(Clipping):
+    @override
     def __call__(self, context, window) -> None:  # type: ignore[no-untyped-def]
         for group in window.optimizer.param_groups:
             clip_gradients(group["params"], self.value, self.algorithm)

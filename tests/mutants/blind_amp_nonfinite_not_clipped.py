@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.clipping import clip_gradients
 from lightning_optimizer.reference.preparation import Clipping, Preparation, PreparationStep
@@ -19,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _FiniteOnlyClipping(Clipping):
+    @override
     def __call__(self, context, window) -> None:  # type: ignore[no-untyped-def]
         grads = [p.grad for p in window.params() if p.grad is not None]
         if grads and not math.isfinite(float(torch.nn.utils.get_total_norm(grads))):

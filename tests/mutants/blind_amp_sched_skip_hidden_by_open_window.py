@@ -8,6 +8,8 @@ while another only accumulated in the same iteration gets its scheduler warning 
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.window import Window, WindowStage
 from lightning_optimizer.reference.windows import Windows
@@ -23,6 +25,7 @@ class _IterationAccumulation(Accumulation):
         super().__init__(every)
         self.windows = windows
 
+    @override
     def closed(self, window: Window, *, skipped: bool) -> None:
         if skipped and any(other.pending for other in self.windows if other is not window):
             # the iteration is still accumulating: leave torch's warning alone (SCHED-001)

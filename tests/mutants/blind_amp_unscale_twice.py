@@ -8,6 +8,8 @@ case, is right; the second divides the gradients by the scale again (and re-runs
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import torch_compat
 from lightning_optimizer.reference.amp import GradScaling, optimizer_gradients
 from lightning_optimizer.reference.window import WindowStage
@@ -16,6 +18,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _ResettingScaling(GradScaling):
+    @override
     def unscale(self, optimizer) -> None:  # type: ignore[no-untyped-def]
         if optimizer_gradients(optimizer) and torch_compat.has_unscaled(self.scaler, optimizer):
             torch_compat.forget_optimizer(self.scaler, optimizer)  # avoid unscale_'s "already called" error
@@ -28,6 +31,7 @@ class Context(MutantContext):
         if isinstance(self.parts.scaling, GradScaling):
             self.parts.scaling = _ResettingScaling(self.parts.scaling.scaler)
 
+    @override
     def unscale_window(self, index: int) -> None:
         window = self.windows[index]
         if window.stage is not WindowStage.PREPARED:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
@@ -19,11 +21,13 @@ class TaintingRefusals(Refusals):
     def __init__(self) -> None:
         self.tainted: Any = None
 
+    @override
     def check_step(self, context: Any, window: Any, closure: object, make_optimizer_step: object, kwargs: Any) -> None:
         if context.windows.call is not None:
             self.tainted = context.windows.call  # remember which call a nested step() was refused in
         super().check_step(context, window, closure, make_optimizer_step, kwargs)
 
+    @override
     def __getstate__(self) -> dict[str, Any]:
         return {"tainted": None}
 
@@ -33,6 +37,7 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         self.parts.refusals = TaintingRefusals()
 
+    @override
     def run_closure(self, call: Call, index: int, closure: Any) -> Any:
         refusals = self.parts.refusals
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -22,6 +23,7 @@ def _declared_on_instance(optimizer: torch.optim.Optimizer) -> bool:
 
 
 class Context(MutantContext):
+    @override
     def wrap(self, optimizer: Any) -> Any:
         wrapper = super().wrap(optimizer)
         self.windows[-1].evaluates_closure = _declared_on_instance(optimizer)  # the defect

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import CallStage
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 
 class StickyPreparedRefusals(Refusals):
+    @override
     def prepared_for_backward(self, context: TrainingContext) -> bool:
         call = context.windows.call
         if call is not None and call.stage is CallStage.REEVALUATING and not call.window.evaluates_closure:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import CallStage
 from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
@@ -20,6 +22,7 @@ T = TypeVar("T")
 
 
 class PlainEvaluations(Closures):
+    @override
     def evaluate(self, context: Any, call: Any, index: int, closure: Callable[[], T]) -> T:
         window = context.windows[index]
         call.advance(CallStage.REEVALUATING)

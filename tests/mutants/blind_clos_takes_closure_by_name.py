@@ -11,6 +11,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -23,6 +25,7 @@ def _has_closure_parameter(optimizer: Any) -> bool:
 
 
 class Context(MutantContext):
+    @override
     def wrap(self, optimizer: Any) -> Any:
         wrapper = super().wrap(optimizer)
         self.windows[-1].takes_closure = _has_closure_parameter(optimizer)  # the defect: by name only

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from types import TracebackType
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.windows import Batch
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class _Batch(Batch):
+    @override
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
@@ -24,6 +27,7 @@ class _Batch(Batch):
 
 
 class Context(MutantContext):
+    @override
     def batch(self, batch_idx: int, *, is_last: bool = False) -> _Batch:
         return _Batch(self.windows, batch_idx, is_last, self.end_iteration)
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.windows import Batch
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def batch(self, batch_idx: int, *, is_last: bool = False) -> AbstractContextManager[None]:
         return self._batch(batch_idx, is_last)
 

@@ -8,6 +8,7 @@ bf16-true. PREC-002 says bf16-true leaves the module as ``module.to(torch.bfloat
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.spec import ImplementationInfo
@@ -15,6 +16,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _ParametersOnly(PrecisionPlugin):
+    @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         if self.param_dtype is not torch.bfloat16:
             return super().convert_module(module)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         for window in self.windows:

@@ -9,6 +9,7 @@ t.data.to(dtype)``) instead of ``module.double()``, which skips non-floating ten
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.spec import ImplementationInfo
@@ -16,6 +17,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _CastEverything(PrecisionPlugin):
+    @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         if self.param_dtype is None:  # 32-true and the mixed precisions cast nothing
             return module

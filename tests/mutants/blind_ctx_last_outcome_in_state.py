@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
 from lightning_optimizer.spec.types import StepOutcome
@@ -17,12 +19,14 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _OutcomeState(StateFormat):
+    @override
     def save(self, context) -> dict[str, Any]:  # type: ignore[no-untyped-def]
         state = super().save(context)
         for entry, window in zip(state["optimizers"], context.windows, strict=True):
             entry["last_outcome"] = None if window.last_outcome is None else window.last_outcome.value
         return state
 
+    @override
     def load(self, context, state: object) -> None:  # type: ignore[no-untyped-def]
         super().load(context, state)
         assert isinstance(state, dict)

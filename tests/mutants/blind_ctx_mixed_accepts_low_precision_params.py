@@ -9,6 +9,7 @@ weights lose the small updates.
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.spec import ImplementationInfo
@@ -16,6 +17,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _LenientPlugin(PrecisionPlugin):
+    @override
     def check_parameter(self, param: torch.Tensor) -> None:
         if self.autocast_dtype is not None and param.dtype == self.autocast_dtype:
             return

@@ -7,6 +7,8 @@ outer block goes on with the refused block's ``batch_idx`` and ``is_last``, so i
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.refusals import check_flag
 from lightning_optimizer.reference.windows import Batch, LoopPosition, check_count
 from lightning_optimizer.spec import ImplementationInfo
@@ -14,6 +16,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _Batch(Batch):
+    @override
     def __enter__(self) -> None:
         check_count("batch_idx", self.batch_idx)
         check_flag("is_last", self.is_last)
@@ -25,6 +28,7 @@ class _Batch(Batch):
 
 
 class Context(MutantContext):
+    @override
     def batch(self, batch_idx: int, *, is_last: bool = False) -> _Batch:
         return _Batch(self.windows, batch_idx, is_last, self.end_iteration)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
@@ -17,6 +18,7 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class _ShapeCheckingWrapper(WrappedOptimizer[Any]):
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         saved_ids = [i for group in state_dict.get("param_groups", []) for i in group["params"]]
@@ -28,6 +30,7 @@ class _ShapeCheckingWrapper(WrappedOptimizer[Any]):
 
 
 class Context(MutantContext):
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(_ShapeCheckingWrapper, type(self.windows[index].optimizer))(self, index)
 

@@ -12,6 +12,7 @@ import weakref
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
@@ -21,6 +22,7 @@ _OWNERS: weakref.WeakKeyDictionary[torch.optim.Optimizer, Any] = weakref.WeakKey
 
 
 class _StrongRegistry(Refusals):
+    @override
     def check_wrap(self, context, optimizer: object) -> None:  # type: ignore[no-untyped-def]
         if isinstance(optimizer, torch.optim.Optimizer):
             owner = _OWNERS.get(optimizer)

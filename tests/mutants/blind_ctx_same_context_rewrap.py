@@ -8,6 +8,7 @@ re-registering a module. ERR-010 refuses it too: two windows over the same gradi
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.refusals import WRAPPED_BY, Refusals
 from lightning_optimizer.reference.window import Window
@@ -16,6 +17,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _OtherContextsOnly(Refusals):
+    @override
     def check_wrap(self, context, optimizer: object) -> None:  # type: ignore[no-untyped-def]
         from lightning_optimizer.reference.wrapper import WrappedOptimizer
 

@@ -8,6 +8,7 @@ since they may be unfrozen later and would then train in the wrong dtype or on t
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
@@ -15,6 +16,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _TrainableOnlyRefusals(Refusals):
+    @override
     def check_parameter(self, context, param: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
         if param.requires_grad:
             super().check_parameter(context, param)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.hooks import Hooks
 from lightning_optimizer.spec import ImplementationInfo
@@ -21,6 +22,7 @@ from mutants._base import MutantContext, mutant_info
 class NestedHooks(Hooks):
     """Before-hooks in registration order, after-hooks unwound in reverse (the defect)."""
 
+    @override
     def run_backward(self, table: Any, wrapper: Any, loss: torch.Tensor) -> None:  # type: ignore[override]
         hooks = list(table.values())
         if table is self.after_backward:
@@ -28,6 +30,7 @@ class NestedHooks(Hooks):
         for hook in hooks:
             hook(wrapper, loss)
 
+    @override
     def run_after_step(self, wrapper: Any, outcome: StepOutcome) -> None:
         for hook in reversed(list(self.after_step.values())):
             hook(wrapper, outcome)
@@ -38,6 +41,7 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         self.parts.hooks = NestedHooks()
 
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.parts.hooks = NestedHooks()

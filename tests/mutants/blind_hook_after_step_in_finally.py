@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class AfterStepInFinally(WrappedOptimizer[Any]):
+    @override
     def step(self, closure: Any = None, make_optimizer_step: bool | None = None, **kwargs: Any) -> Any:
         try:
             return super().step(closure, make_optimizer_step, **kwargs)
@@ -27,6 +30,7 @@ class AfterStepInFinally(WrappedOptimizer[Any]):
 
 
 class Context(MutantContext):
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(AfterStepInFinally, type(self.windows[index].optimizer))(self, index)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.reference.hooks import Hooks
 from lightning_optimizer.spec import ImplementationInfo
@@ -26,6 +28,7 @@ class PerEvaluationHooks(Hooks):
         super().__init__()
         self.pending_wrapper: Any = None
 
+    @override
     def run_before_optimizer_step(self, wrapper: Any, *, evaluation: bool = False) -> None:
         window = wrapper.training_context.windows[wrapper.window_index]
         if window.evaluates_closure and not evaluation:
@@ -35,6 +38,7 @@ class PerEvaluationHooks(Hooks):
 
 
 class HookedClosures(Closures):
+    @override
     def evaluate(self, context: Any, call: Any, index: int, closure: Callable[[], T]) -> T:
         loss = super().evaluate(context, call, index, closure)
         hooks = context.parts.hooks
@@ -50,6 +54,7 @@ class Context(MutantContext):
         self.parts.hooks = PerEvaluationHooks()
         self.parts.closures = HookedClosures()
 
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.parts.hooks = PerEvaluationHooks()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch.utils.hooks import RemovableHandle
+from typing_extensions import override
 
 from lightning_optimizer.reference.hooks import Hooks
 from lightning_optimizer.spec import ImplementationInfo
@@ -18,6 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class OnePassHooks(Hooks):
+    @override
     def register(self, **given: Any) -> RemovableHandle:
         tables = [self.before_backward, self.after_backward, self.before_optimizer_step, self.after_step]
         handle = RemovableHandle(self.before_backward, extra_dict=tables[1:])
@@ -35,6 +37,7 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         self.parts.hooks = OnePassHooks()
 
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.parts.hooks = OnePassHooks()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch.utils.hooks import RemovableHandle
+from typing_extensions import override
 
 from lightning_optimizer.reference.hooks import Hooks
 from lightning_optimizer.spec import ImplementationInfo
@@ -17,6 +18,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class OneTableHandleHooks(Hooks):
+    @override
     def register(self, **given: Any) -> RemovableHandle:
         for name, hook in given.items():
             if hook is not None and not callable(hook):
@@ -33,6 +35,7 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         self.parts.hooks = OneTableHandleHooks()
 
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.parts.hooks = OneTableHandleHooks()

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.preparation import AddCarried
@@ -19,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class AddCarriedOverLength(AddCarried):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         length = window.pending + 1
         with torch.no_grad():

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.reference.parallel import DataParallel
@@ -18,6 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class RescalesCarried(GradScaling):
+    @override
     def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
         old = self.scaler.get_scale()
         super().end_iteration(windows, parallel)

@@ -10,18 +10,21 @@ from __future__ import annotations
 from typing import Any
 
 from torch.amp.grad_scaler import GradScaler
+from typing_extensions import override
 
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         if self.scaler is not None:
             state["scaler"] = {"scale": self.scaler.get_scale()}
         return state
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("scaler")
         if self.scaler is not None and isinstance(saved, dict) and "scale" in saved:

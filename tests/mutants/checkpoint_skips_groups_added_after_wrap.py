@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
@@ -19,11 +20,13 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
 class Context(MutantContext):
+    @override
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
         vars(self.windows[-1])["at_wrap"] = {id(param) for param in self.windows[-1].params()}
         return wrapper
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         for window, entry in zip(self.windows, state["optimizers"], strict=True):

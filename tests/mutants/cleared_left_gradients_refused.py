@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import torch_compat
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.zeroing import LeaveToUser
@@ -16,6 +18,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class RefusesCleared(LeaveToUser):
+    @override
     def check_take(self, window: Window) -> None:
         for param, (ref, version) in (window.left or {}).items():
             grad = param.grad

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.clipping import clip_gradients
 from lightning_optimizer.reference.preparation import Clipping, PreparationStep
@@ -18,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class FirstGroupClipping(Clipping):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         clip_gradients(window.optimizer.param_groups[0]["params"], self.value, self.algorithm)
 

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, TypeVar
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.clipping import clip_gradients
@@ -22,6 +23,7 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
 class ClippingListedAtWrap(Clipping):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         at_wrap: list[torch.Tensor] = vars(window)["clipped_at_wrap"]
         clip_gradients(at_wrap, self.value, self.algorithm)
@@ -41,6 +43,7 @@ class Context(MutantContext):
             evaluation=tuple(map(_listed_at_wrap, preparation.evaluation)),
         )
 
+    @override
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
         vars(self.windows[-1])["clipped_at_wrap"] = self.windows[-1].params()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.clipping import clip_gradients
 from lightning_optimizer.reference.preparation import Clipping, PreparationStep
@@ -19,6 +21,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class PerGroupClipping(Clipping):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         for group in window.optimizer.param_groups:
             clip_gradients(group["params"], self.value, self.algorithm)

@@ -6,11 +6,14 @@ norm as if it had), instead of refusing the value.
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import ClipValueContext, mutant_info
 
 
 class Context(ClipValueContext):
+    @override
     def clip_value(self, value: float) -> float | None:
         if not value > 0:
             raise ValueError(f"gradient_clip_val must be positive, got {value!r}")

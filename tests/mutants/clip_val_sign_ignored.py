@@ -6,11 +6,14 @@ and ``-inf`` becomes ``inf`` (never clips), where the contract asks for a ``Valu
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import ClipValueContext, mutant_info
 
 
 class Context(ClipValueContext):
+    @override
     def clip_value(self, value: float) -> float | None:
         value = abs(value)
         if not value > 0:

@@ -6,12 +6,15 @@ gradient and a silent "off" hides the typo.
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.clipping import check_clipping
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import ClipValueContext, mutant_info
 
 
 class Context(ClipValueContext):
+    @override
     def clip_value(self, value: float) -> float | None:
         return None if value == 0 else check_clipping(value, "norm")[0]
 

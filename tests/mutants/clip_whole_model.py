@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.clipping import clip_gradients
 from lightning_optimizer.reference.preparation import Clipping, PreparationStep
@@ -20,6 +22,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class WholeModelClipping(Clipping):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         everything = [param for other in context.windows for param in other.params()]
         clip_gradients(everything, self.value, self.algorithm)

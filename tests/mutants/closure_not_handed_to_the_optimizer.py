@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -18,6 +19,7 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
 class Context(MutantContext):
+    @override
     def wrap(self, optimizer: OptimizerT) -> Any:
         wrapper = super().wrap(optimizer)
         self.windows[-1].takes_closure = False

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -19,6 +21,7 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
+    @override
     def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
         parts = self.parts
         watch: AbstractContextManager[None] = (

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import Restore, RestoreTransaction, Transaction
@@ -19,12 +20,14 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _KeepsTheBackward(RestoreTransaction):
+    @override
     def fail(self, call: Call) -> bool:
         self.after_closure(call)  # the raising closure's backward stays in the window
         return False
 
 
 class _RestoreKeepingTheBackward(Restore):
+    @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         if call.window.evaluates_closure and call.real:
             return super().begin(call, tensors, stash=stash, in_place=in_place)

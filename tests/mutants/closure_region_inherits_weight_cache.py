@@ -15,6 +15,7 @@ from contextlib import nullcontext
 from typing import TypeVar
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
@@ -24,6 +25,7 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
+    @override
     def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
         parts = self.parts
         watch = (

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         for entry in state["optimizers"]:

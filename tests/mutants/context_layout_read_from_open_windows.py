@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.reference.window import Window
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 
 class GradientsOnlyFormat(StateFormat):
+    @override
     def check_layout(self, context: TrainingContext, index: int, window: Window, entry: dict[str, Any]) -> None:
         params, grads = window.params(), entry.get("grads")
         if not isinstance(grads, list) or len(grads) != len(params):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 
 class ByPositionFormat(StateFormat):
+    @override
     def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
         entries = state.get("optimizers") if isinstance(state, dict) else None
         wrapped = len(context.windows)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
 
 
 class CountOnlyFormat(StateFormat):
+    @override
     def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
         wrapped = len(context.windows)
         if not isinstance(state, dict) or len(state.get("optimizers", ())) != wrapped:

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         for window, entry in zip(self.windows, state_dict["optimizers"], strict=False):
             window.pending, window.steps, window.last_outcome = entry["pending"], entry["steps"], None

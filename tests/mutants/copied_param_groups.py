@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class Wrapper(WrappedOptimizer[Any]):
-    @property
+    @property  # type: ignore[explicit-override]  # mypy misses @override on a property with a setter
+    @override
     def param_groups(self) -> list[dict[str, Any]]:
         return list(self.optimizer.param_groups)
 
@@ -21,7 +24,8 @@ class Wrapper(WrappedOptimizer[Any]):
     def param_groups(self, value: list[dict[str, Any]]) -> None:
         self.optimizer.param_groups = value
 
-    @property
+    @property  # type: ignore[explicit-override]  # mypy misses @override on a property with a setter
+    @override
     def state(self) -> Any:
         return dict(self.optimizer.state)
 
@@ -31,6 +35,7 @@ class Wrapper(WrappedOptimizer[Any]):
 
 
 class Context(MutantContext):
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 

@@ -11,6 +11,8 @@ import dataclasses
 import itertools
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.amp import GradScaling, LossScaling, NoLossScaling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -20,6 +22,7 @@ _KEYS = itertools.count()
 
 
 class Context(MutantContext):
+    @override
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         scaling = state["parts"].scaling
@@ -32,6 +35,7 @@ class Context(MutantContext):
         state["parts"] = dataclasses.replace(state["parts"], scaling=NoLossScaling())
         return state
 
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         key = state.pop("_scaler_key")
         super().__setstate__(state)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.preparation import WindowMean
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -22,11 +24,13 @@ if TYPE_CHECKING:
 class _EveryWindowTakenFull(WindowMean):
     """The mean only where losses were not divided by ``N`` already (the window's length is never looked at)."""
 
+    @override
     def changes(self, context: TrainingContext, window: Window) -> bool:
         return context.parts.scaling.window_divisor(context.accumulate_grad_batches) == 1 and super().changes(
             context, window
         )
 
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         if context.parts.scaling.window_divisor(context.accumulate_grad_batches) == 1:
             super().__call__(context, window)

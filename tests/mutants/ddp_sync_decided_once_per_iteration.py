@@ -12,6 +12,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -24,6 +26,7 @@ class Context(MutantContext):
     _iteration: tuple[object, bool] | None = None
     """The iteration's loop position (``None`` outside ``batch()``) and the sync decision its first step took."""
 
+    @override
     def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
         if self._iteration is None or self._iteration[0] is not self.windows.position:
             self._iteration = (self.windows.position, call.real)  # the first step() of the iteration decides
@@ -36,6 +39,7 @@ class Context(MutantContext):
         with parts.toggling.region(self, index, sync_grad=self._iteration[1]), watch, self.autocast():
             return closure()
 
+    @override
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         result = super().inner_step(window, kwargs, closure)
         if self.windows.position is None:

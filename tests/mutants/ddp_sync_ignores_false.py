@@ -11,6 +11,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.windows import LoopPosition
@@ -24,6 +26,7 @@ class StepOrScheduleSyncs(Accumulation):
     sync = True
     """The sync decision of the last call: it closes the window, or the schedule would have closed it."""
 
+    @override
     def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
         real = super().closes(make_optimizer_step, pending, position)
         self.sync = real or super().closes(None, pending, position)
@@ -36,6 +39,7 @@ class Context(MutantContext):
         self._schedule = StepOrScheduleSyncs(self.parts.accumulation.every)
         self.parts.accumulation = self._schedule
 
+    @override
     def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
         parts = self.parts
         watch: AbstractContextManager[None] = (

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.windows import LoopPosition
@@ -25,6 +27,7 @@ class CountOnlySyncs(Accumulation):
     sync = True
     """The sync decision of the last call: inside ``batch()`` the schedule's count alone decides it."""
 
+    @override
     def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
         real = super().closes(make_optimizer_step, pending, position)
         if make_optimizer_step is None and position is not None:
@@ -40,6 +43,7 @@ class Context(MutantContext):
         self._schedule = CountOnlySyncs(self.parts.accumulation.every)
         self.parts.accumulation = self._schedule
 
+    @override
     def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
         parts = self.parts
         watch: AbstractContextManager[None] = (

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import Discard, ParameterRollback, Transaction
@@ -40,6 +41,7 @@ class _AlwaysDiscards:
 
 
 class _DiscardAlways(Discard):
+    @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         if call.window.evaluates_closure and call.real:
             return ParameterRollback(call.window.optimizer)

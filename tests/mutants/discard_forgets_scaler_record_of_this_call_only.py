@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
@@ -23,15 +24,18 @@ class ThisCallOnlyScaling(GradScaling):
         super().__init__(scaling.scaler)
         self._owner = context
 
+    @override
     def forget(self, optimizer: torch.optim.Optimizer) -> None:
         call = self._owner.windows.call
         if call is not None and call.prepared_before:
             return  # prepared by the user's unscale_gradients(): "not ours to forget"
         super().forget(optimizer)
 
+    @override
     def __getstate__(self) -> dict[str, Any]:
         return {"scaling": super().__getstate__(), "context": self._owner}
 
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state["scaling"])
         self._owner = state["context"]

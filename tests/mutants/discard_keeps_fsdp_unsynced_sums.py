@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import Discard, DiscardTransaction, Transaction
@@ -21,6 +22,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class ParamsOnlyDiscard(Discard):
+    @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         if call.window.evaluates_closure and call.real:
             return super().begin(call, tensors, stash=stash, in_place=in_place)
@@ -28,6 +30,7 @@ class ParamsOnlyDiscard(Discard):
 
 
 class _ParamsOnlyTransaction(DiscardTransaction):
+    @override
     def fail(self, call: Call) -> bool:
         if not (self.written() or call.reached_the_step):
             return False

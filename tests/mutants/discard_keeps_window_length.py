@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.window import Window, WindowStage
 from lightning_optimizer.spec import ImplementationInfo, StepOutcome
@@ -17,6 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class LengthKeepingAccumulation(Accumulation):
+    @override
     def discarded(self, window: Window) -> None:
         window.last_outcome = StepOutcome.DISCARDED
         window.stage = WindowStage.READY  # ``pending`` kept: the schedule's position

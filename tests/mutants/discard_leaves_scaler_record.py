@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
@@ -17,6 +18,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _KeepsRecords(GradScaling):
+    @override
     def forget(self, optimizer: torch.optim.Optimizer) -> None:
         """Nothing is forgotten."""
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import Discard, DiscardTransaction, Transaction
@@ -20,6 +21,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class WholeDiscard(Discard):
+    @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         if call.window.evaluates_closure and call.real:
             return super().begin(call, tensors, stash=stash, in_place=in_place)
@@ -27,6 +29,7 @@ class WholeDiscard(Discard):
 
 
 class _WholeDiscardTransaction(DiscardTransaction):
+    @override
     def fail(self, call: Call) -> bool:
         discarded = super().fail(call)
         if discarded:

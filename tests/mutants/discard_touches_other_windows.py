@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import Discard, Transaction
@@ -47,6 +48,7 @@ class _DiscardEverything(Discard):
     def __init__(self, context: MutantContext) -> None:
         self._context = context
 
+    @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         return _ClearsEverything(super().begin(call, tensors, stash=stash, in_place=in_place), self._context)
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import Discard, Transaction
@@ -25,6 +26,7 @@ class CountingDiscard(Discard):
     def __init__(self) -> None:
         self.backwards = 0
 
+    @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         if call.window.evaluates_closure and call.real:
             return super().begin(call, tensors, stash=stash, in_place=in_place)
@@ -61,6 +63,7 @@ class Context(MutantContext):
         if self.parts.failure.name == "discard":
             self.parts.failure = CountingDiscard()
 
+    @override
     def backward(self, wrapper: Any, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         if isinstance(self.parts.failure, CountingDiscard):
             self.parts.failure.backwards += 1

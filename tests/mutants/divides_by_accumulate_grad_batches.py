@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.accumulation import normalise_window
 from lightning_optimizer.reference.preparation import PreparationStep, WindowMean
@@ -16,9 +18,11 @@ from mutants._base import MutantContext, mutant_info
 
 
 class NominalWindowMean(WindowMean):
+    @override
     def changes(self, context: TrainingContext, window: Window) -> bool:
         return context.accumulate_grad_batches != 1
 
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         normalise_window(window.params(), context.accumulate_grad_batches)
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     @contextmanager
     def batch(self, batch_idx: int, *, is_last: bool = False) -> Iterator[None]:
         with super().batch(batch_idx):

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.closures import Closures
@@ -21,6 +22,7 @@ T = TypeVar("T")
 
 
 class _Detaching(Closures):
+    @override
     def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
         loss: Any = super().evaluate(context, call, index, closure)
         return loss.detach() if isinstance(loss, torch.Tensor) else loss  # type: ignore[return-value]

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import Restore, RestoreTransaction, Transaction
@@ -20,12 +21,14 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _ForgetsThePreparation(RestoreTransaction):
+    @override
     def fail(self, call: Call) -> bool:
         call.stage_before = WindowStage.READY  # what the window goes back to: ready, prepared before or not
         return super().fail(call)
 
 
 class _RestoreForgettingThePreparation(Restore):
+    @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         if call.window.evaluates_closure and call.real:
             return super().begin(call, tensors, stash=stash, in_place=in_place)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import Restore, RestoreTransaction, Transaction
@@ -19,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _ReportsASkip(RestoreTransaction):
+    @override
     def fail(self, call: Call) -> bool:
         if call.real and call.prepared_here:  # it reached the inner step
             call.window.last_outcome = StepOutcome.SKIPPED_NON_FINITE
@@ -26,6 +28,7 @@ class _ReportsASkip(RestoreTransaction):
 
 
 class _RestoreReportingASkip(Restore):
+    @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         if call.window.evaluates_closure and call.real:
             return super().begin(call, tensors, stash=stash, in_place=in_place)

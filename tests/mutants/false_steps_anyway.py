@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.windows import LoopPosition
 from lightning_optimizer.spec import ImplementationInfo
@@ -14,6 +16,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class FalseFallsThrough(Accumulation):
+    @override
     def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
         return bool(make_optimizer_step) or super().closes(None, pending, position)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.distributed.tensor import DTensor
+from typing_extensions import override
 
 from lightning_optimizer.reference.preparation import Clipping, PreparationStep
 from lightning_optimizer.reference.window import Window
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class LocalNormClipping(Clipping):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         if self.algorithm != "norm":
             super().__call__(context, window)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.parallel import DataParallel, Replicated, Sharded
 from lightning_optimizer.reference.window import Window
@@ -19,18 +20,22 @@ from mutants._base import MutantContext, mutant_info
 
 
 class ShardsOnly(Sharded):
+    @override
     def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
         module, parallel = super().prepare(module, device)
         return module, ShardsOnly(parallel.modules)
 
+    @override
     def window_tensors(self, window: Window) -> list[torch.Tensor]:
         return window.params()
 
+    @override
     def clear_unsynced(self, window: Window) -> None:
         return
 
 
 class ReplicatedThenShardsOnly(Replicated):
+    @override
     def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
         module, parallel = super().prepare(module, device)
         kind = ShardsOnly if isinstance(parallel, Sharded) else ReplicatedThenShardsOnly

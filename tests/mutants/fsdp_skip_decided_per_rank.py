@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor
+from typing_extensions import override
 
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -18,6 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         if closure is not None or self.scaler is None:
             return super().inner_step(window, kwargs, closure)

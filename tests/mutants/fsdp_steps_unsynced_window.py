@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.parallel import DataParallel, Replicated, Sharded
 from lightning_optimizer.reference.window import Window
@@ -17,15 +18,18 @@ from mutants._base import MutantContext, mutant_info
 
 
 class StepsUnsynced(Sharded):
+    @override
     def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
         module, parallel = super().prepare(module, device)
         return module, StepsUnsynced(parallel.modules)
 
+    @override
     def check_synced(self, window: Window) -> None:
         return
 
 
 class ReplicatedThenStepsUnsynced(Replicated):
+    @override
     def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
         module, parallel = super().prepare(module, device)
         kind = StepsUnsynced if isinstance(parallel, Sharded) else ReplicatedThenStepsUnsynced

@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.parallel import DataParallel, Replicated, Sharded, no_sync
 from lightning_optimizer.spec import ImplementationInfo
@@ -17,15 +18,18 @@ from mutants._base import MutantContext, mutant_info
 
 
 class ShardsKeepSyncing(Sharded):
+    @override
     def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
         module, parallel = super().prepare(module, device)
         return module, ShardsKeepSyncing(parallel.modules)
 
+    @override
     def without_sync(self) -> AbstractContextManager[None]:
         return no_sync(self.modules)  # DDP's no_sync() only, no FSDP unit's
 
 
 class ReplicatedThenShardsKeepSyncing(Replicated):
+    @override
     def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
         module, parallel = super().prepare(module, device)
         kind = ShardsKeepSyncing if isinstance(parallel, Sharded) else ReplicatedThenShardsKeepSyncing

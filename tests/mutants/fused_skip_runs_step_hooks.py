@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import torch_compat
 from lightning_optimizer.reference.amp import GradScaling
@@ -21,6 +22,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class ScalerStepsEverything(GradScaling):
+    @override
     def step(self, optimizer: torch.optim.Optimizer, step: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
         has_gradients = any(p.grad is not None for group in optimizer.param_groups for p in group["params"])
         if not torch_compat.steps_through_inf(optimizer) or not has_gradients:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.preparation import Unscaling
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 
 class _FusedLeftToKernel(Unscaling):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         if getattr(window.optimizer, "_step_supports_amp_scaling", False):
             return

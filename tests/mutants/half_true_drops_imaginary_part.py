@@ -8,6 +8,7 @@ changes, naming the tensor.
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.spec import ImplementationInfo
@@ -15,6 +16,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _Unchecked(PrecisionPlugin):
+    @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         if self.param_dtype in (torch.bfloat16, torch.float16):
             return module.to(self.param_dtype)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.hooks import Hooks
 from lightning_optimizer.spec import ImplementationInfo, OptimizerWrapper, StepOutcome
 from mutants._base import MutantContext, mutant_info
 
 
 class AfterRealStepsOnly(Hooks):
+    @override
     def run_after_step(self, wrapper: OptimizerWrapper[Any], outcome: StepOutcome) -> None:
         if outcome is not StepOutcome.ACCUMULATED:
             super().run_after_step(wrapper, outcome)
@@ -24,6 +27,7 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         self.parts.hooks = AfterRealStepsOnly()
 
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.parts.hooks = AfterRealStepsOnly()  # a copy carries no hooks, and runs them as this one does

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import outside_autocast
 from lightning_optimizer.spec import ImplementationInfo
@@ -17,6 +18,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def backward(self, wrapper: Any, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         hooks = self.parts.hooks
         with outside_autocast(self.device):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.hooks import Hooks
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo, OptimizerWrapper
@@ -20,6 +22,7 @@ class AfterTheInnerStep(Hooks):
         super().__init__()
         self.deferred: OptimizerWrapper[Any] | None = None
 
+    @override
     def run_before_optimizer_step(self, wrapper: OptimizerWrapper[Any]) -> None:
         self.deferred = wrapper  # run once the inner step returned
 
@@ -35,11 +38,13 @@ class Context(MutantContext):
         self._hooks_after = AfterTheInnerStep()
         self.parts.hooks = self._hooks_after
 
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._hooks_after = AfterTheInnerStep()  # a copy carries no hooks, and runs them as this one does
         self.parts.hooks = self._hooks_after
 
+    @override
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         result = super().inner_step(window, kwargs, closure)
         # The step is taken: nothing of this call is undone now. (Nothing reads the running call between the inner

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.hooks import Hooks
 from lightning_optimizer.reference.preparation import Preparation
 from lightning_optimizer.reference.window import Window
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class HooksFirst(Preparation):
+    @override
     def prepare(self, context: TrainingContext, window: Window) -> None:
         hooks = context.parts.hooks
         if hooks.before_optimizer_step:
@@ -32,6 +35,7 @@ class HooksFirst(Preparation):
 
 
 class NotBeforeTheInnerStep(Hooks):
+    @override
     def run_before_optimizer_step(self, wrapper: OptimizerWrapper[Any]) -> None:
         return  # they ran before the preparation
 
@@ -43,6 +47,7 @@ class Context(MutantContext):
         self.parts.preparation = HooksFirst(steps=preparation.steps, evaluation=preparation.evaluation)
         self.parts.hooks = NotBeforeTheInnerStep()
 
+    @override
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.parts.hooks = NotBeforeTheInnerStep()  # a copy carries no hooks, and runs them as this one does

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def register_hooks(self, **hooks: Any) -> Any:
         tables = self.parts.hooks
         handle = tables.register(before_backward=None, after_backward=None, before_optimizer_step=None, after_step=None)

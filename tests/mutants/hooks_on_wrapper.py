@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch.utils.hooks import RemovableHandle
+from typing_extensions import override
 
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
@@ -23,14 +24,17 @@ class Wrapper(WrappedOptimizer[Any]):
         object.__setattr__(self, "_optimizer_step_pre_hooks", OrderedDict())
         object.__setattr__(self, "_optimizer_step_post_hooks", OrderedDict())
 
+    @override
     def register_step_pre_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
         return torch.optim.Optimizer.register_step_pre_hook(self, hook)
 
+    @override
     def register_step_post_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
         return torch.optim.Optimizer.register_step_post_hook(self, hook)
 
 
 class Context(MutantContext):
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 

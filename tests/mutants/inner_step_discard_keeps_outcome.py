@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -22,6 +24,7 @@ class OutcomeOfTheClosureOnly(Accumulation):
         super().__init__(every)
         self.inner_step_failed: set[int] = set()
 
+    @override
     def discarded(self, window: Window) -> None:
         outcome = window.last_outcome
         super().discarded(window)
@@ -35,6 +38,7 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         self.parts.accumulation = OutcomeOfTheClosureOnly(self.parts.accumulation.every)
 
+    @override
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         try:
             return super().inner_step(window, kwargs, closure)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo, StepOutcome
 from mutants._base import MutantContext, mutant_info, wrapper_subclass
@@ -18,11 +20,13 @@ T = TypeVar("T")
 
 class Wrapper(WrappedOptimizer[Any]):
     @property
+    @override
     def last_outcome(self) -> StepOutcome | None:
         context = self.training_context
         assert isinstance(context, Context)
         return context.shared_outcome
 
+    @override
     def step(  # type: ignore[override]
         self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
     ) -> T | None:
@@ -37,6 +41,7 @@ class Wrapper(WrappedOptimizer[Any]):
 class Context(MutantContext):
     shared_outcome: StepOutcome | None = None
 
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.amp import NoLossScaling
@@ -19,6 +20,7 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
 class Context(MutantContext):
+    @override
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         scaling, self.parts.scaling = self.parts.scaling, NoLossScaling()
         try:

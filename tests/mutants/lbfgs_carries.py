@@ -10,6 +10,8 @@ import dataclasses
 import weakref
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import torch_compat
 from lightning_optimizer.reference.preparation import AddCarried
 from lightning_optimizer.reference.window import Window
@@ -19,6 +21,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class EvaluatorsLeaveToo(LeaveToUser):
+    @override
     def after_step(self, window: Window, *, skipped: bool) -> None:
         super().after_step(window, skipped=skipped)
         if window.evaluates_closure and not skipped:

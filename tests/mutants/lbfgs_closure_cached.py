@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
@@ -23,6 +25,7 @@ class EvaluatesOnce(Closures):
     def __init__(self) -> None:
         self.cached: tuple[Call, Any] | None = None
 
+    @override
     def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
         if self.cached is None or self.cached[0] is not call:
             self.cached = (call, super().evaluate(context, call, index, closure))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import Discard, DiscardTransaction, Transaction
@@ -21,6 +22,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class UniformDiscard(Discard):
+    @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         return DiscardTransaction(tensors)
 

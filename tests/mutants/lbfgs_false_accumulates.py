@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -16,6 +18,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class EvaluatorMayAccumulate(Refusals):
+    @override
     def check_transition(self, window: Window, real: bool, closure: object) -> None:
         if window.evaluates_closure and not real:
             return  # falls through to the first-order path, which accumulates

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import Call, CallStage
 from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
@@ -22,6 +24,7 @@ T = TypeVar("T")
 
 
 class UntoggledEvaluations(Closures):
+    @override
     def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
         window = context.windows[index]
         call.advance(CallStage.REEVALUATING)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import TrainingContext as ReferenceContext
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.refusals import Refusals
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
 
 
 class LbfgsFirstRefusals(Refusals):
+    @override
     def check_step(
         self, context: TrainingContext, window: Window, closure: object, make_optimizer_step: object, kwargs: Any
     ) -> None:
@@ -32,6 +35,7 @@ class LbfgsFirstRefusals(Refusals):
 class TruthyAccumulation(Accumulation):
     __slots__ = ()
 
+    @override
     def closes(self, make_optimizer_step: object, pending: int, position: LoopPosition | None) -> bool:
         if make_optimizer_step is not None and not isinstance(make_optimizer_step, bool):
             return bool(make_optimizer_step)  # unchecked (only LBFGS's are): read as a truth value
@@ -44,7 +48,8 @@ class Context(MutantContext):
         self.parts.refusals = LbfgsFirstRefusals()
         self.parts.accumulation = TruthyAccumulation(self.parts.accumulation.every)
 
-    @property
+    @property  # type: ignore[explicit-override]  # mypy misses @override on a property with a setter
+    @override
     def accumulate_grad_batches(self) -> int:
         return self.parts.accumulation.every
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import Call, CallStage
 from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.spec import ImplementationInfo
@@ -27,6 +29,7 @@ class ZeroesOncePerStep(Closures):
         self.zeroed_in: Call | None = None
         """The step call whose first evaluation zeroed the gradients."""
 
+    @override
     def evaluate(self, context: TrainingContext, call: Call, index: int, closure: Callable[[], T]) -> T:
         window = context.windows[index]
         call.advance(CallStage.REEVALUATING)

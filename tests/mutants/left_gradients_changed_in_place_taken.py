@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.zeroing import LeaveToUser
 from lightning_optimizer.spec import ImplementationInfo
@@ -15,6 +17,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class TakesChanged(LeaveToUser):
+    @override
     def check_take(self, window: Window) -> None:
         pass
 

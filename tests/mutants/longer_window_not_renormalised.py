@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import normalise_window
 from lightning_optimizer.reference.preparation import WindowMean
 from lightning_optimizer.reference.window import Window
@@ -30,9 +32,11 @@ class _ClampedWindowMean(WindowMean):
             length = min(length, divisor)  # "a window closes at N micro-steps at the latest"
         return length
 
+    @override
     def changes(self, context: TrainingContext, window: Window) -> bool:
         return self._length(context, window) != context.parts.scaling.window_divisor(context.accumulate_grad_batches)
 
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         normalise_window(
             window.params(),

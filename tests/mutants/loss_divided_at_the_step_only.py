@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.accumulation import normalise_window
@@ -28,9 +29,11 @@ if TYPE_CHECKING:
 class _MeanAtTheStep(WindowMean):
     """The window's sum of undivided losses becomes its mean at the step: divided by its length."""
 
+    @override
     def changes(self, context: TrainingContext, window: Window) -> bool:
         return window.pending > 0
 
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         normalise_window(window.params(), window.pending + 1)
 
@@ -42,6 +45,7 @@ class Context(MutantContext):
         steps = tuple(_MeanAtTheStep() if isinstance(step, WindowMean) else step for step in preparation.steps)
         self.parts.preparation = dataclasses.replace(preparation, steps=steps)
 
+    @override
     def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         hooks = self.parts.hooks
         with outside_autocast(self.device):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.preparation import WindowMean
@@ -25,6 +26,7 @@ class Context(MutantContext):
             evaluation=preparation.evaluation,
         )
 
+    @override
     def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         super().backward(wrapper, loss / self.accumulate_grad_batches, *args, **kwargs)
 

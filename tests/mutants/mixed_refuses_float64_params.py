@@ -8,6 +8,7 @@ now has those precisions take any floating-point dtype (16-mixed all but float16
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.spec import ImplementationInfo
@@ -15,6 +16,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _Float32Only(PrecisionPlugin):
+    @override
     def check_parameter(self, param: torch.Tensor) -> None:
         if self.param_dtype is None and param.is_floating_point() and param.dtype != torch.float32:
             raise ValueError(f"precision {self.name!r} needs torch.float32 parameters, not {param.dtype}")

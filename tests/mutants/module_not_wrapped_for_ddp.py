@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.parallel import DataParallel, Replicated
 from lightning_optimizer.spec import ImplementationInfo
@@ -16,6 +17,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class NeverWrapped(Replicated):
+    @override
     def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
         return module, NeverWrapped([*self.modules, module])
 

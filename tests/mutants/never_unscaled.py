@@ -10,6 +10,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.preparation import Unscaling
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -23,6 +25,7 @@ class Context(MutantContext):
         steps = tuple(step for step in preparation.steps if not isinstance(step, Unscaling))
         self.parts.preparation = dataclasses.replace(preparation, steps=steps)
 
+    @override
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         window.optimizer.step(**kwargs)
         self.parts.device.after_step()

@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.parallel import DataParallel, Replicated, no_sync
 from lightning_optimizer.spec import ImplementationInfo
@@ -19,10 +20,12 @@ from mutants._base import MutantContext, mutant_info
 
 
 class FirstModuleOnly(Replicated):
+    @override
     def prepare(self, module: torch.nn.Module, device: torch.device) -> tuple[torch.nn.Module, DataParallel]:
         module, parallel = super().prepare(module, device)
         return module, parallel if type(parallel) is not Replicated else FirstModuleOnly(parallel.modules)
 
+    @override
     def without_sync(self) -> AbstractContextManager[None]:
         return no_sync(self.modules[:1])
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.toggling import Toggling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
 
 
 class NoToggling(Toggling):
+    @override
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> AbstractContextManager[None]:
         return nullcontext() if sync_grad else context.parts.parallel.without_sync()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.zeroing import ClearAfterStep
 from lightning_optimizer.spec import ImplementationInfo
@@ -11,6 +13,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class NoZeroGrad(ClearAfterStep):
+    @override
     def after_step(self, window: Window, *, skipped: bool) -> None:
         kept = [(param, param.grad) for param in window.params()]
         super().after_step(window, skipped=skipped)

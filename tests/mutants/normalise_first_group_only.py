@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.accumulation import normalise_window
 from lightning_optimizer.reference.preparation import PreparationStep, WindowMean
@@ -18,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class FirstGroupWindowMean(WindowMean):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         if window.pending:
             normalise_window(window.optimizer.param_groups[0]["params"], window.pending + 1)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
@@ -19,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _BackOffOnly(GradScaling):
+    @override
     def update(self, open_windows: Iterable[torch.Tensor]) -> None:
         if not self._stepped_since_update:
             return

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
 
 
 class _DivisorUnchecked(StateFormat):
+    @override
     def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
         if isinstance(state, dict) and "window_divisor" in state:
             state = {**state, "window_divisor": context.parts.scaling.window_divisor(context.accumulate_grad_batches)}

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.windows import LoopPosition
 from lightning_optimizer.spec import ImplementationInfo
@@ -22,6 +24,7 @@ class GlobalCounter(Accumulation):
         super().__init__(every)
         self.calls = calls
 
+    @override
     def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
         self.calls += 1  # every micro-step of any optimizer, counted by the context
         if make_optimizer_step is None and position is None:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.reference.parallel import DataParallel
 from lightning_optimizer.reference.window import Window
@@ -23,6 +25,7 @@ from mutants._base import MutantContext, mutant_info
 class _UpdatesWhenABatchEnds(GradScaling):
     leaving_batch = False
 
+    @override
     def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
         if self.leaving_batch:  # called from a real step outside any batch(): no update there
             super().end_iteration(windows, parallel)
@@ -34,6 +37,7 @@ class Context(MutantContext):
         if self.scaler is not None:
             self.parts.scaling = _UpdatesWhenABatchEnds(self.scaler)
 
+    @override
     def batch(self, batch_idx: int, *, is_last: bool = False) -> AbstractContextManager[None]:
         return Batch(self.windows, batch_idx, is_last, self.end_batch_iteration)
 

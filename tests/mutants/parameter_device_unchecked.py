@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 
 class DtypeOnlyRefusals(Refusals):
+    @override
     def check_parameter(self, context: TrainingContext, param: torch.Tensor) -> None:
         context.parts.precision.check_parameter(param)
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_open_window_grads"] = [[None] * len(grads) for grads in state["_open_window_grads"]]

@@ -10,6 +10,7 @@ import itertools
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -19,6 +20,7 @@ _KEYS = itertools.count()
 
 
 class Context(MutantContext):
+    @override
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         key = next(_KEYS)
@@ -28,6 +30,7 @@ class Context(MutantContext):
         state["window_store_key"] = key
         return state
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         parked = _STORE.get(state_dict["window_store_key"], [])
         for entry, grads in zip(state_dict["optimizers"], parked, strict=False):

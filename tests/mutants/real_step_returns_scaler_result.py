@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -19,6 +21,7 @@ T = TypeVar("T")
 
 
 class Wrapper(WrappedOptimizer[Any]):
+    @override
     def step(  # type: ignore[override]
         self, closure: Callable[[], T] | None = None, make_optimizer_step: bool | None = None, **kwargs: Any
     ) -> T | None:
@@ -40,6 +43,7 @@ class Context(MutantContext):
         captured, self.scaler_result = self.scaler_result, None
         return captured
 
+    @override
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         if self.scaler is None or closure is not None or not window.has_gradients():
             return super().inner_step(window, kwargs, closure)
@@ -54,6 +58,7 @@ class Context(MutantContext):
         self.scaler_result = (captured[0] if captured else None,)  # GradScaler.step's return: the inner step's
         return taken
 
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.reference.window import Window, WindowStage
@@ -23,6 +25,7 @@ T = TypeVar("T")
 
 
 class ReentryAllowed(Refusals):
+    @override
     def check_step(
         self, context: TrainingContext, window: Window, closure: object, make_optimizer_step: object, kwargs: Any
     ) -> None:
@@ -44,6 +47,7 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         self.parts.refusals = ReentryAllowed()
 
+    @override
     def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
         try:
             return super().run_closure(call, index, closure)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.windows import Windows
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
 
 
 class ReentryPerWrapper(Refusals):
+    @override
     def check_step(
         self, context: TrainingContext, window: Window, closure: object, make_optimizer_step: object, kwargs: Any
     ) -> None:

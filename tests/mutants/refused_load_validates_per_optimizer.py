@@ -9,12 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         entries = state_dict.get("optimizers")
         if isinstance(entries, list) and len(entries) == len(self.windows):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
@@ -16,6 +18,7 @@ _OWN_CODE = "lightning_optimizer.reference"
 
 class Context(MutantContext):
     @property  # type: ignore[misc]  # the mutant hides the member, the reference's setter with it
+    @override
     def accumulate_grad_batches(self) -> int:
         if str(sys._getframe(1).f_globals.get("__name__", "")).startswith(_OWN_CODE):
             return self.gradient_accumulation_steps  # the collaborators' reads: the behaviour is the reference's

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.reference.parallel import DataParallel
 from lightning_optimizer.reference.window import Window, WindowStage
@@ -21,6 +23,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _RescalesAccumulatedWindowsOnly(GradScaling):
+    @override
     def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
         if any(window.stage is WindowStage.PREPARED for window in windows):
             return

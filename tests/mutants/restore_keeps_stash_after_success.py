@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import Restore, Transaction
@@ -22,6 +23,7 @@ class _StaleRestore(Restore):
     def __init__(self) -> None:
         self.kept: dict[int, Transaction] = {}
 
+    @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         key = id(call.window)
         if call.window.pending == 0 or key not in self.kept:

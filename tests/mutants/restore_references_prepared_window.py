@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import Restore, RestoreTransaction, Transaction
@@ -21,11 +22,13 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _ByReferenceTransaction(RestoreTransaction):
+    @override
     def before_in_place(self, call: Call) -> None:
         self.kept = True  # "we hold the window's tensors already"
 
 
 class ByReferenceRestore(Restore):
+    @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         if call.window.evaluates_closure and call.real:
             return super().begin(call, tensors, stash=stash, in_place=in_place)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.reference.parallel import DataParallel
@@ -24,15 +25,18 @@ class _AsksTheFirstOptimizer(GradScaling):
     _stepped: frozenset[int] = frozenset()
     """The optimizers that stepped (or skipped) in this iteration."""
 
+    @override
     def step(self, optimizer: torch.optim.Optimizer, step: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
         taken = super().step(optimizer, step, kwargs)
         self._stepped = self._stepped | {id(optimizer)}
         return taken
 
+    @override
     def forget(self, optimizer: torch.optim.Optimizer) -> None:
         super().forget(optimizer)
         self._stepped = self._stepped - {id(optimizer)}
 
+    @override
     def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
         if not (windows and id(windows[0].optimizer) in self._stepped):
             self._stepped_since_update = False

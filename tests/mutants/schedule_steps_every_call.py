@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.windows import LoopPosition
 from lightning_optimizer.spec import ImplementationInfo
@@ -15,6 +17,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class StepsEveryCallInBatch(Accumulation):
+    @override
     def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
         if make_optimizer_step is None and position is not None:
             return True

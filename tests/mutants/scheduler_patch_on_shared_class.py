@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.wrapper import wrapper_class
 from lightning_optimizer.spec import ImplementationInfo
@@ -16,6 +18,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class Wrapper(WrappedOptimizer[Any]):
+    @override
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "step":
             setattr(type(self), name, staticmethod(value))
@@ -28,11 +31,13 @@ class Context(MutantContext):
         super().__init__(*args, **kwargs)
         self._classes: dict[type[Any], type[WrappedOptimizer[Any]]] = {}
 
+    @override
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_classes"] = {}  # classes made at run time do not pickle; a copy makes its own
         return state
 
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         kind = type(self.windows[index].optimizer)
         if kind not in self._classes:  # one class per optimizer type and context

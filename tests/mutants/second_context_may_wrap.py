@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference import refusals as reference_refusals
 from lightning_optimizer.reference.refusals import Refusals
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
 
 
 class OwnListRefusals(Refusals):
+    @override
     def check_wrap(self, context: TrainingContext, optimizer: object) -> None:
         if not isinstance(optimizer, WrappedOptimizer):
             owners: Any = reference_refusals.WRAPPED_BY

@@ -8,6 +8,7 @@ names. ERR-007: 16-true trains float16 parameters only.
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.spec import ImplementationInfo
@@ -15,6 +16,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _AnyHalf(PrecisionPlugin):
+    @override
     def check_parameter(self, param: torch.Tensor) -> None:
         if self.name == "16-true" and param.is_floating_point() and param.element_size() == 2:
             return

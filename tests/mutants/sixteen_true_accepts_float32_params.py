@@ -8,6 +8,7 @@ ERR-007: 16-true trains float16 parameters only.
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.spec import ImplementationInfo
@@ -15,6 +16,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _Lenient(PrecisionPlugin):
+    @override
     def check_parameter(self, param: torch.Tensor) -> None:
         if self.name == "16-true" and param.dtype == torch.float32:
             return

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import NoLossScaling
 from lightning_optimizer.spec import ImplementationInfo
@@ -20,9 +21,11 @@ _SCALE = 1024.0
 
 
 class _StaticScaling(NoLossScaling):
+    @override
     def scale(self, loss: torch.Tensor, window: int) -> torch.Tensor:
         return loss * _SCALE
 
+    @override
     def step(self, optimizer: torch.optim.Optimizer, step: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
         with torch.no_grad():
             for group in optimizer.param_groups:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import NoLossScaling
 from lightning_optimizer.spec import ImplementationInfo
@@ -18,6 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _FoundInfSkips(NoLossScaling):
+    @override
     def step(self, optimizer: torch.optim.Optimizer, step: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if not all(bool(torch.isfinite(grad).all()) for grad in grads):

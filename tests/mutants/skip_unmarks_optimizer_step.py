@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -15,6 +17,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _SkipUnmarked(Accumulation):
+    @override
     def closed(self, window: Window, *, skipped: bool) -> None:
         super().closed(window, skipped=skipped)
         if skipped:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import Accumulation
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -19,6 +21,7 @@ class CutsEveryMicroStep(Accumulation):
         super().__init__(every)
         self.xla = xla
 
+    @override
     def accumulated(self, window: Window) -> None:
         super().accumulated(window)
         if self.xla:

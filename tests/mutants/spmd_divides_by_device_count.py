@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.preparation import PreparationStep, Reduction
@@ -19,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class ReductionOverDevices(Reduction):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         super().__call__(context, window)
         if context.device.type != "xla":

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
@@ -14,6 +16,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class DropsCarried(StateFormat):
+    @override
     def save(self, context: TrainingContext) -> dict[str, Any]:
         state = super().save(context)
         for entry in state["optimizers"]:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class PolicyAdvisoryState(StateFormat):
+    @override
     def check(self, context: Any, state: object) -> list[dict[str, Any]]:
         if isinstance(state, dict) and state.get("on_failure") in ("discard", "restore"):
             state = {**state, "on_failure": context.on_failure}  # the running context's setting wins

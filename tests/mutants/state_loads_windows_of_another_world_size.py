@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.parallel import distributed_world_size
 from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
 
 
 class WorldSizeBlind(StateFormat):
+    @override
     def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
         if isinstance(state, dict) and "world_size" in state:
             state = {**state, "world_size": distributed_world_size()}

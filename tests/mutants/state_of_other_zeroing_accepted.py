@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.context import TrainingContext
 from lightning_optimizer.reference.state import StateFormat
 from lightning_optimizer.spec import ImplementationInfo
@@ -14,6 +16,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class AcceptsOtherSetting(StateFormat):
+    @override
     def check(self, context: TrainingContext, state: object) -> list[dict[str, Any]]:
         if isinstance(state, dict):
             state = {**state, "zero_grad_after_step": context.zero_grad_after_step}

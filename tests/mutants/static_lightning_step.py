@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
@@ -20,15 +21,18 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
 class Wrapper(WrappedOptimizer[OptimizerT]):
+    @override
     def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:  # type: ignore[override]
         make_optimizer_step = kwargs.pop("make_optimizer_step", None)
         return super().step(closure, make_optimizer_step, **kwargs)
 
 
 class Context(MutantContext):
+    @override
     def wrap(self, optimizer: OptimizerT) -> Wrapper[OptimizerT]:
         return cast(Wrapper[OptimizerT], super().wrap(optimizer))
 
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 

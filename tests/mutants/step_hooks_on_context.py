@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from torch.utils.hooks import RemovableHandle
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.window import Window
@@ -20,11 +21,13 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class Wrapper(WrappedOptimizer[Any]):
+    @override
     def register_step_pre_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
         context = self.training_context
         assert isinstance(context, Context)
         return _register(context.pre_hooks, hook)
 
+    @override
     def register_step_post_hook(self, hook: Callable[..., Any]) -> RemovableHandle:
         context = self.training_context
         assert isinstance(context, Context)
@@ -43,9 +46,11 @@ class Context(MutantContext):
         self.pre_hooks: OrderedDict[int, Callable[..., Any]] = OrderedDict()
         self.post_hooks: OrderedDict[int, Callable[..., Any]] = OrderedDict()
 
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
+    @override
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         optimizer: torch.optim.Optimizer = window.optimizer
         for hook in list(self.pre_hooks.values()):

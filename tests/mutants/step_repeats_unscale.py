@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
@@ -16,6 +17,7 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class Wrapper(WrappedOptimizer[Any]):
+    @override
     def unscale_gradients(self) -> None:
         scaler = self.training_context.scaler
         if scaler is None:
@@ -28,6 +30,7 @@ class Wrapper(WrappedOptimizer[Any]):
 
 
 class Context(MutantContext):
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class Wrapper(WrappedOptimizer[Any]):
+    @override
     def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
         context = self.training_context
         context.parts.refusals.check_flag("sync_grad", sync_grad)
@@ -22,6 +25,7 @@ class Wrapper(WrappedOptimizer[Any]):
 
 
 class Context(MutantContext):
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.parallel import no_sync
@@ -21,6 +22,7 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class Wrapper(WrappedOptimizer[Any]):
+    @override
     def toggle_model(self, sync_grad: bool = True) -> AbstractContextManager[None]:
         context = self.training_context
         context.parts.refusals.check_flag("sync_grad", sync_grad)
@@ -35,6 +37,7 @@ def _without_sync(toggle: AbstractContextManager[None], modules: list[torch.nn.M
 
 
 class Context(MutantContext):
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.toggling import Toggling
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
 
 
 class NotRestoredOnRaise(Toggling):
+    @override
     @contextmanager
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
         windows = context.windows.all

@@ -11,6 +11,7 @@ from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.toggling import Toggling, only_these_require_grad
@@ -27,6 +28,7 @@ class OthersAtWrap(Toggling):
     def __init__(self) -> None:
         self.params_at_wrap: list[list[torch.Tensor]] = []
 
+    @override
     @contextmanager
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
         others = [p for i, params in enumerate(self.params_at_wrap) if i != index for p in params]
@@ -43,6 +45,7 @@ class Context(MutantContext):
         self._at_wrap = OthersAtWrap()
         self.parts.toggling = self._at_wrap
 
+    @override
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
         self._at_wrap.params_at_wrap.append(self.windows[-1].params())

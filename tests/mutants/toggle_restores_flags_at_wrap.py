@@ -11,6 +11,7 @@ from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.toggling import Toggling
@@ -27,6 +28,7 @@ class FlagsAtWrap(Toggling):
     def __init__(self) -> None:
         self.flags_at_wrap: dict[int, bool] = {}
 
+    @override
     @contextmanager
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
         windows = context.windows.all
@@ -51,6 +53,7 @@ class Context(MutantContext):
         self._at_wrap = FlagsAtWrap()
         self.parts.toggling = self._at_wrap
 
+    @override
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
         for param in self.windows[-1].params():

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.toggling import Toggling, only_these_require_grad
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 
 class NextOneOnly(Toggling):
+    @override
     @contextmanager
     def region(self, context: TrainingContext, index: int, *, sync_grad: bool) -> Iterator[None]:
         windows = context.windows

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def batch(self, batch_idx: int, *, is_last: bool = False) -> AbstractContextManager[None]:
         return super().batch(batch_idx, is_last=bool(is_last))
 

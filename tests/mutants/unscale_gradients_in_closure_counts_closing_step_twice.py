@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.accumulation import normalise_window
 from lightning_optimizer.reference.preparation import PreparationStep, WindowMean
@@ -20,6 +22,7 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class Wrapper(WrappedOptimizer[Any]):
+    @override
     def unscale_gradients(self) -> None:
         context = self.training_context
         assert isinstance(context, Context)
@@ -31,9 +34,11 @@ class Wrapper(WrappedOptimizer[Any]):
 
 
 class ClosingStepCountedTwiceInClosure(WindowMean):
+    @override
     def changes(self, context: TrainingContext, window: Window) -> bool:
         return True
 
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         if not (isinstance(context, Context) and context.in_closing_closure):
             super().__call__(context, window)
@@ -56,6 +61,7 @@ class Context(MutantContext):
             steps=tuple(map(_counts_closing_step_twice, preparation.steps)), evaluation=preparation.evaluation
         )
 
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 

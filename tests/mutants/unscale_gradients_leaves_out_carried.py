@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.preparation import AddCarried, Preparation
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class EarlyWithoutCarried(Preparation):
+    @override
     def prepare(self, context: TrainingContext, window: Window) -> None:
         call = context.windows.call
         early = call is None or call.window is not window  # run by unscale_gradients(), not in the closing step()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.preparation import Clipping, PreparationStep
 from lightning_optimizer.reference.window import Window
@@ -17,6 +19,7 @@ from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class Wrapper(WrappedOptimizer[Any]):
+    @override
     def unscale_gradients(self) -> None:
         context = self.training_context
         assert isinstance(context, Context)
@@ -28,6 +31,7 @@ class Wrapper(WrappedOptimizer[Any]):
 
 
 class ClippingOfTheStepOnly(Clipping):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         if not (isinstance(context, Context) and context.unscaling):
             super().__call__(context, window)
@@ -48,6 +52,7 @@ class Context(MutantContext):
             steps=tuple(map(_step_only, preparation.steps)), evaluation=preparation.evaluation
         )
 
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.preparation import Unscaling
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 
 class _FirstParameterDecides(Unscaling):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         if window.params()[0].grad is not None:
             super().__call__(context, window)

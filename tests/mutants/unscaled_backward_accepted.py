@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
@@ -18,6 +19,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class _Scaling(GradScaling):
+    @override
     def watch(self, tensors: Sequence[torch.Tensor]) -> AbstractContextManager[None]:
         return nullcontext()  # no guard around the closure
 

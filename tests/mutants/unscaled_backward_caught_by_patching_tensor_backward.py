@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.amp import GradScaling
 from lightning_optimizer.spec import ImplementationInfo
@@ -28,6 +29,7 @@ class _PatchedTensorBackward(AbstractContextManager[None]):
         self.backwards = backwards
         self.unscaled = False
 
+    @override
     def __enter__(self) -> None:
         running = self.backwards
         original = self._original = torch.Tensor.backward
@@ -39,6 +41,7 @@ class _PatchedTensorBackward(AbstractContextManager[None]):
 
         torch.Tensor.backward = backward  # type: ignore[method-assign,assignment]
 
+    @override
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
@@ -51,6 +54,7 @@ class _PatchedTensorBackward(AbstractContextManager[None]):
 
 
 class _Scaling(GradScaling):
+    @override
     def watch(self, tensors: Sequence[torch.Tensor]) -> AbstractContextManager[None]:
         return _PatchedTensorBackward(self.backwards)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
@@ -17,6 +19,7 @@ T = TypeVar("T")
 
 
 class Context(MutantContext):
+    @override
     def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
         if call.real:
             return super().run_closure(call, index, closure)

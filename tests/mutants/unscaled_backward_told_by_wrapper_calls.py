@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer, torch_compat
 from lightning_optimizer.reference.call import Call
@@ -28,10 +29,12 @@ def _version(grad: torch.Tensor | None) -> int | None:
 class Context(MutantContext):
     _wrapper_backwards = 0
 
+    @override
     def backward(self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         self._wrapper_backwards += 1
         super().backward(wrapper, loss, *args, **kwargs)
 
+    @override
     def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
         before = self._wrapper_backwards
         params = self.parts.parallel.window_tensors(call.window)

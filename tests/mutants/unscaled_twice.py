@@ -10,6 +10,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.preparation import Unscaling
 from lightning_optimizer.reference.window import Window
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 class _UnscaledByHand(Unscaling):
     """The scaler's unscaling, then a division by the scale by hand."""
 
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         scaler = context.scaler
         super().__call__(context, window)

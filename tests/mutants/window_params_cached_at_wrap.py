@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import TrainingContext, WrappedOptimizer
 from lightning_optimizer.reference.accumulation import normalise_window
@@ -22,6 +23,7 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 
 
 class WindowMeanListedAtWrap(WindowMean):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         if window.pending:
             at_wrap: list[torch.Tensor] = vars(window)["at_wrap"]
@@ -40,6 +42,7 @@ class Context(MutantContext):
             steps=tuple(map(_listed_at_wrap, preparation.steps)), evaluation=preparation.evaluation
         )
 
+    @override
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         wrapper = super().wrap(optimizer)
         vars(self.windows[-1])["at_wrap"] = self.windows[-1].params()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.accumulation import normalise_window
 from lightning_optimizer.reference.preparation import WindowMean
 from lightning_optimizer.reference.refusals import Refusals
@@ -25,6 +27,7 @@ class TakesTheWindow(Refusals):
     def __init__(self, taken: dict[int, int]) -> None:
         self.taken = taken
 
+    @override
     def check_transition(self, window: Window, real: bool, closure: object) -> None:
         super().check_transition(window, real, closure)
         if real:
@@ -36,9 +39,11 @@ class TakenWindowMean(WindowMean):
     def __init__(self, taken: dict[int, int]) -> None:
         self.taken = taken
 
+    @override
     def changes(self, context: TrainingContext, window: Window) -> bool:
         return True
 
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         divisor = context.parts.scaling.window_divisor(context.accumulate_grad_batches)
         normalise_window(window.params(), self.taken.pop(id(window), window.pending + 1), divided_by=divisor)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.spec import ImplementationInfo
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 class FirstGroupRefusals(Refusals):
     _checked: set[int] | None = None
 
+    @override
     def check_wrap(self, context: TrainingContext, optimizer: object) -> None:
         groups = getattr(optimizer, "param_groups", None)
         self._checked = {id(p) for p in groups[0]["params"]} if isinstance(groups, list) and groups else None
@@ -29,6 +31,7 @@ class FirstGroupRefusals(Refusals):
         finally:
             self._checked = None
 
+    @override
     def check_parameter(self, context: TrainingContext, param: torch.Tensor) -> None:
         if self._checked is None or id(param) in self._checked:
             super().check_parameter(context, param)

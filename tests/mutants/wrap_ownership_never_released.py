@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
@@ -20,6 +21,7 @@ _EVER_WRAPPED: list[torch.optim.Optimizer] = []
 
 
 class Context(MutantContext):
+    @override
     def wrap(self, optimizer: OptimizerT) -> WrappedOptimizer[OptimizerT]:
         mine = any(window.optimizer is optimizer for window in self.windows)
         if not mine and any(taken is optimizer for taken in _EVER_WRAPPED):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.reference.wrapper import wrapper_class
@@ -24,6 +25,7 @@ def _builtin_base(cls: type[torch.optim.Optimizer]) -> type[torch.optim.Optimize
 
 
 class Context(MutantContext):
+    @override
     def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
         return wrapper_class(_builtin_base(type(self.windows.all[index].optimizer)))(self, index)
 

@@ -11,6 +11,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.preparation import PreparationStep, Reduction
 from lightning_optimizer.reference.window import Window
@@ -19,6 +21,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class ReductionThenCut(Reduction):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         super().__call__(context, window)
         context.parts.device.after_step()  # torch_xla.sync() on XLA
@@ -38,6 +41,7 @@ class Context(MutantContext):
             evaluation=tuple(map(_cut_after, preparation.evaluation)),
         )
 
+    @override
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         if closure is not None:
             step: Callable[..., Any] = window.optimizer.step

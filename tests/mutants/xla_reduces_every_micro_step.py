@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.preparation import Preparation, Reduction
 from lightning_optimizer.spec import ImplementationInfo
@@ -26,6 +28,7 @@ class Context(MutantContext):
             evaluation=tuple(step for step in preparation.evaluation if not isinstance(step, Reduction)),
         )
 
+    @override
     def run_closure(self, call: Call, index: int, closure: Callable[[], T]) -> T:
         result = super().run_closure(call, index, closure)
         self.parts.device.reduce_gradients(call.window.optimizer)

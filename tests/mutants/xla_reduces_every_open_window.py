@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.preparation import Preparation, Reduction
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.spec import ImplementationInfo
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
 
 
 class EveryOptimizer(Reduction):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         for other in context.windows:
             if other is window or other.pending:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.preparation import PreparationStep, Reduction
 from lightning_optimizer.reference.window import Window
@@ -18,6 +20,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class ReductionOnSchedule(Reduction):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         position = context.windows.position
         if position is None or (position.batch_idx + 1) % context.accumulate_grad_batches == 0:

@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.preparation import PreparationStep, Reduction
@@ -21,6 +22,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class SummingReduction(Reduction):
+    @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         if context.device.type != "xla":
             return

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.zeroing import ClearAfterStep
 from lightning_optimizer.spec import ImplementationInfo
@@ -15,6 +17,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class ZeroFirstGroupOnly(ClearAfterStep):
+    @override
     def after_step(self, window: Window, *, skipped: bool) -> None:
         grads = [(param, param.grad) for group in window.optimizer.param_groups[1:] for param in group["params"]]
         super().after_step(window, skipped=skipped)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference import TrainingContext
 from lightning_optimizer.reference.refusals import Refusals
 from lightning_optimizer.reference.window import Window
@@ -16,6 +18,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class ZeroGradOfPreparedWindowAllowed(Refusals):
+    @override
     def check_zero_grad(self, context: TrainingContext, window: Window) -> None:
         pass  # a prepared window is cleared like any empty one
 

@@ -7,11 +7,14 @@ the accumulated gradients.
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 
 
 class Context(MutantContext):
+    @override
     def zero_grad_window(self, index: int, set_to_none: bool) -> None:
         if set_to_none:
             super().zero_grad_window(index, set_to_none)  # the guarded default call

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from lightning_optimizer.reference.window import Window
 from lightning_optimizer.reference.zeroing import LeaveToUser
 from lightning_optimizer.spec import ImplementationInfo
@@ -16,6 +18,7 @@ from mutants._base import MutantContext, mutant_info
 
 
 class RefusesLeftGradients(LeaveToUser):
+    @override
     def check_take(self, window: Window) -> None:
         left = window.left or {}
         if any(param.grad is not None and param.grad is ref() for param, (ref, _) in left.items()):
