@@ -30,29 +30,29 @@ def check_accumulate_grad_batches(value: object) -> int:
 
 
 class Accumulation:
-    """The schedule of ``make_optimizer_step=None``: windows of ``every`` micro-steps [CTX-001]."""
+    """The schedule of ``make_optimizer_step=None``: windows of ``accumulate_grad_batches`` micro-steps [CTX-001]."""
 
-    __slots__ = ("every",)
+    __slots__ = ("accumulate_grad_batches",)
 
-    def __init__(self, every: object) -> None:
-        self.every = check_accumulate_grad_batches(every)
+    def __init__(self, accumulate_grad_batches: object) -> None:
+        self.accumulate_grad_batches = check_accumulate_grad_batches(accumulate_grad_batches)
 
-    def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
-        """Whether this micro-step of a window with ``pending`` earlier ones takes the real step [STEP-001 to STEP-003].
+    def closes(self, make_optimizer_step: bool | None, length: int, position: LoopPosition | None) -> bool:
+        """Whether this micro-step of a window of ``length`` earlier ones takes the real step [STEP-001 to STEP-003].
 
         An explicit ``make_optimizer_step`` decides. ``None`` follows the schedule: inside a loop batch, the batch
-        completes a window of ``every`` or is the last of its epoch (the partial window is flushed); outside a
-        batch, the window (``pending`` earlier micro-steps plus this one) is full.
+        completes a window of ``accumulate_grad_batches`` or is the last of its epoch (the partial window is
+        flushed); outside a batch, the window (``length`` earlier micro-steps plus this one) is full.
         """
         if make_optimizer_step is not None:
             return make_optimizer_step
         if position is not None:
-            return (position.batch_idx + 1) % self.every == 0 or position.is_last
-        return pending + 1 >= self.every
+            return (position.batch_idx + 1) % self.accumulate_grad_batches == 0 or position.is_last
+        return length + 1 >= self.accumulate_grad_batches
 
     def accumulated(self, window: Window) -> None:
         """A micro-step that only accumulated: the window one longer [STEP-002, STEP-004]."""
-        window.pending += 1
+        window.length += 1
         window.last_outcome = StepOutcome.ACCUMULATED
         window.move(WindowStage.READY)
 
@@ -68,18 +68,18 @@ class Accumulation:
         else:
             window.steps += 1
             window.last_outcome = StepOutcome.STEPPED
-        window.pending = 0
+        window.length = 0
         window.move(WindowStage.READY)
 
     def discarded(self, window: Window) -> None:
         """A failed call discarded the window (its gradients are gone already) [FAIL-003]."""
-        window.pending = 0
+        window.length = 0
         window.last_outcome = StepOutcome.DISCARDED
         window.move(WindowStage.READY)
 
     def zero_grad_clears(self, window: Window) -> bool:
         """Whether ``zero_grad()`` clears ``window``: not while it holds accumulated micro-steps [ZERO-002]."""
-        return window.pending == 0
+        return window.length == 0
 
 
 def normalise_window(params: Iterable[torch.Tensor], window_length: int, *, divided_by: int = 1) -> None:

@@ -126,14 +126,14 @@ class TrainingContext:
         Settable between windows (no window open, none prepared, no ``step()`` running), as a schedule that
         changes it per epoch needs (Lightning's ``GradientAccumulationScheduler``).
         """
-        return self.parts.accumulation.every
+        return self.parts.accumulation.accumulate_grad_batches
 
     @accumulate_grad_batches.setter
     def accumulate_grad_batches(self, value: int) -> None:
         value = check_accumulate_grad_batches(value)
-        if value != self.parts.accumulation.every:
+        if value != self.parts.accumulation.accumulate_grad_batches:
             self.parts.refusals.check_accumulation_change(self, value)
-            self.parts.accumulation.every = value
+            self.parts.accumulation.accumulate_grad_batches = value
 
     @property
     def scaler(self) -> GradScaler | None:
@@ -196,7 +196,7 @@ class TrainingContext:
         parts, windows = self.parts, self.windows
         window = windows.all[index]
         parts.refusals.check_step(self, window, closure, make_optimizer_step, kwargs)
-        real = parts.accumulation.closes(make_optimizer_step, window.pending, windows.position)
+        real = parts.accumulation.closes(make_optimizer_step, window.length, windows.position)
         parts.refusals.check_transition(window, real, closure)
         taking = None if window.left is None else parts.zeroing.take(window)  # the window's first micro-step [ZERO-005]
         call = windows.begin_call(window, real=real)
@@ -220,7 +220,7 @@ class TrainingContext:
             return NOTHING_TO_UNDO  # no closure runs and the window does not close: the call writes nothing
         window, parallel = call.window, self.parts.parallel
         # A closing backward that reduces the window itself (DDP) must see it: it cannot be set aside.
-        stash = closure is not None and not (call.real and window.pending and parallel.syncs_in_backward)
+        stash = closure is not None and not (call.real and window.length and parallel.syncs_in_backward)
         tensors = parallel.window_tensors(window)
         return self.parts.failure.begin(call, tensors, stash=stash, in_place=self.parts.device.accumulates_in_place)
 
@@ -361,7 +361,7 @@ class TrainingContext:
         self._take_carried()
         if hooks.before_backward:
             hooks.run_backward(hooks.before_backward, wrapper, loss)
-        backward: Callable[..., None] = scaling.scale(loss, parts.accumulation.every).backward
+        backward: Callable[..., None] = scaling.scale(loss, parts.accumulation.accumulate_grad_batches).backward
         if scaling.changes_gradients:
             with scaling.backward():
                 backward(*args, **kwargs)

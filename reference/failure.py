@@ -120,7 +120,7 @@ def discard_note(window: Window, *, carried: bool = False) -> str:
     also = " and the gradients it carried from the last real step" if carried else ""
     return (
         f"on_failure='discard': the window of {type(window.optimizer).__name__} was discarded with its "
-        f"{window.pending + 1} micro-step(s){also}; build the TrainingContext with on_failure='restore' to keep a "
+        f"{window.length + 1} micro-step(s){also}; build the TrainingContext with on_failure='restore' to keep a "
         "failed call's window"
     )
 

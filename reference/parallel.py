@@ -112,7 +112,7 @@ class Replicated:
     def open_window_state(self, window: Window) -> WindowEntry:
         """The open window's gradients (this rank's), for ``state_dict()`` [CKPT-002]."""
         params = window.params()
-        if window.pending == 0:
+        if window.length == 0:
             return {"grads": [None] * len(params)}
         return {"grads": [None if p.grad is None else p.grad.detach().clone() for p in params]}
 
@@ -174,7 +174,7 @@ class Sharded(Replicated):
     def open_window_state(self, window: Window) -> WindowEntry:
         """``grads``: the unsynced sums (full size, this rank's batches); ``sharded_grads``: the local shards."""
         params = window.params()
-        if window.pending == 0:
+        if window.length == 0:
             return {"grads": [None] * len(params), "sharded_grads": [None] * len(params)}
         unsynced = unsharded_by_param(self.units)
         grads: list[torch.Tensor | None] = []

@@ -51,13 +51,15 @@ class WindowMean:
 
     def changes(self, context: TrainingContext, window: Window) -> bool:
         """A window whose length is the divisor its losses had is its own mean."""
-        return window.pending + 1 != context.parts.scaling.window_divisor(context.parts.accumulation.every)
+        return window.length + 1 != context.parts.scaling.window_divisor(
+            context.parts.accumulation.accumulate_grad_batches
+        )
 
     def __call__(self, context: TrainingContext, window: Window) -> None:
         """Divide by the window's length (times the divisor its losses had)."""
-        divisor = context.parts.scaling.window_divisor(context.parts.accumulation.every)
-        if window.pending + 1 != divisor:  # a full window is its mean as it stands
-            normalise_window(window.params(), window.pending + 1, divided_by=divisor)
+        divisor = context.parts.scaling.window_divisor(context.parts.accumulation.accumulate_grad_batches)
+        if window.length + 1 != divisor:  # a full window is its mean as it stands
+            normalise_window(window.params(), window.length + 1, divided_by=divisor)
 
 
 class Reduction:

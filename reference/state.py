@@ -40,7 +40,7 @@ class StateFormat:
             "window_divisor": context.parts.scaling.window_divisor(context.accumulate_grad_batches),
             "scaler": parts.scaling.state_dict(),
             "optimizers": [
-                {"pending": window.pending, "steps": window.steps, "shapes": [list(p.shape) for p in window.params()]}
+                {"pending": window.length, "steps": window.steps, "shapes": [list(p.shape) for p in window.params()]}
                 | parts.parallel.open_window_state(window)
                 | {"carried": _carried_state(window)}
                 for window in context.windows.all
@@ -53,7 +53,7 @@ class StateFormat:
         assert isinstance(state, dict)
         context.parts.scaling.load_state_dict(state["scaler"])
         for window, entry in zip(context.windows.all, entries, strict=True):
-            window.pending, window.steps = entry["pending"], entry["steps"]  # last_outcome is not state [STEP-004]
+            window.length, window.steps = entry["pending"], entry["steps"]  # last_outcome is not state [STEP-004]
             _load_carried(window, entry["carried"])
         context.parts.parallel.load_windows(context.windows.all, entries)
 
@@ -191,7 +191,7 @@ def copy_state(context: TrainingContext) -> dict[str, Any]:
     state = context.__dict__.copy()
     state["parts"] = dataclasses.replace(context.parts, hooks=Hooks())
     state["_open_window_grads"] = [
-        [None if window.pending == 0 or p.grad is None else p.grad.detach() for p in window.params()]
+        [None if window.length == 0 or p.grad is None else p.grad.detach() for p in window.params()]
         for window in context.windows.all
     ]
     return state

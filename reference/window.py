@@ -51,7 +51,7 @@ class WindowStage(enum.Enum):
     """Where one optimizer's window is."""
 
     READY = "ready"
-    """Between calls: the window holds ``pending`` accumulated micro-steps (none after a real step)."""
+    """Between calls: the window holds ``length`` accumulated micro-steps (none after a real step)."""
     PREPARED = "prepared"
     """``unscale_gradients()`` made the gradients what the real step applies: only the closing step may follow."""
     ACCUMULATING = "accumulating"
@@ -77,7 +77,7 @@ class Window:
     """What the context keeps for one wrapped optimizer."""
 
     optimizer: torch.optim.Optimizer
-    pending: int = 0
+    length: int = 0
     """Micro-steps accumulated since the last real step (the open window's length)."""
     steps: int = 0
     """Real steps taken (skipped ones do not count)."""

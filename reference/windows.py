@@ -118,7 +118,7 @@ class Windows:
 
     def holds_open_window(self) -> bool:
         """Whether any window holds accumulated micro-steps that its real step has not applied yet."""
-        return any(window.pending for window in self.all)
+        return any(window.length for window in self.all)
 
 
 class Batch(AbstractContextManager[None]):

@@ -21,13 +21,13 @@ from mutants._base import MutantContext, mutant_info
 class EmptyWindowClears(Accumulation):
     @override
     def zero_grad_clears(self, window: Window) -> bool:
-        return window.pending == 0 or not window.has_gradients()
+        return window.length == 0 or not window.has_gradients()
 
 
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = EmptyWindowClears(self.parts.accumulation.every)
+        self.parts.accumulation = EmptyWindowClears(self.parts.accumulation.accumulate_grad_batches)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

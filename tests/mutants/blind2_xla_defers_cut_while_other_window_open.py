@@ -24,7 +24,7 @@ class Context(MutantContext):
         if closure is not None:
             return super().inner_step(window, kwargs, closure)
         taken = self.parts.scaling.step(window.optimizer, window.optimizer.step, kwargs)
-        if not any(other.pending for other in self.windows if other is not window):
+        if not any(other.length for other in self.windows if other is not window):
             self.parts.device.after_step()  # no other optimizer is mid-window: cut now
         return taken
 

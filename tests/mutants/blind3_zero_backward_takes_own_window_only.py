@@ -33,7 +33,9 @@ class Context(MutantContext):
                 parts.zeroing.take(window)  # the calling wrapper's window starts here
             if hooks.before_backward:
                 hooks.run_backward(hooks.before_backward, wrapper, loss)
-            backward: Callable[..., None] = parts.scaling.scale(loss, parts.accumulation.every).backward
+            backward: Callable[..., None] = parts.scaling.scale(
+                loss, parts.accumulation.accumulate_grad_batches
+            ).backward
             with parts.scaling.backward():
                 backward(*args, **kwargs)
             if hooks.after_backward:

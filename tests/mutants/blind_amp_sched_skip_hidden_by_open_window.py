@@ -27,11 +27,11 @@ class _IterationAccumulation(Accumulation):
 
     @override
     def closed(self, window: Window, *, skipped: bool) -> None:
-        if skipped and any(other.pending for other in self.windows if other is not window):
+        if skipped and any(other.length for other in self.windows if other is not window):
             # the iteration is still accumulating: leave torch's warning alone (SCHED-001)
             window.last_outcome = StepOutcome.SKIPPED_NON_FINITE
             window.optimizer.zero_grad(set_to_none=True)
-            window.pending = 0
+            window.length = 0
             window.move(WindowStage.READY)
             return
         super().closed(window, skipped=skipped)
@@ -40,7 +40,7 @@ class _IterationAccumulation(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = _IterationAccumulation(self.parts.accumulation.every, self.windows)
+        self.parts.accumulation = _IterationAccumulation(self.parts.accumulation.accumulate_grad_batches, self.windows)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -24,7 +24,7 @@ class Context(MutantContext):
         hooks = parts.hooks
         with outside_autocast(parts.device.torch_device):
             parts.refusals.check_backward(self, loss)
-            scaled = parts.scaling.scale(loss, parts.accumulation.every)
+            scaled = parts.scaling.scale(loss, parts.accumulation.accumulate_grad_batches)
             if hooks.before_backward:
                 hooks.run_backward(hooks.before_backward, wrapper, scaled)  # the defect: scaled, not as passed
             with parts.scaling.backward():

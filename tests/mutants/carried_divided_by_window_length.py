@@ -22,7 +22,7 @@ from mutants._base import MutantContext, mutant_info
 class AddCarriedOverLength(AddCarried):
     @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
-        length = window.pending + 1
+        length = window.length + 1
         with torch.no_grad():
             for param, grad in (window.carried or {}).items():
                 if param.grad is None:

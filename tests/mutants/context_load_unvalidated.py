@@ -17,7 +17,7 @@ class Context(MutantContext):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         for window, entry in zip(self.windows, state_dict["optimizers"], strict=False):
-            window.pending, window.steps, window.last_outcome = entry["pending"], entry["steps"], None
+            window.length, window.steps, window.last_outcome = entry["pending"], entry["steps"], None
             for param, grad in zip(window.params(), entry["grads"], strict=False):
                 param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype).clone()
 

@@ -36,7 +36,7 @@ class StepOrScheduleSyncs(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._schedule = StepOrScheduleSyncs(self.parts.accumulation.every)
+        self._schedule = StepOrScheduleSyncs(self.parts.accumulation.accumulate_grad_batches)
         self.parts.accumulation = self._schedule
 
     @override

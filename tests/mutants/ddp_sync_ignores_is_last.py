@@ -31,7 +31,7 @@ class CountOnlySyncs(Accumulation):
     def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
         real = super().closes(make_optimizer_step, pending, position)
         if make_optimizer_step is None and position is not None:
-            self.sync = (position.batch_idx + 1) % self.every == 0
+            self.sync = (position.batch_idx + 1) % self.accumulate_grad_batches == 0
         else:
             self.sync = real
         return real
@@ -40,7 +40,7 @@ class CountOnlySyncs(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._schedule = CountOnlySyncs(self.parts.accumulation.every)
+        self._schedule = CountOnlySyncs(self.parts.accumulation.accumulate_grad_batches)
         self.parts.accumulation = self._schedule
 
     @override

@@ -28,7 +28,7 @@ class LengthKeepingAccumulation(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = LengthKeepingAccumulation(self.parts.accumulation.every)
+        self.parts.accumulation = LengthKeepingAccumulation(self.parts.accumulation.accumulate_grad_batches)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -33,7 +33,7 @@ class _WholeDiscardTransaction(DiscardTransaction):
     def fail(self, call: Call) -> bool:
         discarded = super().fail(call)
         if discarded:
-            call.window.pending = 0  # "length 0" done with the gradients
+            call.window.length = 0  # "length 0" done with the gradients
         return discarded
 
 

@@ -40,7 +40,7 @@ class _ClearsEverything:
             for window in self._context.windows:
                 for param in window.params():
                     param.grad = None
-                window.pending = 0
+                window.length = 0
         return discarded
 
 

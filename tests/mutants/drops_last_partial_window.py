@@ -23,9 +23,9 @@ class Context(MutantContext):
             yield
         if is_last:
             for window in self.windows:
-                if window.pending:
+                if window.length:
                     window.optimizer.zero_grad(set_to_none=True)
-                    window.pending = 0
+                    window.length = 0
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -22,7 +22,7 @@ class Context(MutantContext):
     def batch(self, batch_idx: int, *, is_last: bool = False) -> Iterator[None]:
         if batch_idx == 0:
             for window in self.windows:
-                window.pending = 0
+                window.length = 0
         with super().batch(batch_idx, is_last=is_last):
             yield
 

@@ -25,9 +25,9 @@ class Context(MutantContext):
         window = call.window
         if call.real:
             return super().run_closure(call, index, closure)
-        window.pending += 1  # counted before the closure runs, and not taken back when it raises
+        window.length += 1  # counted before the closure runs, and not taken back when it raises
         result = super().run_closure(call, index, closure)
-        window.pending -= 1  # the count the accumulation adds once the call returned
+        window.length -= 1  # the count the accumulation adds once the call returned
         return result
 
 

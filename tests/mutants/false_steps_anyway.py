@@ -24,7 +24,7 @@ class FalseFallsThrough(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = FalseFallsThrough(self.parts.accumulation.every)
+        self.parts.accumulation = FalseFallsThrough(self.parts.accumulation.accumulate_grad_batches)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -36,7 +36,7 @@ class OutcomeOfTheClosureOnly(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = OutcomeOfTheClosureOnly(self.parts.accumulation.every)
+        self.parts.accumulation = OutcomeOfTheClosureOnly(self.parts.accumulation.accumulate_grad_batches)
 
     @override
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:

@@ -46,18 +46,18 @@ class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.parts.refusals = LbfgsFirstRefusals()
-        self.parts.accumulation = TruthyAccumulation(self.parts.accumulation.every)
+        self.parts.accumulation = TruthyAccumulation(self.parts.accumulation.accumulate_grad_batches)
 
     @property  # type: ignore[explicit-override]  # mypy misses @override on a property with a setter
     @override
     def accumulate_grad_batches(self) -> int:
-        return self.parts.accumulation.every
+        return self.parts.accumulation.accumulate_grad_batches
 
     @accumulate_grad_batches.setter
     def accumulate_grad_batches(self, value: int) -> None:
         reference: property = vars(ReferenceContext)["accumulate_grad_batches"]
         reference.__set__(self, value)  # the reference's checks, then its rebuild of the accumulation rule
-        self.parts.accumulation = TruthyAccumulation(self.parts.accumulation.every)
+        self.parts.accumulation = TruthyAccumulation(self.parts.accumulation.accumulate_grad_batches)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -27,7 +27,7 @@ class _ClampedWindowMean(WindowMean):
     @staticmethod
     def _length(context: TrainingContext, window: Window) -> int:
         divisor = context.parts.scaling.window_divisor(context.accumulate_grad_batches)
-        length = window.pending + 1
+        length = window.length + 1
         if divisor > 1:
             length = min(length, divisor)  # "a window closes at N micro-steps at the latest"
         return length

@@ -31,11 +31,11 @@ class _MeanAtTheStep(WindowMean):
 
     @override
     def changes(self, context: TrainingContext, window: Window) -> bool:
-        return window.pending > 0
+        return window.length > 0
 
     @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
-        normalise_window(window.params(), window.pending + 1)
+        normalise_window(window.params(), window.length + 1)
 
 
 class Context(MutantContext):

@@ -22,8 +22,8 @@ from mutants._base import MutantContext, mutant_info
 class FirstGroupWindowMean(WindowMean):
     @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
-        if window.pending:
-            normalise_window(window.optimizer.param_groups[0]["params"], window.pending + 1)
+        if window.length:
+            normalise_window(window.optimizer.param_groups[0]["params"], window.length + 1)
 
 
 def _first_group_only(step: PreparationStep) -> PreparationStep:

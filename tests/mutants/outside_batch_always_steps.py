@@ -26,7 +26,7 @@ class StepsOutsideBatch(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = StepsOutsideBatch(self.parts.accumulation.every)
+        self.parts.accumulation = StepsOutsideBatch(self.parts.accumulation.accumulate_grad_batches)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

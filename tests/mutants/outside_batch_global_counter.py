@@ -28,14 +28,14 @@ class GlobalCounter(Accumulation):
     def closes(self, make_optimizer_step: bool | None, pending: int, position: LoopPosition | None) -> bool:
         self.calls += 1  # every micro-step of any optimizer, counted by the context
         if make_optimizer_step is None and position is None:
-            return self.calls % self.every == 0
+            return self.calls % self.accumulate_grad_batches == 0
         return super().closes(make_optimizer_step, pending, position)
 
 
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = GlobalCounter(self.parts.accumulation.every)
+        self.parts.accumulation = GlobalCounter(self.parts.accumulation.accumulate_grad_batches)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -27,7 +27,7 @@ class Context(MutantContext):
                 for param, grad in zip(params, grads, strict=True):
                     if grad is not None and grad.shape != param.shape:
                         raise ValueError(f"optimizer {i}: a saved gradient of shape {grad.shape} for {param.shape}")
-                window.pending, window.steps = entry["pending"], entry["steps"]
+                window.length, window.steps = entry["pending"], entry["steps"]
                 with torch.no_grad():
                     for param, grad in zip(params, grads, strict=True):
                         param.grad = None if grad is None else grad.to(device=param.device, dtype=param.dtype).clone()

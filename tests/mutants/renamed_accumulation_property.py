@@ -27,7 +27,7 @@ class Context(MutantContext):
     @property
     def gradient_accumulation_steps(self) -> int:
         """Micro-steps per window when ``make_optimizer_step`` is ``None``."""
-        return self.parts.accumulation.every
+        return self.parts.accumulation.accumulate_grad_batches
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -27,7 +27,7 @@ class _RescalesAccumulatedWindowsOnly(GradScaling):
     def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
         if any(window.stage is WindowStage.PREPARED for window in windows):
             return
-        self.update(param for window in windows if window.pending > 0 for param in window.params())
+        self.update(param for window in windows if window.length > 0 for param in window.params())
 
 
 class Context(MutantContext):

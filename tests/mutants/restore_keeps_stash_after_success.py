@@ -26,7 +26,7 @@ class _StaleRestore(Restore):
     @override
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         key = id(call.window)
-        if call.window.pending == 0 or key not in self.kept:
+        if call.window.length == 0 or key not in self.kept:
             # The window opens: one copy of it, kept (not stashed) until the window closes.
             self.kept[key] = super().begin(call, tensors, stash=False, in_place=in_place)
             self.kept[key].before_in_place(call)

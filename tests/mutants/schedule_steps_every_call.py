@@ -27,7 +27,7 @@ class StepsEveryCallInBatch(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = StepsEveryCallInBatch(self.parts.accumulation.every)
+        self.parts.accumulation = StepsEveryCallInBatch(self.parts.accumulation.accumulate_grad_batches)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

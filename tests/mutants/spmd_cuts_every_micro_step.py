@@ -33,7 +33,9 @@ class CutsEveryMicroStep(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = CutsEveryMicroStep(self.parts.accumulation.every, xla=self.device.type == "xla")
+        self.parts.accumulation = CutsEveryMicroStep(
+            self.parts.accumulation.accumulate_grad_batches, xla=self.device.type == "xla"
+        )
 
 
 def conformance_info() -> ImplementationInfo[Context]:

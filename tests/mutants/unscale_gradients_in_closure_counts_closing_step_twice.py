@@ -43,7 +43,7 @@ class ClosingStepCountedTwiceInClosure(WindowMean):
         if not (isinstance(context, Context) and context.in_closing_closure):
             super().__call__(context, window)
         else:
-            normalise_window(window.params(), window.pending + 2)  # the closing micro-step counted twice
+            normalise_window(window.params(), window.length + 2)  # the closing micro-step counted twice
 
 
 def _counts_closing_step_twice(step: PreparationStep) -> PreparationStep:

@@ -41,7 +41,7 @@ class MeanExcludesClosingStepWhenUnscaling(WindowMean):
         if not (isinstance(context, Context) and context.unscaling):
             super().__call__(context, window)
         else:
-            normalise_window(window.params(), max(window.pending, 1))  # the closing micro-step not counted
+            normalise_window(window.params(), max(window.length, 1))  # the closing micro-step not counted
 
 
 def _excludes_closing_step(step: PreparationStep) -> PreparationStep:

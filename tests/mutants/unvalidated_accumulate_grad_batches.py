@@ -14,7 +14,7 @@ from mutants._base import MutantContext, mutant_info
 
 class Unvalidated(Accumulation):
     def __init__(self, every: object) -> None:
-        self.every = every  # type: ignore[assignment]  # stored as given
+        self.accumulate_grad_batches = every  # type: ignore[assignment]  # stored as given
 
 
 class Context(MutantContext):

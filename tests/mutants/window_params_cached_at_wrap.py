@@ -25,9 +25,9 @@ OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 class WindowMeanListedAtWrap(WindowMean):
     @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
-        if window.pending:
+        if window.length:
             at_wrap: list[torch.Tensor] = vars(window)["at_wrap"]
-            normalise_window(at_wrap, window.pending + 1)
+            normalise_window(at_wrap, window.length + 1)
 
 
 def _listed_at_wrap(step: PreparationStep) -> PreparationStep:

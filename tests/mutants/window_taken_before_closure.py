@@ -31,8 +31,8 @@ class TakesTheWindow(Refusals):
     def check_transition(self, window: Window, real: bool, closure: object) -> None:
         super().check_transition(window, real, closure)
         if real:
-            self.taken[id(window)] = window.pending + 1
-            window.pending = 0
+            self.taken[id(window)] = window.length + 1
+            window.length = 0
 
 
 class TakenWindowMean(WindowMean):
@@ -46,7 +46,7 @@ class TakenWindowMean(WindowMean):
     @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         divisor = context.parts.scaling.window_divisor(context.accumulate_grad_batches)
-        normalise_window(window.params(), self.taken.pop(id(window), window.pending + 1), divided_by=divisor)
+        normalise_window(window.params(), self.taken.pop(id(window), window.length + 1), divided_by=divisor)
 
 
 class Context(MutantContext):

@@ -23,7 +23,7 @@ class EveryOptimizer(Reduction):
     @override
     def __call__(self, context: TrainingContext, window: Window) -> None:
         for other in context.windows:
-            if other is window or other.pending:
+            if other is window or other.length:
                 context.parts.device.reduce_gradients(other.optimizer)
 
 

@@ -24,7 +24,7 @@ class AlwaysClears(Accumulation):
 class Context(MutantContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.parts.accumulation = AlwaysClears(self.parts.accumulation.every)
+        self.parts.accumulation = AlwaysClears(self.parts.accumulation.accumulate_grad_batches)
 
 
 def conformance_info() -> ImplementationInfo[Context]:
