@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 from dataclasses import dataclass
 
 import torch
 
+import lightning_optimizer.reference
 from bench.cases import TIMED_CASES, Case
 from bench.loops import StepLoop, build_loop, quiet_frameworks
 
@@ -30,7 +32,8 @@ FORMS = {"closure": "reference", "direct": "reference-direct"}
 """The reference's two call forms: ``opt.step(closure)`` and ``opt.backward(loss); opt.step()``."""
 WINDOWS = 8
 """Counted windows per case (after two warm-up windows): every call form's schedule repeats within one window."""
-OWN = "lightning_optimizer"
+REFERENCE_DIR = os.path.dirname(lightning_optimizer.reference.__file__) + os.sep
+"""Where the reference's modules are: a call of a function defined there is one of the reference's own."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ def count_calls(impl: str, case: Case, windows: int = WINDOWS) -> Count:
     total = own = 0
     for (filename, _, _), (_, calls, *_rest) in stats.stats.items():  # type: ignore[attr-defined]
         total += calls
-        if OWN in filename.replace("\\", "/").split("/site-packages/")[-1] or "/reference/" in filename:
+        if filename.startswith(REFERENCE_DIR):
             own += calls
     return Count(total / micro_steps, own / micro_steps, stats)
 
@@ -65,9 +68,8 @@ def count_calls(impl: str, case: Case, windows: int = WINDOWS) -> Count:
 def _top(count: Count, micro_steps: int, n: int) -> list[str]:
     rows = []
     for (filename, line, name), (_, calls, *_rest) in count.profile.stats.items():  # type: ignore[attr-defined]
-        if "/reference/" in filename:
-            module = filename.rsplit("/reference/", 1)[1]
-            rows.append((calls / micro_steps, f"{module}:{line} {name}"))
+        if filename.startswith(REFERENCE_DIR):
+            rows.append((calls / micro_steps, f"{filename[len(REFERENCE_DIR) :]}:{line} {name}"))
     rows.sort(reverse=True)
     return [f"    {per:6.2f}  {where}" for per, where in rows[:n]]
 

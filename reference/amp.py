@@ -35,6 +35,7 @@ _SCALER_KEYS = {"scale": float, "growth_factor": float, "backoff_factor": float,
 
 
 def optimizer_gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The gradients the optimizer's parameters hold (``None`` ones left out), every group in order."""
     return [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
 
 
@@ -121,7 +122,8 @@ class GradScaling(LossScaling):
 
     def __init__(self, scaler: GradScaler) -> None:
         self._scaler = scaler
-        self._stepped_since_update = False
+        self.stepped_since_update = False
+        """An optimizer stepped since the scale's last update: the update at the iteration's end is due [AMP-003]."""
         self.backwards = RunningBackwards()
 
     @property
@@ -140,7 +142,7 @@ class GradScaling(LossScaling):
 
     def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
         """The iteration's update, if an optimizer stepped since the last one (:meth:`LossScaling.end_iteration`)."""
-        if self._stepped_since_update:
+        if self.stepped_since_update:
             super().end_iteration(windows, parallel)
 
     def backward(self) -> AbstractContextManager[None]:
@@ -167,10 +169,10 @@ class GradScaling(LossScaling):
             step(**kwargs)
             return True
         if torch_compat.steps_through_inf(optimizer) and torch_compat.found_inf(self._scaler, optimizer):
-            self._stepped_since_update = True
+            self.stepped_since_update = True
             return False  # a fused step would run, and its step hooks fire, for an update it then skips [PROXY-004]
         self._scaler.step(optimizer, **kwargs)
-        self._stepped_since_update = True
+        self.stepped_since_update = True
         return not torch_compat.found_inf(self._scaler, optimizer)
 
     def forget(self, optimizer: torch.optim.Optimizer) -> None:
@@ -183,9 +185,9 @@ class GradScaling(LossScaling):
         ``open_windows`` are the parameters whose gradients belong to windows that stay open: they were scaled
         with the old scale and are rescaled to the new one (scales are powers of two, so this is exact).
         """
-        if not self._stepped_since_update:
+        if not self.stepped_since_update:
             return
-        self._stepped_since_update = False
+        self.stepped_since_update = False
         grads = [param.grad for param in open_windows if param.grad is not None]
         if not grads:
             self._scaler.update()  # nothing to rescale, so no need to read the scale (a device sync each time)
@@ -201,7 +203,7 @@ class GradScaling(LossScaling):
     def state_dict(self) -> dict[str, Any]:
         """The scaler's own state dict, and the iteration's pending update (a checkpoint inside ``batch()``)."""
         state = dict(self._scaler.state_dict())
-        found = torch_compat.recorded_found_inf(self._scaler) if self._stepped_since_update else None
+        found = torch_compat.recorded_found_inf(self._scaler) if self.stepped_since_update else None
         state["pending_update"] = None if found is None else {"found_inf": found}
         return state
 
@@ -227,7 +229,7 @@ class GradScaling(LossScaling):
         pending = state.get("pending_update")
         self._scaler.load_state_dict({key: value for key, value in state.items() if key != "pending_update"})
         torch_compat.forget_pending(self._scaler)
-        self._stepped_since_update = pending is not None
+        self.stepped_since_update = pending is not None
         if pending is not None:
             device = torch_compat.scaler_device(self._scaler)
             torch_compat.start_scale(self._scaler, device)  # update() may come before any scale() of this scaler
@@ -245,7 +247,7 @@ class GradScaling(LossScaling):
     def __setstate__(self, state: dict[str, Any]) -> None:
         device, enabled = state.pop("device"), state.pop("enabled")
         self._scaler = GradScaler(device, enabled=enabled)
-        self._stepped_since_update = False
+        self.stepped_since_update = False
         self.backwards = RunningBackwards()
         self.load_state_dict(state)
 

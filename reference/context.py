@@ -201,7 +201,14 @@ class TrainingContext:
         taking = None if window.left is None else parts.zeroing.take(window)  # the window's first micro-step [ZERO-005]
         call = windows.begin_call(window, real=real)
         call.taking = taking
-        call.transaction = self._begin(call, closure)
+        try:
+            call.transaction = self._begin(call, closure)
+        except BaseException:  # nothing ran yet (a copy for the transaction failed): the window as it was
+            windows.end_call()
+            if taking is not None:
+                parts.zeroing.untake(window, taking)
+            window.move(call.stage_before)
+            raise
         try:
             result = self._run(call, index, closure, kwargs, wrapper)
         except BaseException as error:

@@ -28,8 +28,8 @@ __all__ = [
 
 
 NO_AUTOCAST = nullcontext()
-"""The region of the true precisions, and of a region entered again inside itself: nothing to enter (``nullcontext``
-is stateless, so one instance serves all)."""
+"""The region of the true precisions, and outside any region the block a backward runs in: nothing to enter
+(``nullcontext`` is stateless, so one instance serves all)."""
 
 
 @dataclass(frozen=True)
@@ -66,16 +66,16 @@ class PrecisionPlugin:
 
         Its weight cache is off (``cache_enabled=False``): with it on, autocast casts each parameter once per region
         and a forward after a real step in the same region would use the parameters before that step [PREC-004].
-        Inside the same region already (the user's ``context.autocast()`` in the closure the context runs in its
-        region), entering it again would change nothing: nothing is entered.
+        Built inside the same region already (the user's ``context.autocast()`` in the closure the context runs in
+        its region), it enters a region only if that one is gone when it is entered.
         """
         dtype = self.autocast_dtype
         if dtype is None:
             return NO_AUTOCAST
         kind = device.type
-        inside = torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) is dtype
-        if inside and not torch.is_autocast_cache_enabled():
-            return NO_AUTOCAST
+        same = torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) is dtype
+        if same and not torch.is_autocast_cache_enabled():
+            return _RegionUnlessInside(kind, dtype)
         return torch.autocast(device_type=kind, dtype=dtype, cache_enabled=False)
 
     def check_parameter(self, param: torch.Tensor) -> None:
@@ -94,6 +94,31 @@ class PrecisionPlugin:
                 "gradients of a torch.float16 parameter: keep the module's parameters in float32 (16-mixed runs the "
                 "forward in float16 under autocast), or use precision '16-true' for float16 weights"
             )
+
+
+class _RegionUnlessInside(AbstractContextManager[None]):
+    """The forward-pass region, built inside the same region: entered only if, when entered, that region is gone."""
+
+    __slots__ = ("dtype", "kind", "region")
+
+    def __init__(self, kind: str, dtype: torch.dtype) -> None:
+        self.kind, self.dtype = kind, dtype
+        self.region: torch.autocast | None = None
+
+    def __enter__(self) -> None:
+        kind, dtype = self.kind, self.dtype
+        same = torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) is dtype
+        if same and not torch.is_autocast_cache_enabled():
+            return  # the same region: entering it again would change nothing
+        self.region = torch.autocast(device_type=kind, dtype=dtype, cache_enabled=False)
+        self.region.__enter__()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        region, self.region = self.region, None
+        if region is not None:
+            region.__exit__(exc_type, exc, traceback)
 
 
 def check_no_complex(module: torch.nn.Module, precision: str, dtype: torch.dtype) -> None:
@@ -127,20 +152,22 @@ def outside_autocast(device: torch.device) -> AbstractContextManager[None]:
 
 
 class _AutocastOff(AbstractContextManager[None]):
-    """Autocast disabled on one device type inside the block, enabled again after it (a backward's few calls)."""
+    """Autocast disabled on one device type inside the block, as it was after it (a backward's few calls)."""
 
-    __slots__ = ("kind",)
+    __slots__ = ("kind", "was_enabled")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
+        self.was_enabled = True
 
     def __enter__(self) -> None:
+        self.was_enabled = torch.is_autocast_enabled(self.kind)
         torch.set_autocast_enabled(self.kind, False)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        torch.set_autocast_enabled(self.kind, True)
+        torch.set_autocast_enabled(self.kind, self.was_enabled)
 
 
 _PLUGINS: dict[str, PrecisionPlugin] = {

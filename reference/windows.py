@@ -3,9 +3,9 @@
 As ``torch.amp.GradScaler`` keeps one record per optimizer, a :class:`~lightning_optimizer.reference.TrainingContext`
 keeps one :class:`Windows`: a :class:`~.window.Window` per wrapped optimizer (in the order they were wrapped), the
 :class:`~.call.Call` of the ``step()`` running now, and where the loop is (:class:`LoopPosition`, set by
-``context.batch()``, the :class:`Batch` block). The context, its collaborators, the wrappers and the Lightning
-modules read the state through this object's public members; the changes of stage are the window's
-(:meth:`~.window.Window.move`), checked against one table.
+``context.batch()``, the :class:`Batch` block). The context and its collaborators read the state through this
+object's public members (the wrappers and the Lightning modules go through the context); the changes of stage are
+the window's (:meth:`~.window.Window.move`), checked against one table.
 """
 
 from __future__ import annotations

@@ -350,3 +350,43 @@ def test_autograd_version_counter_moves_on_every_write_a_backward_makes() -> Non
         before = torch_compat.version_counter(param.grad)
         param.grad.mul_(0.5)
     assert torch_compat.version_counter(param.grad) > before
+
+
+@pytest.mark.parametrize("policy", ["discard", "restore"])
+def test_a_transaction_that_cannot_begin_leaves_the_call_unstarted(policy: str) -> None:
+    """The failure policy's transaction raises as it begins (out of memory copying the window): nothing ran, so the
+    window is as it was, no ``step()`` counts as running, and the next call steps as a plain loop does."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    plain = copy.deepcopy(model)
+    context = TrainingContext(accumulate_grad_batches=2, on_failure=policy)  # type: ignore[arg-type]
+    optimizer = context.wrap(torch.optim.SGD(model.parameters(), lr=0.5))
+    x = torch.randn(4, 3)
+    real_failure = context.parts.failure
+
+    class CannotBegin:
+        name = real_failure.name
+
+        def begin(self, *args: Any, **kwargs: Any) -> Any:
+            raise MemoryError("no memory for the transaction")
+
+    def closure() -> torch.Tensor:
+        loss: torch.Tensor = model(x).square().mean()
+        optimizer.backward(loss)
+        return loss
+
+    context.parts.failure = CannotBegin()
+    with pytest.raises(MemoryError):
+        optimizer.step(closure)
+    assert context.windows.call is None and not context.holds_open_window()
+    assert all(param.grad is None for param in model.parameters())
+    context.parts.failure = real_failure
+    optimizer.step(closure)
+    optimizer.step(closure)  # the window of 2 closes: one real step, as in a plain loop
+    plain_optimizer = torch.optim.SGD(plain.parameters(), lr=0.5)
+    (plain(x).square().mean() / 2).backward()
+    (plain(x).square().mean() / 2).backward()
+    plain_optimizer.step()
+    for param, expected in zip(model.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(param, expected)
+    assert optimizer.last_outcome is StepOutcome.STEPPED

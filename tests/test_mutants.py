@@ -1748,16 +1748,20 @@ def test_tables_match_the_mutant_modules() -> None:
 
 
 def test_mutants_override_only_the_declared_seam() -> None:
-    """A mutant's context overrides the four stages, public members, construction and copies: nothing else.
+    """A mutant's context overrides the four stages, the contract's members, construction and copies: nothing else.
 
-    Everything else a mutant changes, it changes by replacing a collaborator in ``context.parts``. The call around
-    the stages (``step_window``: its transitions and its transaction) is never replaced, so every mutant still leaves
-    a failed call as its failure policy says, and a renamed stage fails here rather than silently.
+    Everything else a mutant changes, it changes by replacing a collaborator in ``context.parts`` or through its
+    wrapper (``new_wrapper``). The methods the wrappers call (``step_window``: the call around the stages, its
+    transitions and its transaction; ``unscale_window``, ``zero_grad_window``, ...) are never replaced, so every
+    mutant still leaves a failed call as its failure policy says, and a renamed stage fails here rather than silently.
     """
     import ast
 
     from lightning_optimizer.reference import TrainingContext
     from lightning_optimizer.reference.stages import CONSTRUCTION_HOOKS, STAGE_NAMES
+    from lightning_optimizer.spec import TrainingContext as ContextContract
+
+    contract = {name for name in dir(ContextContract) if not name.startswith("_")}
 
     assert set(dir(TrainingContext)) >= STAGE_NAMES, (
         f"stages the context lacks: {STAGE_NAMES - set(dir(TrainingContext))}"
@@ -1771,7 +1775,7 @@ def test_mutants_override_only_the_declared_seam() -> None:
                 name = getattr(item, "name", None)
                 if not isinstance(item, ast.FunctionDef) or name is None:
                     continue
-                declared = name in STAGE_NAMES or name in CONSTRUCTION_HOOKS or not name.startswith("_")
-                if (not declared or name == "step_window") and hasattr(TrainingContext, name):
+                declared = name in STAGE_NAMES or name in CONSTRUCTION_HOOKS or name in contract
+                if not declared and hasattr(TrainingContext, name):
                     outside.setdefault(name, []).append(path.stem)
     assert not outside, f"mutants override context internals outside the declared stages: {outside}"

@@ -2,11 +2,12 @@
 
 The reference's seam is public: the context's ``windows`` owner (:mod:`lightning_optimizer.reference.windows`),
 its ``parts``, its stages and the wrapper's public members. A test, a broken implementation, the suite, the peers or
-another module of the reference that reads ``obj._name`` (or imports ``_name``) where ``_name`` is defined by a
-module of ``reference/`` ties itself to that module's internals, and a refactor of them ripples through it. This walk
-of the sources fails on every such read; a file may use a private name it defines itself (a subclass's own state,
-the second implementation's own fields), and ``torch_compat``/``lightning/compat`` keep the internals of torch and
-Lightning.
+another module of the reference that reads ``obj._name`` (or ``getattr(obj, "_name")``, or imports ``_name``) where
+``_name`` is defined by a module of ``reference/`` ties itself to that module's internals, and a refactor of them
+ripples through it. This walk of the sources fails on every such read; a file may use a private name it defines
+itself (a function or class, a name, an attribute of ``self`` or ``cls``: a subclass's own state, the second
+implementation's own fields; a store into another object's private attribute defines nothing), and
+``torch_compat``/``lightning/compat`` keep the internals of torch and Lightning.
 """
 
 from __future__ import annotations
@@ -27,18 +28,40 @@ def _private(name: str) -> bool:
 
 
 def _defined(tree: ast.Module) -> set[str]:
-    """The private names a module defines: functions, classes, assigned attributes and names, slot names."""
+    """The private names a module defines: functions, classes, names it assigns, attributes it assigns on ``self`` or
+    ``cls``, and ``__slots__`` entries (a store into another object's private attribute defines nothing)."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            names.add(node.attr)
+            if isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}:
+                names.add(node.attr)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
-            names.add(node.value)  # __slots__ entries, object.__setattr__(self, "_name", ...)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__slots__" for target in node.targets
+        ):
+            names.update(
+                constant.value
+                for constant in ast.walk(node.value)
+                if isinstance(constant, ast.Constant) and isinstance(constant.value, str)
+            )
     return {name for name in names if _private(name)}
+
+
+def _strings_read(node: ast.AST) -> list[str]:
+    """``getattr(obj, "_name")``, ``hasattr``, ``setattr``, ``delattr``: the attribute named by a string."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in {"getattr", "hasattr", "setattr", "delattr"}
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ):
+        return [node.args[1].value]
+    return []
 
 
 def _sources() -> dict[Path, ast.Module]:
@@ -62,6 +85,8 @@ def _reach_ins() -> list[str]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute):
                 used = [node.attr]
+            elif isinstance(node, ast.Call):
+                used = _strings_read(node)
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lightning_optimizer.reference"):
                 used = [alias.name for alias in node.names]
             else:

@@ -59,14 +59,14 @@ class Loop(ABC):
         trainer: Trainer,
         plugin: ReferencePrecision,
         settings: RunSettings,
-        changes: TrainerPatches,
+        patches: TrainerPatches,
         *,
         sharded: bool,
     ) -> None:
         self.trainer = trainer
         self.plugin = plugin
         self.settings = settings
-        self.changes = changes
+        self.patches = patches
         self.sharded = sharded
         self._strategy: Strategy | None = None
         self._hooks: RemovableHandle | None = None
@@ -143,7 +143,7 @@ class Loop(ABC):
             after_step=self._after_step,
         )
         strategy.optimizers = self._inner  # ``self.optimizers()`` now returns the wrappers
-        self.changes.decide_accumulation(self._accumulates)
+        self.patches.decide_accumulation(self._accumulates)
         self._start_training()
 
     def _check_closure_evaluators(self, optimizers: list[torch.optim.Optimizer]) -> None:
@@ -330,7 +330,7 @@ class Loop(ABC):
             self._hooks.remove()
         strategy, self._hooks, self._strategy = self._strategy, None, None
         self.plugin.step_loss = None
-        self.changes.restore()
+        self.patches.restore()
         for optimizer in self._inner:
             compat.forget_loop_injections(optimizer)
         if strategy is not None:
@@ -360,10 +360,10 @@ class ManualLoop(Loop):
         return trainer.gradient_clip_val
 
     def _take_over(self) -> None:
-        self.changes.take_accumulation_and_clipping()
+        self.patches.take_accumulation_and_clipping()
 
     def _start_training(self) -> None:
-        self.changes.give_accumulation_back()
+        self.patches.give_accumulation_back()
 
     def end_batch(self) -> None:
         """Nothing: the ``batch`` block closed with ``training_step``."""
@@ -442,11 +442,11 @@ class AutomaticLoop(Loop):
         trainer: Trainer,
         plugin: ReferencePrecision,
         settings: RunSettings,
-        changes: TrainerPatches,
+        patches: TrainerPatches,
         *,
         sharded: bool,
     ) -> None:
-        super().__init__(trainer, plugin, settings, changes, sharded=sharded)
+        super().__init__(trainer, plugin, settings, patches, sharded=sharded)
         self._batch = ExitStack()
 
     @staticmethod
@@ -457,7 +457,7 @@ class AutomaticLoop(Loop):
         """Nothing: Lightning accepts the Trainer's accumulation and clipping for automatic optimization."""
 
     def _start_training(self) -> None:
-        self.changes.route_automatic_batches(self._micro_step, self.end_batch, self._wrapper_of)
+        self.patches.route_automatic_batches(self._micro_step, self.end_batch, self._wrapper_of)
 
     def _wrapper_of(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """What Lightning's closure hands ``on_before_zero_grad`` and ``optimizer_zero_grad``: the wrapper.

@@ -8,13 +8,15 @@ case, is right; the second divides the gradients by the scale again (and re-runs
 
 from __future__ import annotations
 
+from typing import Any
+
 from typing_extensions import override
 
-from lightning_optimizer.reference import torch_compat
+from lightning_optimizer.reference import WrappedOptimizer, torch_compat
 from lightning_optimizer.reference.amp import GradScaling, optimizer_gradients
 from lightning_optimizer.reference.window import WindowStage
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
 
 
 class _ResettingScaling(GradScaling):
@@ -25,6 +27,21 @@ class _ResettingScaling(GradScaling):
         super().unscale(optimizer)
 
 
+class Wrapper(WrappedOptimizer[Any]):
+    @override
+    def unscale_gradients(self) -> None:
+        context = self.training_context
+        window = context.windows[self.window_index]
+        if window.stage is not WindowStage.PREPARED:
+            super().unscale_gradients()  # not prepared, or prepared in the running step(): the reference's path
+            return
+        # The defect: only the running step() records a preparation, so a window prepared before it is prepared again.
+        context.parts.refusals.check_unscale(window)
+        if window.left is not None:
+            context.parts.zeroing.take(window)
+        context.parts.preparation.prepare(context, window)  # the window stays PREPARED
+
+
 class Context(MutantContext):
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(*args, **kwargs)
@@ -32,16 +49,8 @@ class Context(MutantContext):
             self.parts.scaling = _ResettingScaling(self.parts.scaling.scaler)
 
     @override
-    def unscale_window(self, index: int) -> None:
-        window = self.windows[index]
-        if window.stage is not WindowStage.PREPARED:
-            super().unscale_window(index)  # not prepared, or prepared in the running step(): the reference's path
-            return
-        # The defect: only the running step() records a preparation, so a window prepared before it is prepared again.
-        self.parts.refusals.check_unscale(window)
-        if window.left is not None:
-            self.parts.zeroing.take(window)
-        self.parts.preparation.prepare(self, window)  # the window stays PREPARED
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:

@@ -28,7 +28,7 @@ class ScalerStepsEverything(GradScaling):
         if not torch_compat.steps_through_inf(optimizer) or not has_gradients:
             return super().step(optimizer, step, kwargs)
         self.scaler.step(optimizer, **kwargs)  # a fused step runs (and its hooks fire) even on non-finite gradients
-        self._stepped_since_update = True
+        self.stepped_since_update = True
         return not torch_compat.found_inf(self.scaler, optimizer)
 
 

@@ -22,7 +22,7 @@ class Context(MutantContext):
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         scaling = self.parts.scaling
         if isinstance(scaling, GradScaling):
-            scaling._stepped_since_update = True  # the scaler updates, but its found-inf is never read
+            scaling.stepped_since_update = True  # the scaler updates, but its found-inf is never read
         optimizer = window.optimizer
         result = optimizer.step(closure, **kwargs) if closure is not None else optimizer.step(**kwargs)
         self.parts.device.after_step()

@@ -22,9 +22,9 @@ from mutants._base import MutantContext, mutant_info
 class _BackOffOnly(GradScaling):
     @override
     def update(self, open_windows: Iterable[torch.Tensor]) -> None:
-        if not self._stepped_since_update:
+        if not self.stepped_since_update:
             return
-        self._stepped_since_update = False
+        self.stepped_since_update = False
         grads = [param.grad for param in open_windows if param.grad is not None]
         old = self.scaler.get_scale()
         self.scaler.update()

@@ -39,7 +39,7 @@ class _AsksTheFirstOptimizer(GradScaling):
     @override
     def end_iteration(self, windows: Sequence[Window], parallel: DataParallel) -> None:
         if not (windows and id(windows[0].optimizer) in self._stepped):
-            self._stepped_since_update = False
+            self.stepped_since_update = False
         self._stepped = frozenset()
         super().end_iteration(windows, parallel)
 

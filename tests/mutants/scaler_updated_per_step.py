@@ -23,8 +23,8 @@ class Context(MutantContext):
     def inner_step(self, window: Window, kwargs: dict[str, Any], closure: Callable[[], Any] | None = None) -> Any:
         result = super().inner_step(window, kwargs, closure)
         scaling = self.parts.scaling
-        if isinstance(scaling, GradScaling) and scaling._stepped_since_update:
-            scaling._stepped_since_update = False
+        if isinstance(scaling, GradScaling) and scaling.stepped_since_update:
+            scaling.stepped_since_update = False
             scaling.scaler.update()
         return result
 

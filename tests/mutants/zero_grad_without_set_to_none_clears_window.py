@@ -7,26 +7,36 @@ the accumulated gradients.
 
 from __future__ import annotations
 
+from typing import Any
+
 from typing_extensions import override
 
+from lightning_optimizer.reference import WrappedOptimizer
 from lightning_optimizer.spec import ImplementationInfo
-from mutants._base import MutantContext, mutant_info
+from mutants._base import MutantContext, mutant_info, wrapper_subclass
+
+
+class Wrapper(WrappedOptimizer[Any]):
+    @override
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if set_to_none:
+            super().zero_grad(set_to_none)  # the guarded default call
+            return
+        # set_to_none=False: the guard (an open window is not cleared) is skipped, the rest is the reference's
+        context = self.training_context
+        window, call = context.windows[self.window_index], context.windows.call
+        context.parts.refusals.check_zero_grad(context, window)
+        if call is not None and call.window is window:
+            call.transaction.cleared(set_to_none)
+        context.parts.zeroing.clear(window, set_to_none)
+        window.optimizer.zero_grad(set_to_none=set_to_none)
+        context.parts.parallel.clear_unsynced(window)
 
 
 class Context(MutantContext):
     @override
-    def zero_grad_window(self, index: int, set_to_none: bool) -> None:
-        if set_to_none:
-            super().zero_grad_window(index, set_to_none)  # the guarded default call
-            return
-        # set_to_none=False: the guard (an open window is not cleared) is skipped, the rest is the reference's
-        window, call = self.windows[index], self.windows.call
-        self.parts.refusals.check_zero_grad(self, window)
-        if call is not None and call.window is window:
-            call.transaction.cleared(set_to_none)
-        self.parts.zeroing.clear(window, set_to_none)
-        window.optimizer.zero_grad(set_to_none=set_to_none)
-        self.parts.parallel.clear_unsynced(window)
+    def new_wrapper(self, index: int) -> WrappedOptimizer[Any]:
+        return wrapper_subclass(Wrapper, type(self.windows[index].optimizer))(self, index)
 
 
 def conformance_info() -> ImplementationInfo[Context]:
