@@ -121,7 +121,7 @@ def _serve(
         if spmd_devices is not None:
             from lightning_optimizer.conformance.spmd import start_spmd
 
-            start_spmd(spmd_devices)
+            start_spmd(spmd_devices, os.path.join(os.path.dirname(log_path), f"hlo-rank-{rank}"))  # the pool's folder
 
         import torch.distributed as dist
 

@@ -10,11 +10,8 @@ how a check sees that the graph is partitioned and holds the reduction.
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,10 +41,13 @@ class SpmdUnavailable(RuntimeError):
     """torch_xla cannot drive the devices a cell needs here."""
 
 
-def start_spmd(devices: int) -> None:
-    """Make this process drive ``devices`` XLA devices under SPMD (on the CPU backend: ``CPU_NUM_DEVICES``)."""
-    dump = tempfile.mkdtemp(prefix="spmd-hlo-")
-    atexit.register(shutil.rmtree, dump, ignore_errors=True)
+def start_spmd(devices: int, dump: str) -> None:
+    """Make this process drive ``devices`` XLA devices under SPMD (on the CPU backend: ``CPU_NUM_DEVICES``).
+
+    XLA dumps the graphs it compiles into the folder ``dump`` (made if missing), which the caller owns and removes: a
+    rank process is killed at the end of its pool, so it cannot remove it itself.
+    """
+    os.makedirs(dump, exist_ok=True)
     os.environ[_DUMP] = dump
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     if os.environ["PJRT_DEVICE"] == "CPU":
