@@ -54,7 +54,17 @@ _NEXT: dict[CallStage, frozenset[CallStage]] = {
 class Call:
     """One ``step()`` call of ``window``: its stage, and whether it closes the window (``real``)."""
 
-    __slots__ = ("prepared_before", "real", "skipped", "stage", "stage_before", "taking", "transaction", "window")
+    __slots__ = (
+        "prepared",
+        "prepared_before",
+        "real",
+        "skipped",
+        "stage",
+        "stage_before",
+        "taking",
+        "transaction",
+        "window",
+    )
 
     def __init__(self, window: Window, *, real: bool) -> None:
         self.window = window
@@ -64,6 +74,10 @@ class Call:
         self.prepared_before = window.stage is WindowStage.PREPARED
         """``unscale_gradients()`` prepared the window before this call."""
         self.stage = CallStage.PREPARED if self.prepared_before else CallStage.CLOSURE
+        self.prepared = self.prepared_before
+        """The window is prepared for the real step (before this call, or in it); an evaluation's are its own.
+
+        Kept by :meth:`advance` (every backward asks it): the stage is ``PREPARED`` or ``STEPPING``."""
         self.skipped = False
         """The loss scaler skipped the real step for non-finite gradients."""
         self.transaction: Transaction
@@ -77,11 +91,7 @@ class Call:
         if to not in _NEXT[self.stage]:
             raise AssertionError(f"a step() call cannot go from {self.stage.value} to {to.value}")
         self.stage = to
-
-    @property
-    def prepared(self) -> bool:
-        """The window is prepared for the real step (before this call, or in it); an evaluation's are its own."""
-        return self.stage is CallStage.PREPARED or self.stage is CallStage.STEPPING
+        self.prepared = to is CallStage.PREPARED or to is CallStage.STEPPING
 
     @property
     def reached_the_step(self) -> bool:

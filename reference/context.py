@@ -365,7 +365,10 @@ class TrainingContext:
         parts = self.parts
         hooks, scaling = parts.hooks, parts.scaling
         parts.refusals.check_backward(self, loss)
-        self._take_carried()
+        for window in self.windows.all:
+            if window.left is not None:
+                self._take_carried()
+                break
         if hooks.before_backward:
             hooks.run_backward(hooks.before_backward, wrapper, loss)
         backward: Callable[..., None] = scaling.scale(loss, parts.accumulation.accumulate_grad_batches).backward
@@ -381,13 +384,8 @@ class TrainingContext:
         """A wrapper's backward: the windows that carry what their last step left take it now [ZERO-005, ZERO-006].
 
         Those that hold a parameter requiring grad (not toggled off), which the backward may reach; each is checked
-        before any takes.
+        before any takes. Called only when a window carries (never with ``zero_grad_after_step=True``).
         """
-        for window in self.windows.all:
-            if window.left is not None:
-                break
-        else:
-            return  # nothing carried (always so with zero_grad_after_step=True)
         carrying = [
             window
             for window in self.windows.all
