@@ -97,6 +97,8 @@ DIMENSIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "raising LBFGS evaluation",
             "raising inner step",
             "failing closing step of a prepared window",
+            "loss scaler's unscale_ raising before unscaling",
+            "loss scaler's unscale_ raising after unscaling",
             "re-entered step",
             "refused load",
             "invalid argument",

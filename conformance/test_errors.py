@@ -159,6 +159,48 @@ def test_state_dict_of_another_layout(make_context: MakeContext, cell: Cell) -> 
     assert problem is None, f"a refused load changed the inner state: {problem}"
 
 
+_MALFORMED_STATES: list[tuple[str, object, type[Exception], tuple[str, ...]]] = [
+    ("{}", {}, ValueError, ("state", "param_groups")),
+    ("a state without 'param_groups'", "no-groups", ValueError, ("param_groups",)),
+    ("a state without 'state'", "no-state", ValueError, ("state",)),
+    ("a dict of other keys", {"windows": [], "scaler": None}, ValueError, ("state", "param_groups")),
+    ("None", None, TypeError, ()),
+    ("a list", [], TypeError, ()),
+]
+
+
+@pytest.mark.requirement("ERR-005")
+@pytest.mark.parametrize(
+    ("what", "given", "raised", "named"), _MALFORMED_STATES, ids=[case[0] for case in _MALFORMED_STATES]
+)
+@pytest.mark.varies(faults=("refused load",), optimizer=("SGD",), window=("k >= 2 micro-steps",))
+def test_a_malformed_optimizer_state_is_refused(
+    make_context: MakeContext, cell: Cell, what: str, given: object, raised: type[Exception], named: tuple[str, ...]
+) -> None:
+    """An optimizer state that is not a dict, or lacks torch's keys, is refused by our error, before anything changes.
+
+    ``TypeError`` for a non-dict, ``ValueError`` naming each missing key (``"state"``, ``"param_groups"``) otherwise
+    (torch's own would be ``KeyError('param_groups')``); the inner state and an open window are as they were.
+    """
+    model, wrapper, held = _open_window(make_context, cell)
+    full = wrapper.optimizer.state_dict()
+    parts = {"no-groups": {"state": full["state"]}, "no-state": {"param_groups": full["param_groups"]}}
+    state = parts[given] if isinstance(given, str) else given
+    before = copy.deepcopy(full)
+    with refuses(
+        raised,
+        f"wrapper.load_state_dict({what})",
+        "ERR-005: a malformed optimizer state is refused with our error before anything changes",
+    ) as error:
+        wrapper.load_state_dict(state)
+    message = str(error.value)
+    missing = [key for key in named if repr(key) not in message and f'"{key}"' not in message]
+    assert not missing, f"wrapper.load_state_dict({what}) raised {message!r}, which does not name {missing} (ERR-005)"
+    problem = state_diff(wrapper.optimizer.state_dict(), before)
+    assert problem is None, f"a refused load of {what} changed the inner state: {problem}"
+    _assert_window_intact(model, wrapper, held, f"wrapper.load_state_dict({what})")
+
+
 _BAD_STEP = (
     "ERR-001, ERR-002: a closure that is not callable, or a make_optimizer_step that is not a bool or None, is "
     "refused with TypeError before anything runs"

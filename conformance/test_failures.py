@@ -16,13 +16,14 @@ from __future__ import annotations
 import copy
 import math
 import pickle
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from functools import partial
 from typing import Any, NoReturn
 
 import pytest
 import torch
+from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.assertions import assert_unchanged, snapshot
 from lightning_optimizer.conformance.checkpointing import through_a_checkpoint
@@ -36,7 +37,7 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     refuses,
 )
-from lightning_optimizer.spec import Cell, ImplementationInfo, StepOutcome, TrainingContext
+from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
 A, S, D = StepOutcome.ACCUMULATED, StepOutcome.STEPPED, StepOutcome.DISCARDED
@@ -454,6 +455,113 @@ def test_a_failed_window_leaves_no_found_inf_behind(
         "which the loss scaler recorded when it was unscaled, was not forgotten (FAIL-003, FAIL-004)"
     )
     rig.assert_oracle(f"after the failed overflowing window ({on_failure})")
+
+
+# -- FAIL-007: unscale_gradients() between calls fails as a call does -------------------------------------------
+
+
+@contextmanager
+def _unscale_fails(when: str, fired: list[str]) -> Iterator[None]:
+    """In the block, ``torch.amp.GradScaler.unscale_`` raises :class:`PlannedFailure` once (AMP-001: the scaler).
+
+    ``when``: ``"before"`` it unscales (nothing recorded, the gradients as the preparation left them so far), or
+    ``"after"`` (the gradients unscaled in place and the scaler's record of the optimizer written).
+    """
+    original = GradScaler.unscale_
+
+    def failing(scaler: GradScaler, optimizer: torch.optim.Optimizer) -> None:
+        GradScaler.unscale_ = original  # type: ignore[method-assign]  # once
+        fired.append(when)
+        if when == "after":
+            original(scaler, optimizer)
+        raise PlannedFailure(f"the loss scaler's unscale_ fails {when} unscaling (planted by the check)")
+
+    GradScaler.unscale_ = failing  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        GradScaler.unscale_ = original  # type: ignore[method-assign]
+
+
+_POLICY_RETRIES = (
+    pytest.param("discard", "none", id="discard"),
+    pytest.param("restore", "unscale-again", id="restore-unscale-again", marks=pytest.mark.features("exact_restore")),
+    pytest.param("restore", "step", id="restore-step", marks=pytest.mark.features("exact_restore")),
+)
+"""Each policy with what follows the failure: nothing under ``"discard"`` (the window is gone), a retry under
+``"restore"``: ``unscale_gradients()`` again then the closing ``step()``, or that ``step()`` alone."""
+
+
+@pytest.mark.requirement("FAIL-007", "FAIL-003", "FAIL-004", "CLIP-002", "AMP-002", "ACC-001")
+@pytest.mark.cells(devices=EAGER, precisions=("16-mixed",))
+@pytest.mark.parametrize(("on_failure", "retry"), _POLICY_RETRIES)
+@pytest.mark.parametrize("held", [0, 1, 3], ids=["window-of-1", "cut-short-2", "full-4"])
+@pytest.mark.parametrize("when", ["before", "after"], ids=["fails-before-unscaling", "fails-after-unscaling"])
+@pytest.mark.parametrize("clip", [None, 2e-4], ids=["no-clip", "clip-norm"])
+@pytest.mark.varies(
+    on_failure=("discard", "restore"),
+    faults=("loss scaler's unscale_ raising before unscaling", "loss scaler's unscale_ raising after unscaling"),
+    window=("1 micro-step", "k >= 2 micro-steps", "cut short by True"),
+    clipping=("norm", "unscale_gradients() by hand"),
+    loss_scale=("settings given to the factory",),
+    wrappers=("2",),
+    position=("inside batch()",),
+    call_form=("closure, wrapper.backward", "backward, then step()"),
+)
+def test_a_failed_unscale_gradients_follows_the_policy(
+    make_context: MakeContext, cell: Cell, on_failure: str, retry: str, held: int, when: str, clip: float | None
+) -> None:
+    """16-mixed, ``accumulate_grad_batches=4``: ``unscale_gradients()`` fails halfway through the preparation.
+
+    Wrapper ``a`` accumulates ``held`` micro-steps, backpropagates its closing micro-step and calls
+    ``unscale_gradients()``, whose loss scaler raises (before it unscales, or after). The preparation has begun (the
+    window's mean of a window cut short is written in place first), so under ``"discard"`` the window is discarded
+    (FAIL-003) and the next one is exact; under ``"restore"`` it is exactly as before the call, not prepared, and a
+    retry (``unscale_gradients()`` again then the closing ``step()``, or the closing ``step()`` alone) applies the
+    recipe's step: the mean once, unscaled once [FAIL-007]. Wrapper ``b`` steps every batch; its windows are never
+    touched. The scale stays (``growth_interval`` is torch's): the plain loop does not rescale open windows.
+    """
+    settings: dict[str, Any] = {"accumulate_grad_batches": 4, **failure_settings(on_failure)}
+    if clip is not None:
+        settings["gradient_clip_val"] = clip
+    batches = held + 3
+    scaler = GradScalerSettings(init_scale=2.0**10)
+    rig = Rig(make_context, cell, make_batches(batches, seed=71 + held), grad_scaler=scaler, **settings)
+    a = rig.wrappers["a"]
+    discard = on_failure == "discard"
+    fired: list[str] = []
+    for batch_idx in range(batches):
+        with rig.context.batch(batch_idx, is_last=batch_idx == batches - 1):
+            if batch_idx < held:
+                rig.call("a", batch_idx)  # the schedule accumulates (the window is closed early below)
+            elif batch_idx == held:
+                a.backward(rig.loss("a", batch_idx))
+                what = f"a.unscale_gradients() of a window of {held + 1} micro-step(s), unscale_ failing {when}"
+                with _unscale_fails(when, fired):
+                    rig.fails(
+                        what,
+                        "FAIL-007: the preparation's exception propagates",
+                        a.unscale_gradients,
+                        discarded="a" if discard else None,
+                        held=held,
+                    )
+                assert fired == [when], (
+                    f"{what}: torch.amp.GradScaler.unscale_ was not called with the window's optimizer, so the "
+                    "planted fault never fired (AMP-001, AMP-002: the scaler unscales the window)"
+                )
+                if not discard:
+                    if retry == "unscale-again":
+                        a.unscale_gradients()
+                    a.step(make_optimizer_step=True)
+                    assert a.last_outcome is S, f"{what}: the retry's step gave {a.last_outcome}, expected {S}"
+            else:
+                rig.call("a", batch_idx)  # the next window, closed by the schedule or the epoch's last batch
+            rig.call("b", batch_idx, make_step=True)
+    first = () if discard else (tuple(range(held + 1)),)
+    rig.train_oracle({"a": [*first, tuple(range(held + 1, batches))], "b": [(i,) for i in range(batches)]})
+    rig.assert_oracle(
+        f"after a.unscale_gradients() failed {when} unscaling a window of {held + 1} ({on_failure}, then {retry})"
+    )
 
 
 # -- FAIL-004: restore returns to the last successful call ---------------------------------------------------

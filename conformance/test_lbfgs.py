@@ -109,7 +109,7 @@ def test_lbfgs_clips_every_evaluation(make_context: MakeContext, cell: Cell, alg
     _alongside_sgd(make_context, cell, clip, gradient_clip_val=value, gradient_clip_algorithm=algorithm)
 
 
-@pytest.mark.requirement("CLOS-003", "TOGGLE-002", "FAIL-005", "FAIL-002")
+@pytest.mark.requirement("CLOS-003", "CLOS-002", "TOGGLE-002", "FAIL-005", "FAIL-002")
 @pytest.mark.features("closure_evaluating_optimizers")
 @LBFGS_CELLS
 @pytest.mark.parametrize("on_failure", ON_FAILURE)
@@ -147,12 +147,21 @@ def test_failed_lbfgs_step_leaves_nothing_behind(make_context: MakeContext, cell
                 raise PlannedFailure(f"evaluation {at} failed after its backward")
             return loss if at else None
 
-        with refuses(  # returning None: LBFGS's own float(None), or the wrapper's check; either is a failed step
-            PlannedFailure if at else Exception,
-            f"the LBFGS wrapper's step(closure) whose closure {what}",
-            "CLOS-003: the exception of a closure that fails in any evaluation propagates out of step()",
-        ):
+        why = (
+            "CLOS-003: the exception of a closure that fails in any evaluation propagates out of step()"
+            if at
+            else "CLOS-002: a closure that returns None raises TypeError saying the closure must return the loss"
+        )
+        with refuses(
+            PlannedFailure if at else TypeError, f"the LBFGS wrapper's step(closure) whose closure {what}", why
+        ) as raised:
             pair.lbfgs.step(closure)
+        if not at:  # not LBFGS's own float(None), which says nothing of the closure
+            message = str(raised.value)
+            assert "return" in message.lower(), (
+                f"the TypeError of a closure that returned None says {message!r}: it must tell the user to return "
+                "the loss from the closure (CLOS-002)"
+            )
         if at == 3:
             assert len(seen) == 3 and any(not torch.equal(p, q) for p, q in zip(seen[2], seen[0], strict=True)), (
                 "check precondition: LBFGS did not move the parameters before the third evaluation"

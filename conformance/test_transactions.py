@@ -467,6 +467,28 @@ def test_invalid_gradient_clip_val(make_context: MakeContext, cell: Cell, value:
         make_context(gradient_clip_val=fine, gradient_clip_algorithm=algorithm)
 
 
+@pytest.mark.requirement("CTX-002")
+@pytest.mark.varies(faults=("invalid argument",), clipping=("value",))
+def test_clipping_by_value_needs_a_value(make_context: MakeContext, cell: Cell) -> None:
+    """``gradient_clip_algorithm="value"`` without ``gradient_clip_val`` is refused at construction.
+
+    It would clip nothing. The default algorithm without a value clips nothing, as no clipping asked for.
+    """
+    for given in (
+        {"gradient_clip_algorithm": "value"},
+        {"gradient_clip_algorithm": "value", "gradient_clip_val": None},
+    ):
+        arguments = ", ".join(f"{key}={value!r}" for key, value in given.items())
+        with refuses(
+            ValueError,
+            f"factory(cell, {arguments})",
+            "CTX-002: clipping by value without a gradient_clip_val would clip nothing, and is refused",
+        ):
+            make_context(**given)
+    make_context(gradient_clip_algorithm="norm")
+    make_context(gradient_clip_algorithm="value", gradient_clip_val=0.5)
+
+
 # -- CKPT-004: a state or copy taken inside batch() after a real step -----------------------------------------
 
 _PENDING_BATCHES = make_batches(4, seed=15)

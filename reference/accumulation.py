@@ -72,10 +72,14 @@ class Accumulation:
         window.move(WindowStage.READY)
 
     def discarded(self, window: Window) -> None:
-        """A failed call discarded the window (its gradients are gone already) [FAIL-003]."""
+        """A failed call discarded the window (its gradients are gone already) [FAIL-003, FAIL-007].
+
+        A failed ``unscale_gradients()`` between calls discards a window that is ready already.
+        """
         window.length = 0
         window.last_outcome = StepOutcome.DISCARDED
-        window.move(WindowStage.READY)
+        if window.stage is not WindowStage.READY:
+            window.move(WindowStage.READY)
 
     def zero_grad_clears(self, window: Window) -> bool:
         """Whether ``zero_grad()`` clears ``window``: not while it holds accumulated micro-steps [ZERO-002]."""

@@ -19,6 +19,12 @@ def check_clipping(value: object, algorithm: object) -> tuple[float | None, Clip
     if algorithm not in ("norm", "value"):
         raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {algorithm!r}")
     if value is None:
+        if algorithm == "value":
+            raise ValueError(
+                "gradient_clip_algorithm='value' clips each gradient element to [-gradient_clip_val, "
+                "gradient_clip_val], but gradient_clip_val is None, so nothing would be clipped: pass "
+                "gradient_clip_val, or leave gradient_clip_algorithm at its default 'norm' to clip nothing"
+            )
         return None, algorithm
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"gradient_clip_val must be None or a finite positive number, got {value!r}")

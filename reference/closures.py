@@ -45,6 +45,12 @@ class Closures:
         call.advance(CallStage.REEVALUATING)
         window.clear_gradients()
         loss = context.run_closure(call, index, closure)
+        if loss is None and window.evaluates_closure:
+            name = type(window.optimizer).__name__
+            raise TypeError(
+                f"{name} evaluates the closure itself and needs the loss it returns, but the closure returned None: "
+                "end the closure with `return loss` (after opt.backward(loss)); nothing was changed"
+            )
         context.parts.preparation.prepare_evaluation(context, window)
         call.advance(CallStage.STEPPING)
         return loss

@@ -28,7 +28,7 @@ from lightning_optimizer.reference.toggling import Toggling
 from lightning_optimizer.reference.window import Window, WindowStage
 from lightning_optimizer.reference.windows import Batch, Windows
 from lightning_optimizer.reference.wrapper import WrappedOptimizer, wrapper_class
-from lightning_optimizer.reference.zeroing import zeroing
+from lightning_optimizer.reference.zeroing import Taking, zeroing
 from lightning_optimizer.spec.context import BackwardHook, OptimizerStepHook, StepHook
 from lightning_optimizer.spec.types import DeviceKind, FailurePolicy, Precision
 
@@ -404,15 +404,33 @@ class TrainingContext:
         self.parts.refusals.check_unscale(window)
         if windows.prepared(window):
             return
-        if window.left is not None:
-            self.parts.zeroing.take(window)  # the window's preparation begins: it carries what was left [ZERO-005]
+        # The window's preparation begins: it carries what was left [ZERO-005].
+        taking = None if window.left is None else self.parts.zeroing.take(window)
         if call is not None and call.window is window and call.stage is CallStage.REEVALUATING:
             return  # the inner optimizer's own evaluation: the context prepares it [CLOS-005]
         if call is not None and call.window is window:  # in the closure of the closing step
             call.transaction.after_closure(call)
             self._prepare(call)
             return
-        self.parts.preparation.prepare(self, window)
+        self._prepare_between_calls(window, taking)
+
+    def _prepare_between_calls(self, window: Window, taking: Taking | None) -> None:
+        """``unscale_gradients()`` outside a ``step()``: the preparation in a transaction of the policy [FAIL-007]."""
+        parts = self.parts
+        changes = parts.preparation.changes(self, window)
+        transaction = parts.failure.begin_preparation(parts.parallel.window_tensors(window), changes=changes)
+        try:
+            parts.preparation.prepare(self, window)
+        except BaseException as error:
+            parts.scaling.forget(window.optimizer)  # what the unscaling recorded goes with the preparation
+            if transaction.fail():
+                error.add_note(discard_note(window, carried=bool(window.carried)))
+                parts.zeroing.drop(window)  # the carried part goes with the window [ZERO-007]
+                parts.accumulation.discarded(window)
+            elif taking is not None:
+                parts.zeroing.untake(window, taking)  # the carried part as before the call [ZERO-007]
+            raise
+        transaction.commit()
         window.move(WindowStage.PREPARED)
 
     def zero_grad_window(self, index: int, set_to_none: bool) -> None:

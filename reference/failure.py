@@ -14,6 +14,8 @@ preparation), the closure returned, the closure cleared an empty window; then th
   backward), or where the window is prepared in place with no stash to return to, it is copied first.
 - An optimizer that evaluates its closure itself moves parameters and state between evaluations: under either
   policy :class:`ParameterRollback` copies them and puts them back [FAIL-005].
+- ``unscale_gradients()`` between calls prepares the window in a :class:`PreparationTransaction` of the policy: a
+  failure discards the window, or puts it back exactly [FAIL-007].
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "FailurePolicyRule",
     "NothingToUndo",
     "ParameterRollback",
+    "PreparationTransaction",
     "Restore",
     "Transaction",
     "discard_note",
@@ -73,6 +76,10 @@ class FailurePolicyRule(Protocol):
 
     def begin(self, call: Call, tensors: Sequence[torch.Tensor], *, stash: bool, in_place: bool) -> Transaction:
         """The transaction of ``call`` over ``tensors``; ``stash``: the closure's backward may start from nothing."""
+        ...
+
+    def begin_preparation(self, tensors: Sequence[torch.Tensor], *, changes: bool) -> PreparationTransaction:
+        """The transaction of ``unscale_gradients()`` between calls; ``changes``: the preparation writes in place."""
         ...
 
 
@@ -142,6 +149,10 @@ class Discard:
             return ParameterRollback(call.window.optimizer)
         return DiscardTransaction(tensors)
 
+    def begin_preparation(self, tensors: Sequence[torch.Tensor], *, changes: bool) -> PreparationTransaction:
+        """Keep nothing: a preparation that fails discards the window [FAIL-007]."""
+        return PreparationTransaction(tensors, keep=False)
+
 
 class DiscardTransaction:
     __slots__ = ("grads", "tensors", "versions")
@@ -193,6 +204,10 @@ class Restore:
         if call.window.evaluates_closure and call.real:
             return ParameterRollback(call.window.optimizer)
         return RestoreTransaction(tensors, stash=stash, in_place=in_place, real=call.real)
+
+    def begin_preparation(self, tensors: Sequence[torch.Tensor], *, changes: bool) -> PreparationTransaction:
+        """Copy the window's gradients first when the preparation changes them in place [FAIL-007]."""
+        return PreparationTransaction(tensors, keep=True, copy=changes)
 
 
 class RestoreTransaction:
@@ -254,6 +269,36 @@ class RestoreTransaction:
         for tensor, grad in zip(self.tensors, self.before, strict=True):
             tensor.grad = grad
         return False
+
+
+# -- unscale_gradients() between calls ----------------------------------------------------------------------
+
+
+class PreparationTransaction:
+    """``unscale_gradients()`` between calls: the window's preparation, kept (``keep``) or discarded if it fails.
+
+    The preparation writes into the window from its first step (the mean, then the unscaling, the clipping), so a
+    failure halfway leaves gradients that are neither the window nor its preparation: a restoring policy copies them
+    first (``copy``: the preparation changes them in place; otherwise the tensors themselves are what the window
+    was), a discarding one clears them [FAIL-007].
+    """
+
+    __slots__ = ("before", "keep", "tensors")
+
+    def __init__(self, tensors: Sequence[torch.Tensor], *, keep: bool, copy: bool = False) -> None:
+        self.tensors, self.keep = tensors, keep
+        grads = [tensor.grad for tensor in tensors]
+        self.before = [None if grad is None else grad.detach().clone() for grad in grads] if copy else grads
+
+    def commit(self) -> None:
+        """The window is prepared: drop the copy."""
+        self.before = []
+
+    def fail(self) -> bool:
+        """Put the window's gradients back (``keep``), or clear them; ``True`` when the window was discarded."""
+        for tensor, grad in zip(self.tensors, self.before, strict=True):
+            tensor.grad = grad if self.keep else None
+        return not self.keep
 
 
 # -- closure evaluators --------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from lightning_optimizer.reference.window import Window, WindowStage
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
 
-__all__ = ["WRAPPED_BY", "Refusals", "check_flag", "record_wrap"]
+__all__ = ["WRAPPED_BY", "Refusals", "check_flag", "check_optimizer_state", "record_wrap"]
 
 WRAPPED_BY: weakref.WeakKeyDictionary[torch.optim.Optimizer, weakref.ref[Any]] = weakref.WeakKeyDictionary()
 """Which context wraps each optimizer: a second context may not (their windows and scalers would conflict)."""
@@ -183,6 +183,32 @@ def check_flag(name: str, value: object) -> None:
         raise TypeError(
             f"{name} must be True or False, got {value!r} ({type(value).__name__}); pass bool(...) if you mean a "
             "truth value"
+        )
+
+
+_STATE_KEYS = ("state", "param_groups")
+
+
+def check_optimizer_state(optimizer: torch.optim.Optimizer, state_dict: object) -> None:
+    """Refuse an optimizer state that is not a dict with torch's two keys, naming what is missing [ERR-005].
+
+    Only where ``optimizer`` loads as ``torch.optim.Optimizer`` does: an override of ``load_state_dict`` may read
+    another format, and decides for itself.
+    """
+    if type(optimizer).load_state_dict is not torch.optim.Optimizer.load_state_dict:
+        return
+    name = type(optimizer).__name__
+    if not isinstance(state_dict, dict):
+        raise TypeError(
+            f"{name}.load_state_dict expects the dict that {name}.state_dict() returns, got "
+            f"{type(state_dict).__name__}; nothing was loaded"
+        )
+    missing = [key for key in _STATE_KEYS if key not in state_dict]
+    if missing:
+        raise ValueError(
+            f"this is not an optimizer state: it lacks {' and '.join(map(repr, missing))} (an optimizer's "
+            f"state_dict() holds 'state' and 'param_groups'; a TrainingContext's state is loaded by "
+            f"context.load_state_dict); nothing was loaded into {name}"
         )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 import torch
 
+from lightning_optimizer.reference.refusals import check_optimizer_state
 from lightning_optimizer.spec.types import StepOutcome
 
 if TYPE_CHECKING:
@@ -127,7 +128,12 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load into the inner optimizer (torch validates the layout before it changes anything)."""
+        """Load into the inner optimizer (torch validates the layout before it changes anything) [ERR-005].
+
+        A state that is not a dict with torch's two keys is refused first, naming what is missing, where the inner
+        optimizer loads as torch's base class does (an override may read another format).
+        """
+        check_optimizer_state(self.optimizer, state_dict)
         self.optimizer.load_state_dict(state_dict)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:

@@ -140,7 +140,9 @@ class TrainingContext(Protocol):
 
     Clipping
         [CTX-002] ``gradient_clip_val`` is ``None`` or a finite positive number; ``nan``, ``inf``, ``0`` or a
-        negative value raise ``ValueError`` at construction.
+        negative value raise ``ValueError`` at construction. ``gradient_clip_algorithm`` is ``"norm"`` (the
+        default) or ``"value"``, and ``"value"`` without a ``gradient_clip_val`` raises ``ValueError`` at
+        construction too: it would clip nothing.
 
         [CLIP-001] A context built with ``gradient_clip_val`` clips each window's unscaled, normalised gradients
         right before the inner step: their total 2-norm over all of the optimizer's parameters, every group
@@ -266,6 +268,19 @@ class TrainingContext(Protocol):
 
         [FAIL-006] ``state_dict()`` and copies (``pickle``, ``copy.deepcopy``) carry the policy; ``load_state_dict``
         refuses a state of the other policy with ``ValueError`` before changing anything (CKPT-003).
+
+        [FAIL-007] A failed ``unscale_gradients()`` called between ``step()`` calls is a failed call of its window:
+        its preparation writes into the window from its first step (the mean of a window cut short, the unscaling,
+        clipping), so under ``"discard"`` the window is discarded as FAIL-003 says (its gradients ``None``, its
+        length 0, the loss scaler's record of the optimizer in this iteration dropped, ``last_outcome``
+        ``StepOutcome.DISCARDED``, the note on the exception), and under ``"restore"`` it is exactly as before the
+        call (FAIL-004): its gradients, length and carried part, not prepared, the loss scaler's record as it was.
+        Either way calling it again, or the closing ``step()``, applies what the recipe applies: the window's mean
+        once, unscaled once. A refused call changes nothing (FAIL-002); one made in the closure of the closing
+        ``step()`` fails that call.
+
+        Rationale: the preparation changes the gradients in place; left halfway, they are neither the window nor
+        its preparation, and a retry would divide them by the window's length a second time.
 
     Hooks (what a framework calls its own hooks from: Lightning's ``on_before_backward``, ``on_after_backward``,
     ``on_before_optimizer_step``, its global step and LR schedulers; the feature ``"hooks"``: an implementation

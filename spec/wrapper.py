@@ -150,6 +150,8 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         to accumulate is refused with a ``ValueError``: by ``wrap`` when the context has
         ``accumulate_grad_batches > 1``, by ``step`` (before the closure runs) for ``make_optimizer_step=False``.
         Whatever declares it, every such optimizer is treated alike (CLOS-003, CLOS-004, FAIL-005, HOOK-002, AMP-005).
+        It evaluates the loss its closure returns: a closure that returns ``None`` makes ``step`` raise
+        ``TypeError`` saying that the closure must return the loss, and the call changes nothing (FAIL-005).
 
         [CLOS-005] On a real step outside 16-mixed, an inner optimizer whose ``step`` takes a ``closure`` gets
         one, as torch's optimizers expect. Its first call returns the call's closure's result without running
@@ -241,7 +243,7 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         the closing step's inner optimizer makes (CLOS-005), which the context prepares itself. The mean divides
         by the window's full length: the micro-steps it accumulated and the closing one, whose backward runs in
         the closing step's closure or before that ``step()`` (``k + 1`` after ``k`` accumulating calls, fewer when
-        the window is cut short).
+        the window is cut short). A call that fails follows the context's failure policy (FAIL-007).
         """
         ...
 
@@ -293,7 +295,10 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         [ERR-005] A state dict for another parameter layout raises ``ValueError`` and leaves the inner
         optimizer's state unchanged. The layout is what ``torch.optim.Optimizer.load_state_dict`` compares: the
         number of parameter groups and the number of parameters in each. A state that torch loads, state tensors
-        of other shapes included (torch finds those only when it steps), the wrapper loads as torch does.
+        of other shapes included (torch finds those only when it steps), the wrapper loads as torch does. A state
+        that is not a ``dict`` raises ``TypeError``, and one without the keys ``"state"`` and ``"param_groups"``
+        raises ``ValueError`` naming the missing keys, both before anything changes; an inner optimizer that
+        overrides ``load_state_dict`` reads its own format and decides.
         """
         ...
 

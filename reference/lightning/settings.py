@@ -61,11 +61,14 @@ class RunSettings:
                 f"the strategy's grad_scaler settings apply to Trainer(precision='16-mixed'), the one precision that "
                 f"scales the loss; this Trainer runs {precision!r}: drop grad_scaler or use 16-mixed"
             )
+        clip_val = None if gradient_clip_val is None or gradient_clip_val == 0 else float(gradient_clip_val)
+        by_value = clip_val is not None and algorithm is not None and algorithm.value == "value"
         settings = cls(
             precision=precision,
             accumulate_grad_batches=trainer.accumulate_grad_batches,
-            gradient_clip_val=None if gradient_clip_val is None or gradient_clip_val == 0 else float(gradient_clip_val),
-            gradient_clip_algorithm="value" if algorithm is not None and algorithm.value == "value" else "norm",
+            gradient_clip_val=clip_val,
+            # The Trainer takes an algorithm without a value and clips nothing: so does the context, as "norm".
+            gradient_clip_algorithm="value" if by_value else "norm",
             grad_scaler=grad_scaler,
             zero_grad_after_step=zero_grad_after_step,
         )

@@ -62,6 +62,8 @@ class Context:
             raise ValueError(f"gradient_clip_val must be a positive number or None, got {gradient_clip_val!r}")
         if gradient_clip_algorithm not in ("norm", "value"):
             raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {gradient_clip_algorithm!r}")
+        if gradient_clip_algorithm == "value" and gradient_clip_val is None:
+            raise ValueError("gradient_clip_algorithm='value' needs a gradient_clip_val (CTX-002)")
         policy: object = on_failure
         if not isinstance(policy, str) or policy not in FAILURE_POLICIES:
             raise ValueError(f"on_failure must be one of {', '.join(map(repr, FAILURE_POLICIES))}, got {policy!r}")

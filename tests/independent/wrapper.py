@@ -136,6 +136,8 @@ class Wrapper(Generic[OptimizerT]):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load into the inner optimizer; a state dict for another parameter layout raises ``ValueError``."""
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"an optimizer state dict is a dict, got {type(state_dict).__name__}")
         problem = _layout_problem(self._inner, state_dict)
         if problem is not None:
             raise ValueError(f"cannot load this optimizer state dict: {problem}")
@@ -274,8 +276,20 @@ class Wrapper(Generic[OptimizerT]):
             raise RuntimeError("this step() does not close its window: unscale_gradients() must wait for one that does")
         if not self._window.prepared:
             self.check_left()
-            self.take_left()
-            self._prepare(self._window.micro_steps + 1)
+            # The preparation writes into the window from its first step: a failure follows the policy as a failed
+            # step() does (FAIL-007), the window discarded or put back as it was (with what it carried).
+            left, carried = dict(self._left), dict(self._carried)
+            taken = self.take_left()
+            restore = self._context.on_failure == "restore"
+            before = _WindowBefore(self, copy_gradients=restore, left=left, carried=carried, taken=taken)
+            try:
+                self._prepare(self._window.micro_steps + 1)
+            except BaseException as error:
+                if restore:
+                    before.restore()
+                else:
+                    self._discard(error, before.micro_steps + 1)
+                raise
             self._window.prepared = True
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -457,6 +471,8 @@ class Wrapper(Generic[OptimizerT]):
         def evaluate() -> T | None:
             self._inner.zero_grad(set_to_none=True)  # each evaluation's gradient is its own backward alone
             result = None if closure is None else self._run_closure(closure, closes=True)
+            if result is None:  # the optimizer reads the loss; say so rather than let it fail on None (CLOS-002)
+                raise TypeError(f"{type(self._inner).__name__}'s closure must return the loss, it returned None")
             self._prepare(1, carry=False)
             results.append(result)
             return result
