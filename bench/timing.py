@@ -23,6 +23,8 @@ from bench.suite import REPO
 from bench.worker import RunRequest, RunResult
 
 RUN_TIMEOUT_S = 900
+"""A hang guard on each run's process, never a speed check: a ``--quick`` run's process (the benchmark's test) took
+about 6 s on 2 cores beside other jobs (load 3.5), 150 times under this; ``make bench``'s runs time more steps."""
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CASES = ("small-16-mixed", "small-adam-acc4-32-true")
 IMPLS = ("raw", "reference", "reference-restore")
+# A hang guard, never a speed check: the quick run took 63 s (the other run 6 s) on 2 cores beside other jobs (load
+# 3.5), 175 s with two more processes spinning beside it, and more than 240 s once under a load of 10 on 2 cores;
+# 1200 s is 5 times the last.
+TIMEOUT_S = 1200
 
 
 def test_quick_run_writes_the_report_and_the_chart(tmp_path: Path) -> None:
     report, chart = tmp_path / "bench.json", tmp_path / "bench.png"
     command = [sys.executable, "-m", "bench", "--quick", "--cases", ",".join(CASES), "--impls", ",".join(IMPLS)]
     command += ["--json", str(report), "--chart", str(chart)]
-    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240)
+    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
     rows = json.loads(report.read_text(encoding="utf-8"))["rows"]
@@ -32,8 +36,8 @@ def test_quick_run_writes_the_report_and_the_chart(tmp_path: Path) -> None:
         assert row["runs"] == 2 and row["steps"] == 3, row
         assert len(row["run_medians_us"]) == 2 and len(row["run_peaks_mib"]) == 2, row
         assert row["micro_steps"] == (4 if "acc4" in row["case"] else 1), row
-        # A step of Linear(32, 32) on a batch of 8 takes microseconds to milliseconds, never nothing.
-        assert 1.0 < row["median_us"] < 1e6, row
+        # A step takes some time, never nothing; no upper bound: a loaded machine may stretch a step without limit.
+        assert math.isfinite(row["median_us"]) and row["median_us"] > 1.0, row
         assert math.isfinite(row["ratio_vs_raw"]) and row["ratio_vs_raw"] > 0, row
         assert row["ratio_min"] <= row["ratio_vs_raw"] <= row["ratio_max"], row
         # Each run's peak is its own process's: the interpreter and torch, some hundreds of MiB.
@@ -72,5 +76,5 @@ for impl in impls:
         torch.testing.assert_close(models[impl][name], param, rtol=1e-5, atol=1e-6)
 print("same")
 """
-    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert run.returncode == 0 and run.stdout.strip().endswith("same"), run.stdout[-2000:] + run.stderr[-2000:]

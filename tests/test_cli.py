@@ -16,6 +16,9 @@ IMPL = "from lightning_optimizer.reference.suite_info import conformance_info as
 LEAKY_ENV = ("LIGHTNING_OPTIMIZER_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTHONPATH")
 
 # What a caller's folder may configure for its own tests, in each file pytest reads: none of it may reach the suite.
+# A hang guard, never a speed check: the longest run of the console script here took 15 s on 2 cores beside other jobs
+# (load 3.5); 600 s is 40 times that.
+TIMEOUT_S = 600
 HOSTILE_SETTINGS = {
     "python_files": "check_*.py",
     "python_functions": "check_*",
@@ -34,7 +37,7 @@ def run_script(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The installed console script in ``cwd``; nothing of the checkout or of this run's pytest on the path."""
     env = {key: value for key, value in os.environ.items() if key not in LEAKY_ENV}
     command = [str(SCRIPT), *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 def explain(run: subprocess.CompletedProcess[str]) -> str:
@@ -109,7 +112,7 @@ def test_without_the_conformance_extra_it_says_what_to_install(tmp_path: Path, m
         "from lightning_optimizer.conformance.cli import main\n"
         "raise SystemExit(main(['--impl=lightning_optimizer.reference']))\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert run.returncode == 2, explain(run)
     assert missing in run.stderr
     assert "pip install 'lightning-optimizer[conformance]'" in run.stderr, explain(run)

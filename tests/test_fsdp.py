@@ -16,6 +16,10 @@ import pytest
 
 from lightning_optimizer.reference import TrainingContext
 
+# A hang guard, never a speed check: the longest process here (two FSDP ranks saving a checkpoint) took 10 s on 2 cores
+# beside other jobs (load 3.5); 300 s is 30 times that.
+TIMEOUT_S = 300
+
 ONE_RANK = textwrap.dedent(
     """
     import os, socket
@@ -80,7 +84,7 @@ ONE_RANK = textwrap.dedent(
 
 def test_fsdp_internals_and_world_size_refusal_on_one_rank() -> None:
     """The unsharded parameters hold a window's unsynced sums; a state with an open window resumes only at its size."""
-    run = subprocess.run([sys.executable, "-c", ONE_RANK], capture_output=True, text=True, timeout=180)
+    run = subprocess.run([sys.executable, "-c", ONE_RANK], capture_output=True, text=True, timeout=TIMEOUT_S)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout + run.stderr
 
 
@@ -88,7 +92,9 @@ def test_sharded_checkpoint_resumes_at_another_world_size(tmp_path: Path) -> Non
     """Saved on 2 ranks after a real step, resumed on 1: a plain loop's result; an open window refused [FSDP-006]."""
     script = str(Path(__file__).with_name("fsdp_world_sizes.py"))
     for what in ("save", "load"):
-        run = subprocess.run([sys.executable, script, what, str(tmp_path)], capture_output=True, text=True, timeout=240)
+        run = subprocess.run(
+            [sys.executable, script, what, str(tmp_path)], capture_output=True, text=True, timeout=TIMEOUT_S
+        )
         assert run.returncode == 0, f"{what}: {run.stdout}{run.stderr[-3000:]}"
     distance, refused = run.stdout.strip().splitlines()[-1].removeprefix("distance ").split("; ")
     assert float(distance) < 1e-5, run.stdout

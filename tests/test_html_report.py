@@ -25,6 +25,9 @@ CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", 
 NO_CHROMIUM = (
     "unavailable here: no Chromium on PATH (make env installs Debian's chromium where it runs as root with apt-get)"
 )
+# A hang guard, never a speed check: each Chromium run took under 2 s on 2 cores beside other jobs (load 3.5); 120 s is
+# 60 times that.
+TIMEOUT_S = 120
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -161,7 +164,7 @@ def test_chromium_renders_the_matrix_and_its_colours(tmp_path: Path) -> None:
     path = tmp_path / "report.html"
     path.write_text(html_report.render(_document()), encoding="utf-8")
     browser = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([*browser, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run([*browser, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=TIMEOUT_S)
     assert dom.returncode == 0, dom.stderr[-3000:]
     _assert_report_page(_parsed(dom.stdout))
     shot = tmp_path / "report.png"
@@ -169,7 +172,7 @@ def test_chromium_renders_the_matrix_and_its_colours(tmp_path: Path) -> None:
         [*browser, "--window-size=1200,1400", f"--screenshot={shot}", path.as_uri()],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=TIMEOUT_S,
     )
     assert taken.returncode == 0 and shot.is_file(), taken.stderr[-3000:]
     pixels = (image.imread(shot)[..., :3] * 255).round().astype(int)

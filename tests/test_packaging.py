@@ -45,6 +45,9 @@ OPTIONAL_MODULES = {
     "lightning_optimizer.peers.accelerate": ("peers", "accelerate"),
 }
 
+# A hang guard, never a speed check: the longest step (a build, an install, a suite run) took 11 s on 2 cores beside
+# other jobs (load 3.5); 600 s is 55 times that.
+TIMEOUT_S = 600
 # Two fast checks of the suite for the installed console script.
 FAST_CHECKS = ("test_wrapper_surface", "test_true_steps_now")
 
@@ -53,7 +56,9 @@ _DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "PYT
 
 
 def _run(command: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    completed = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
+    completed = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+    )
     assert completed.returncode == 0, (
         f"{command} exited {completed.returncode}\n--- stdout\n{completed.stdout}\n--- stderr\n{completed.stderr}"
     )

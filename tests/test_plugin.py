@@ -46,6 +46,9 @@ RESULT_KEYS = {
     *("outcome", "reason", "observed", "duration_s"),
 }
 _LEAKY_ENV = ("LIGHTNING_OPTIMIZER_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
+# A hang guard on every suite run here, never a speed check: the longest, the batch of cases run in the background, took
+# 92 s on 2 cores beside the other runs and other jobs (load 3.5); the others up to 21 s. 1800 s is 20 times that.
+TIMEOUT_S = 1800
 
 Run = subprocess.CompletedProcess[str]
 
@@ -61,7 +64,7 @@ def _explain(run: Run) -> str:
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str]) -> Run:
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 class Background:
@@ -73,7 +76,7 @@ class Background:
             self.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err, text=True)
 
     def wait(self) -> Run:
-        code = self.process.wait(timeout=600)
+        code = self.process.wait(timeout=TIMEOUT_S)
         out, err = ((self.folder / name).read_text(encoding="utf-8") for name in ("stdout", "stderr"))
         return Run(self.process.args, code, out, err)
 

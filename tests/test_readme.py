@@ -13,6 +13,9 @@ from lightning_optimizer.spec import StepOutcome
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 LEAKY_ENV = ("LIGHTNING_OPTIMIZER_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTHONPATH")
+# A hang guard, never a speed check: the README's suite run took 15 s and its mypy run 20 s on 2 cores beside other jobs
+# (load 3.5), 32 s and 63 s with two more processes spinning beside them; 900 s is 14 times the longest.
+TIMEOUT_S = 900
 
 
 def test_quickstart_runs_with_the_cadences_it_describes() -> None:
@@ -38,12 +41,12 @@ def test_conformance_example_type_checks_and_passes_the_suite(tmp_path: Path) ->
     script = Path(sys.executable).with_name("lightning-optimizer-conformance")
     checks = "static_surface or configured_clipping or wrapper_surface"
     command = [str(script), "--impl=my_conformance", "--devices=cpu", "-k", checks, "--report-md=conformance.md"]
-    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert run.returncode == 0, f"exit {run.returncode}:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"
     assert re.search(r"^SURFACE\s+ok\s+ok", run.stdout, flags=re.MULTILINE), run.stdout[-6000:]
     markdown = (tmp_path / "conformance.md").read_text(encoding="utf-8")
     assert "test_configured_clipping" in markdown and "test_static_surface" in markdown
     # The README's own mypy command, in the cache test_static_surface's run used (MYPY_CACHE_DIR, tests/conftest.py).
     mypy = [sys.executable, "-m", "mypy", "--strict", "--config-file=", "my_conformance.py"]
-    typed = subprocess.run(mypy, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    typed = subprocess.run(mypy, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert typed.returncode == 0, f"mypy --strict rejects the README's example:\n{typed.stdout}{typed.stderr}"

@@ -16,6 +16,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 _LEAKY_ENV = ("LIGHTNING_OPTIMIZER_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 
+# A hang guard, never a speed check: the suite run here took 13 s on 2 cores beside other jobs (load 3.5); 600 s is 46
+# times that.
+TIMEOUT_S = 600
 MUTANT = "mutants.second_context_may_wrap"
 CHECK = "test_wrap_of_an_optimizer_another_context_wraps"
 CALL = "second.wrap(optimizer) of an optimizer that a first, live context wraps"
@@ -43,7 +46,7 @@ def test_unrefused_call_names_the_call_and_the_requirement(tmp_path: Path) -> No
         "no:cacheprovider",
         "-q",
     ]
-    run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     output = run.stdout + run.stderr
     assert run.returncode == 1, f"exit {run.returncode}, expected 1 (the check fails)\n{output[-6000:]}"
     assert MESSAGE in output, f"the failure does not name the call and its requirement:\n{output[-6000:]}"

@@ -29,6 +29,9 @@ from lightning_optimizer.spec import PRECISIONS
 
 REPO = Path(__file__).resolve().parents[1]
 _LEAKY_ENV = ("LIGHTNING_OPTIMIZER_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
+# A hang guard, never a speed check: the batch of suite runs here took 9 s on 2 cores beside other jobs (load 3.5);
+# 600 s is 69 times that.
+TIMEOUT_S = 600
 DECLARED = "the wrapper has no backward; call loss.backward() instead"
 """The reason ``plugin_impls.broken_wrapper:declared_info`` declares."""
 FAILURE = "NoBackwardWrapper does not match OptimizerWrapper: backward: missing"
@@ -76,7 +79,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Reported]:
     env = {key: value for key, value in os.environ.items() if key not in _LEAKY_ENV}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "tests"), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "plugin_impls.run_many", str(folder / "cases.json"), str(folder / "out.json")]
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert (folder / "out.json").is_file(), done.stdout[-4000:] + done.stderr[-4000:]
     outputs = json.loads((folder / "out.json").read_text(encoding="utf-8"))
     reported = {}
