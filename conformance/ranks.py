@@ -36,8 +36,15 @@ from lightning_optimizer.spec import Cell
 
 __all__ = ["RankCrashWarning", "RankFailure", "RankPool"]
 
-ANSWER_TIMEOUT_S = 120.0
-START_TIMEOUT_S = 120.0
+ANSWER_TIMEOUT_S = 300.0
+"""How long the pool waits for a scenario's answer: a hang guard (the longest answer seen on a loaded 2-core machine
+took about 10 s)."""
+START_TIMEOUT_S = 300.0
+"""How long the pool waits for its ranks to start: a hang guard (at most about 5 s on a loaded 2-core machine)."""
+PROCESS_GROUP_TIMEOUT_S = 600.0
+"""torch.distributed's own timeout in each rank: above the pool's answer timeout, so that the pool reports a hang first."""
+REAP_TIMEOUT_S = 60.0
+"""How long a killed rank may take to be reaped (the join returns as soon as it is gone)."""
 FAILED_GRACE_S = 2.0
 """How long the ranks of a failed pool get to leave by themselves before they are killed: one may hang for good."""
 LOG_TAIL_LINES = 40
@@ -130,7 +137,9 @@ def _serve(
         scenarios = importlib.import_module(module)
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank))
         os.environ["WORLD_SIZE"] = str(world_size)
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
+        dist.init_process_group(
+            backend, rank=rank, world_size=world_size, timeout=timedelta(seconds=PROCESS_GROUP_TIMEOUT_S)
+        )
         infos = {impl: load_implementation(impl).info}
         answers.put((rank, "ready", None))
     except BaseException:
@@ -217,7 +226,7 @@ class RankPool:
         for process in self._processes:
             if process.is_alive():
                 process.kill()
-                process.join(timeout=10)
+                process.join(timeout=REAP_TIMEOUT_S)
         self._processes, self._requests, self._answers = [], [], None
         if self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)

@@ -646,6 +646,63 @@ def test_an_optimizer_declaring_evaluates_closure_is_refused_accumulation(
     assert ran == [], "the refused step() ran its closure (CLOS-002: refused before the closure runs)"
 
 
+_EVALUATORS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
+    "LBFGS": lambda params: torch.optim.LBFGS(params, lr=0.1, max_iter=3),
+    **DECLARATIONS,
+}
+"""torch's LBFGS and an optimizer declaring ``evaluates_closure`` (class or instance): each evaluates the closure."""
+
+
+@pytest.mark.requirement("CLOS-002", "FAIL-005")
+@pytest.mark.features("closure_evaluating_optimizers")
+@pytest.mark.cells(devices=("cpu", "cuda"), precisions=UNSCALED_PRECISIONS)  # XLA would add compile time only
+@pytest.mark.parametrize("evaluator", list(_EVALUATORS))
+@pytest.mark.parametrize("at", [1, 2], ids=["first-evaluation", "second-evaluation"])
+@pytest.mark.varies(
+    optimizer=("LBFGS", "step(closure) recorded"),
+    faults=("invalid argument",),
+    call_form=("closure, wrapper.backward",),
+)
+def test_an_evaluating_optimizers_closure_must_return_the_loss(
+    make_context: MakeContext, cell: Cell, evaluator: str, at: int
+) -> None:
+    """The closure of an optimizer that evaluates it itself returns ``None`` in one evaluation: ``TypeError``.
+
+    The error says the closure must return the loss (not the optimizer's own ``float(None)``), and the call changes
+    nothing (FAIL-005): parameters, gradients and the optimizer's state as before; the next step works.
+    """
+    batches = make_batches(2, seed=33)
+    context = make_context()
+    model = context.prepare_module(make_model(seed=34))
+    wrapper = context.wrap(_EVALUATORS[evaluator](model.parameters()))
+    inner = closure_of(context, wrapper, model, batches[0], cell)
+    wrapper.step(inner, make_optimizer_step=True)  # a history (LBFGS) or a state to keep
+    calls: list[int] = []
+
+    def closure() -> torch.Tensor | None:
+        calls.append(1)
+        loss = inner()
+        return None if len(calls) == at else loss
+
+    values = param_values(model.parameters())
+    held = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    state = copy.deepcopy(wrapper.optimizer.state_dict())
+    what = f"{evaluator}'s step(closure) whose closure returns None in evaluation {at}"
+    with refuses(TypeError, what, "CLOS-002: the closure of an evaluating optimizer must return the loss") as raised:
+        wrapper.step(closure, make_optimizer_step=True)
+    message = str(raised.value)
+    assert "return" in message.lower(), f"{what} raised {message!r}: say that the closure must return the loss"
+    assert len(calls) >= at, f"{what}: the closure ran {len(calls)} times (check precondition)"
+    for name, (value, now) in enumerate(zip(values, param_values(model.parameters()), strict=True)):
+        assert torch.equal(value, now), f"{what}: parameter {name} changed (FAIL-005: nothing changes)"
+    for name, (grad, param) in enumerate(zip(held, model.parameters(), strict=True)):
+        same = param.grad is None if grad is None else param.grad is not None and torch.equal(param.grad, grad)
+        assert same, f"{what}: the gradient of parameter {name} changed (FAIL-005: nothing changes)"
+    assert str(wrapper.optimizer.state_dict()) == str(state), f"{what}: the optimizer's state changed (FAIL-005)"
+    wrapper.step(closure_of(context, wrapper, model, batches[1], cell), make_optimizer_step=True)
+    assert wrapper.last_outcome is StepOutcome.STEPPED, f"the step after {what}: {wrapper.last_outcome}"
+
+
 @pytest.mark.requirement("HOOK-002", "HOOK-003", "HOOK-001", "CLOS-004")
 @pytest.mark.features("hooks", "closure_evaluating_optimizers")
 @pytest.mark.cells(precisions=UNSCALED_PRECISIONS)

@@ -27,9 +27,19 @@ from torch.amp.grad_scaler import GradScaler
 
 from lightning_optimizer.conformance.assertions import assert_unchanged, snapshot
 from lightning_optimizer.conformance.checkpointing import through_a_checkpoint
-from lightning_optimizer.conformance.failure_rigs import EAGER, GROWING, FailurePlan, Rig, run_epoch
+from lightning_optimizer.conformance.failure_rigs import (
+    EAGER,
+    GROWING,
+    KINDS,
+    SGD_LR,
+    FailurePlan,
+    Kind,
+    Rig,
+    run_epoch,
+)
 from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
+    FlakySGD,
     PlannedFailure,
     cell_device,
     cell_dtype,
@@ -37,6 +47,7 @@ from lightning_optimizer.conformance.harness import (
     make_batches,
     refuses,
 )
+from lightning_optimizer.conformance.zeroing_rig import ZeroRig
 from lightning_optimizer.spec import Cell, GradScalerSettings, ImplementationInfo, StepOutcome, TrainingContext
 
 MakeContext = Callable[..., TrainingContext]
@@ -484,12 +495,51 @@ def _unscale_fails(when: str, fired: list[str]) -> Iterator[None]:
 
 
 _POLICY_RETRIES = (
-    pytest.param("discard", "none", id="discard"),
+    pytest.param("discard", "none", id="discard-next-batch"),
+    pytest.param("discard", "same-batch", id="discard-new-window-now"),
     pytest.param("restore", "unscale-again", id="restore-unscale-again", marks=pytest.mark.features("exact_restore")),
     pytest.param("restore", "step", id="restore-step", marks=pytest.mark.features("exact_restore")),
 )
-"""Each policy with what follows the failure: nothing under ``"discard"`` (the window is gone), a retry under
-``"restore"``: ``unscale_gradients()`` again then the closing ``step()``, or that ``step()`` alone."""
+"""Each policy with what follows the failure. ``"discard"``: the next window starts at the next batch, or at once (a
+backward and the closing step in the same batch: the iteration's scaler record of the optimizer must be gone).
+``"restore"``: ``unscale_gradients()`` again (its gradients inspected) then the closing ``step()``, or that ``step()``
+alone."""
+
+
+class _TwoGroups:
+    """An optimizer whose first parameter is in a group of its own, the others in a second with half the rate."""
+
+    def __init__(self, params: Any, **hyper: Any) -> None:
+        params = list(params)
+        second = {"params": params[1:], "lr": hyper["lr"] / 2}
+        super().__init__([{"params": params[:1]}, second], **hyper)  # type: ignore[call-arg]
+
+
+class _TwoGroupFlakySGD(_TwoGroups, FlakySGD):
+    """The flaky SGD in two parameter groups."""
+
+
+class _TwoGroupSGD(_TwoGroups, torch.optim.SGD):
+    """The oracle's SGD in the same two groups."""
+
+
+_GROUPS: dict[int, Kind] = {1: KINDS["SGD"], 2: (_TwoGroupFlakySGD, _TwoGroupSGD, {"lr": SGD_LR})}
+
+
+def _prepared(
+    window: list[torch.Tensor | None], scale: float, divisor: int, length: int, clip: float | None
+) -> list[torch.Tensor | None]:
+    """The window's gradients as its preparation leaves them, worked from its summed, scaled ones by hand.
+
+    Each micro-step's loss was divided by ``divisor`` and multiplied by ``scale``: the mean is the sum times
+    ``divisor / length``, unscaled by ``1 / scale``; then clipped by total norm to ``clip`` as ``clip_grad_norm_`` does.
+    """
+    mean = [None if grad is None else grad.double() * divisor / (length * scale) for grad in window]
+    if clip is not None:
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in mean if g is not None]))
+        factor = min(1.0, clip / (float(norm) + 1e-6))
+        mean = [None if grad is None else grad * factor for grad in mean]
+    return mean
 
 
 @pytest.mark.requirement("FAIL-007", "FAIL-003", "FAIL-004", "CLIP-002", "AMP-002", "ACC-001")
@@ -498,35 +548,52 @@ _POLICY_RETRIES = (
 @pytest.mark.parametrize("held", [0, 1, 3], ids=["window-of-1", "cut-short-2", "full-4"])
 @pytest.mark.parametrize("when", ["before", "after"], ids=["fails-before-unscaling", "fails-after-unscaling"])
 @pytest.mark.parametrize("clip", [None, 2e-4], ids=["no-clip", "clip-norm"])
+@pytest.mark.parametrize("groups", [1, 2], ids=["1-group", "2-groups"])
 @pytest.mark.varies(
     on_failure=("discard", "restore"),
     faults=("loss scaler's unscale_ raising before unscaling", "loss scaler's unscale_ raising after unscaling"),
-    window=("1 micro-step", "k >= 2 micro-steps", "cut short by True"),
+    window=("1 micro-step", "k >= 2 micro-steps", "cut short by True", "open while another optimizer steps"),
     clipping=("norm", "unscale_gradients() by hand"),
     loss_scale=("settings given to the factory",),
     wrappers=("2",),
+    param_groups=("1", "2 with other hyper-parameters"),
     position=("inside batch()",),
     call_form=("closure, wrapper.backward", "backward, then step()"),
 )
 def test_a_failed_unscale_gradients_follows_the_policy(
-    make_context: MakeContext, cell: Cell, on_failure: str, retry: str, held: int, when: str, clip: float | None
+    make_context: MakeContext,
+    cell: Cell,
+    on_failure: str,
+    retry: str,
+    held: int,
+    when: str,
+    clip: float | None,
+    groups: int,
 ) -> None:
     """16-mixed, ``accumulate_grad_batches=4``: ``unscale_gradients()`` fails halfway through the preparation.
 
     Wrapper ``a`` accumulates ``held`` micro-steps, backpropagates its closing micro-step and calls
     ``unscale_gradients()``, whose loss scaler raises (before it unscales, or after). The preparation has begun (the
     window's mean of a window cut short is written in place first), so under ``"discard"`` the window is discarded
-    (FAIL-003) and the next one is exact; under ``"restore"`` it is exactly as before the call, not prepared, and a
-    retry (``unscale_gradients()`` again then the closing ``step()``, or the closing ``step()`` alone) applies the
-    recipe's step: the mean once, unscaled once [FAIL-007]. Wrapper ``b`` steps every batch; its windows are never
-    touched. The scale stays (``growth_interval`` is torch's): the plain loop does not rescale open windows.
+    (FAIL-003) and the next one is exact, also when it starts in the same iteration; under ``"restore"`` it is
+    exactly as before the call, not prepared, and a retried ``unscale_gradients()`` leaves the window's mean,
+    unscaled once and clipped (worked by hand from the gradients before the failure), which the closing ``step()``
+    applies [FAIL-007]. Wrapper ``b`` accumulates windows of 2 micro-steps (one is open when ``a`` fails after an odd
+    number of batches); its windows are never touched. The scale stays (``growth_interval`` is torch's): the plain
+    loop does not rescale open windows.
     """
     settings: dict[str, Any] = {"accumulate_grad_batches": 4, **failure_settings(on_failure)}
     if clip is not None:
         settings["gradient_clip_val"] = clip
-    batches = held + 3
-    scaler = GradScalerSettings(init_scale=2.0**10)
-    rig = Rig(make_context, cell, make_batches(batches, seed=71 + held), grad_scaler=scaler, **settings)
+    batches, scale = held + 3, 2.0**10
+    rig = Rig(
+        make_context,
+        cell,
+        make_batches(batches, seed=71 + held),
+        kinds=(_GROUPS[groups], "SGD"),
+        grad_scaler=GradScalerSettings(init_scale=scale),
+        **settings,
+    )
     a = rig.wrappers["a"]
     discard = on_failure == "discard"
     fired: list[str] = []
@@ -536,6 +603,7 @@ def test_a_failed_unscale_gradients_follows_the_policy(
                 rig.call("a", batch_idx)  # the schedule accumulates (the window is closed early below)
             elif batch_idx == held:
                 a.backward(rig.loss("a", batch_idx))
+                window = [None if p.grad is None else p.grad.clone() for p in rig.halves["a"].parameters()]
                 what = f"a.unscale_gradients() of a window of {held + 1} micro-step(s), unscale_ failing {when}"
                 with _unscale_fails(when, fired):
                     rig.fails(
@@ -549,19 +617,89 @@ def test_a_failed_unscale_gradients_follows_the_policy(
                     f"{what}: torch.amp.GradScaler.unscale_ was not called with the window's optimizer, so the "
                     "planted fault never fired (AMP-001, AMP-002: the scaler unscales the window)"
                 )
-                if not discard:
-                    if retry == "unscale-again":
-                        a.unscale_gradients()
+                if retry == "unscale-again":
+                    a.unscale_gradients()
+                    want = _prepared(window, scale, 4, held + 1, clip)
+                    for index, (param, grad) in enumerate(zip(rig.halves["a"].parameters(), want, strict=True)):
+                        ok = (
+                            grad is None
+                            if param.grad is None
+                            else grad is not None and torch.allclose(param.grad.double(), grad, rtol=1e-4, atol=1e-9)
+                        )
+                        assert ok, (
+                            f"after {what} (restore), a second unscale_gradients() left parameter {index}'s gradient "
+                            "other than the window's mean, unscaled once and clipped (FAIL-007, CLIP-002)"
+                        )
+                if retry == "same-batch":
+                    a.backward(rig.loss("a", batch_idx))  # a new window, closed in the same iteration
+                if retry != "none":
                     a.step(make_optimizer_step=True)
-                    assert a.last_outcome is S, f"{what}: the retry's step gave {a.last_outcome}, expected {S}"
+                    assert a.last_outcome is S, f"{what}: the step after it gave {a.last_outcome}, expected {S}"
             else:
                 rig.call("a", batch_idx)  # the next window, closed by the schedule or the epoch's last batch
-            rig.call("b", batch_idx, make_step=True)
-    first = () if discard else (tuple(range(held + 1)),)
-    rig.train_oracle({"a": [*first, tuple(range(held + 1, batches))], "b": [(i,) for i in range(batches)]})
+            rig.call("b", batch_idx, make_step=batch_idx % 2 == 1 or batch_idx == batches - 1)
+    first = [] if retry == "none" else [(held,)] if discard else [tuple(range(held + 1))]
+    b_windows = [tuple(range(i, min(i + 2, batches))) for i in range(0, batches, 2)]
+    rig.train_oracle({"a": [*first, tuple(range(held + 1, batches))], "b": b_windows})
     rig.assert_oracle(
         f"after a.unscale_gradients() failed {when} unscaling a window of {held + 1} ({on_failure}, then {retry})"
     )
+
+
+@pytest.mark.requirement("FAIL-007", "ZERO-007", "ZERO-005", "FAIL-003", "FAIL-004")
+@pytest.mark.features("user_zero_grad")
+@pytest.mark.cells(devices=EAGER, precisions=("16-mixed",))
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
+@pytest.mark.parametrize("when", ["before", "after"], ids=["fails-before-unscaling", "fails-after-unscaling"])
+@pytest.mark.varies(
+    on_failure=("discard", "restore"),
+    faults=("loss scaler's unscale_ raising before unscaling", "loss scaler's unscale_ raising after unscaling"),
+    zero_grad_after_step=("False",),
+    window=("carrying the last step's gradients", "k >= 2 micro-steps"),
+    param_groups=("2 with other hyper-parameters",),
+    wrappers=("2",),
+    clipping=("unscale_gradients() by hand",),
+)
+def test_a_failed_unscale_gradients_of_a_carrying_window(
+    make_context: MakeContext, cell: Cell, on_failure: str, when: str
+) -> None:
+    """``zero_grad_after_step=False``: a window that carries the last step's gradients fails in ``unscale_gradients()``.
+
+    Under ``"discard"`` the carried part goes with the window (ZERO-007): the new window, stepped in the same
+    iteration, applies its own mean alone; under ``"restore"`` the window is back with its carried part, and the
+    closing step applies both [FAIL-007]. Every step against the plain loop that leaves zeroing to the user.
+    """
+    rig = ZeroRig(
+        make_context,
+        cell,
+        zero_grad_after_step=False,
+        accumulate=2,
+        grad_scaler=GradScalerSettings(init_scale=2.0**10),
+        on_failure=on_failure,  # type: ignore[arg-type]
+    )
+    a = rig.wrappers["a"]
+    with rig.batch(0):
+        rig.step("a", 0, True)  # a taken step: its gradients are left for the next window to carry
+        rig.step("b", 0, True)
+    with rig.batch(1):
+        rig.step("a", 1, False)  # the window's first micro-step takes them
+        rig.step("b", 1, False)
+    with rig.batch(2):
+        rig.plain.backward("a", rig.plain_loss("a", 2))
+        a.backward(rig.loss("a", 2))
+        fired: list[str] = []
+        what = f"a.unscale_gradients() of a window carrying the last step's gradients, unscale_ failing {when}"
+        with _unscale_fails(when, fired), refuses(PlannedFailure, what, "FAIL-007: the exception propagates"):
+            a.unscale_gradients()
+        assert fired == [when], f"{what}: torch.amp.GradScaler.unscale_ was not called (AMP-001, AMP-002)"
+        if on_failure == "discard":
+            rig.plain.discard("a")
+            rig.step("a", 2, True)  # a new window of one micro-step, closed in the same iteration
+        else:
+            a.step(make_optimizer_step=True)
+            rig.after_call("a", True, f"the closing step() after {what}")
+        rig.step("b", 2, True)
+    rig.assert_params(f"after {what} ({on_failure})")
 
 
 # -- FAIL-004: restore returns to the last successful call ---------------------------------------------------

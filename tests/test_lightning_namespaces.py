@@ -212,7 +212,7 @@ def signature_of(function: Any) -> list[tuple[str, str]]:
 
 def test_the_twin_stub_declares_the_built_package() -> None:
     """``reference/pytorch_lightning.pyi`` (what mypy sees of the twin): the package's names, each class on the
-    standalone class it subclasses, with the constructor it has and the public properties it adds."""
+    standalone class it subclasses, with the constructor it has and the public members it adds (every one of them)."""
     import pytorch_lightning.accelerators
     import pytorch_lightning.plugins.precision
     import pytorch_lightning.strategies
@@ -235,13 +235,31 @@ def test_the_twin_stub_declares_the_built_package() -> None:
         (base,) = node.bases
         assert isinstance(base, ast.Name)
         assert issubclass(real, bases[base.id]), f"{name} does not subclass {base.id}"
+        declared = set()
         for member in node.body:
             if isinstance(member, ast.FunctionDef) and member.name == "__init__":
                 assert parameters(member.args) == signature_of(real.__init__), name
             elif isinstance(member, ast.FunctionDef):
-                assert isinstance(inspect.getattr_static(real, member.name), property), f"{name}.{member.name}"
+                declared.add(member.name)
+                static = inspect.getattr_static(real, member.name)
+                decorators = {ast.unparse(decorator) for decorator in member.decorator_list}
+                kind = classmethod if "classmethod" in decorators else property if "property" in decorators else None
+                if kind is None:
+                    assert inspect.isfunction(static), f"{name}.{member.name} is not a method"
+                else:
+                    assert isinstance(static, kind), f"{name}.{member.name} is not a {kind.__name__}"
             elif isinstance(member, ast.AnnAssign) and isinstance(member.target, ast.Name):
+                declared.add(member.target.id)
                 assert hasattr(real(), member.target.id), f"{name}.{member.target.id}"
+        # Every public member the reference adds to the Lightning class (not an override of one it has) is declared.
+        added = {
+            attribute
+            for klass in real.__mro__
+            if klass.__module__.startswith(package.__name__)
+            for attribute in vars(klass)
+            if not attribute.startswith("_") and not hasattr(bases[base.id], attribute)
+        }
+        assert added <= declared, f"{name}: public members the stub does not declare: {sorted(added - declared)}"
 
 
 # -- each package where only the other Lightning is installed ------------------------------------------------------
