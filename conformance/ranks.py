@@ -42,7 +42,7 @@ took about 10 s)."""
 START_TIMEOUT_S = 300.0
 """How long the pool waits for its ranks to start: a hang guard (at most about 5 s on a loaded 2-core machine)."""
 PROCESS_GROUP_TIMEOUT_S = 600.0
-"""torch.distributed's own timeout in each rank: above the pool's answer timeout, so that the pool reports a hang first."""
+"""torch.distributed's own timeout in each rank: above the pool's answer timeout, so the pool reports a hang first."""
 REAP_TIMEOUT_S = 60.0
 """How long a killed rank may take to be reaped (the join returns as soon as it is gone)."""
 FAILED_GRACE_S = 2.0
