@@ -136,6 +136,8 @@ BLIND_BATCHES: Mapping[str, str] = MappingProxyType(
         "(contract 2026.12.8) by someone who had not read the checks",
         "batch 3": "blind batch 3: 22 mutants written from contract 2026.12.9's text (ZERO-003 to ZERO-007, PREC-001, "
         "PREC-002, ERR-007) by someone who had not read the checks",
+        "batch 4": "blind batch 4: 17 mutants written from contract 2026.12.10's text (FAIL-007, CLOS-002, ERR-005, "
+        "CTX-002) by someone who had not read the checks",
     }
 )
 """The blind batches: mutants written from the spec text by someone who had not read the checks, and what each was.
