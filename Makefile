@@ -112,8 +112,8 @@ dimensions: env
 audit: env
 	$(MAKE) --no-print-directory -j2 --output-sync=target mutation independent
 
-# Runs the suite against every broken implementation in tests/mutants: prints the kill rate per requirement
-# group, writes reports/mutation.json, and fails if any mutant survives.
+# Runs the suite against every broken implementation in tests/mutants/<family>/, on the checks each one declares:
+# prints the kill rate per requirement group, writes reports/mutation.json, and fails if any mutant survives.
 mutation: env
 	$(BIN)/pytest tests/test_mutants.py -q --mutation-report=$(REPORTS)/mutation.json
 

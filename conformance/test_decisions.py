@@ -2,8 +2,8 @@
 
 The contract's text left these questions open, and an implementation written from it could read them either way.
 Each check here passes the reading the contract chose and fails the other one; the broken implementations in
-``tests/mutants`` that take the other reading show it (the ``MUTANTS`` table names them). Expected values come from a
-plain-PyTorch loop written beside the check, or are worked by hand.
+``tests/mutants`` that take the other reading show it (each one's ``MUTANT`` names the checks that catch it). Expected
+values come from a plain-PyTorch loop written beside the check, or are worked by hand.
 """
 
 from __future__ import annotations

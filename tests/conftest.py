@@ -1,5 +1,8 @@
 """The mutation report of ``tests/test_mutants.py``: a kill-rate table per requirement group, and a JSON file.
 
+The table ends with the blind batches' mutants (``blind``); the JSON gives each mutant's ``blind`` batch and the
+kill rate per batch.
+
 Also: the Lightning tests run in the namespace ``LIGHTNING_NAMESPACE`` names (``lightning``, the default, or
 ``pytorch_lightning``: see ``lightning_scenarios/namespace.py``; the report's header says which); tests marked
 ``xla_device`` bring torch_xla's device up before any test runs (``start_xla_early``), and the
@@ -86,28 +89,36 @@ def _one_mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def mutation_verdicts(pytestconfig: pytest.Config) -> dict[str, dict[str, Any]]:
-    """Mutant name -> ``{"requirement", "cells", "status", "caught_by", "detail"}``, filled by the meta-test."""
+    """Mutant name -> ``{"requirement", "blind", "cells", "status", "caught_by", "detail"}``, from the meta-test.
+
+    The name is the module's under ``mutants`` (``amp.unscaled_twice``); ``blind`` the blind batch that wrote it, or
+    ``None``.
+    """
     return pytestconfig.stash.setdefault(VERDICTS, {})
 
 
+def _tally(mutants: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many of ``mutants`` there are, ran here, were killed, and the kill rate of those that ran."""
+    ran = [m for m in mutants if m["status"] != UNAVAILABLE]
+    killed = sum(m["killed"] for m in ran)
+    return {"mutants": len(mutants), "run": len(ran), "killed": killed, "kill_rate": killed / len(ran) if ran else None}
+
+
 def mutation_report(verdicts: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The report: totals, the kill rate of each requirement group, and every mutant's verdict."""
+    """The report: totals, the kill rate of each requirement group and of the blind batches, every mutant's verdict."""
     mutants = [
         {"name": name, "group": requirement_group(verdict["requirement"]), "killed": verdict["status"] == KILLED}
         | verdict
         for name, verdict in sorted(verdicts.items())
     ]
-    groups: dict[str, dict[str, Any]] = {}
-    for group in sorted({requirement_group(rule_id) for rule_id in REQUIREMENTS}):
-        of_group = [m for m in mutants if m["group"] == group]
-        ran = [m for m in of_group if m["status"] != UNAVAILABLE]
-        killed = sum(m["killed"] for m in ran)
-        groups[group] = {
-            "mutants": len(of_group),
-            "run": len(ran),
-            "killed": killed,
-            "kill_rate": killed / len(ran) if ran else None,
-        }
+    groups = {
+        group: _tally([m for m in mutants if m["group"] == group])
+        for group in sorted({requirement_group(rule_id) for rule_id in REQUIREMENTS})
+    }
+    blind = [m for m in mutants if m.get("blind") is not None]
+    batches = {
+        batch: _tally([m for m in blind if m["blind"] == batch]) for batch in sorted({m["blind"] for m in blind})
+    }
     ran = [m for m in mutants if m["status"] != UNAVAILABLE]
     killed = sum(m["killed"] for m in ran)
     return {
@@ -119,6 +130,7 @@ def mutation_report(verdicts: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "unavailable": [m["name"] for m in mutants if m["status"] == UNAVAILABLE],
         "kill_rate": killed / len(ran) if ran else None,
         "groups": groups,
+        "blind": _tally(blind) | {"batches": batches},
     }
 
 
@@ -127,7 +139,7 @@ def _rate(value: float | None) -> str:
 
 
 def render_table(report: dict[str, Any]) -> list[str]:
-    """The kill rate per requirement group, then the totals and any survivor."""
+    """The kill rate per requirement group, then the totals, the blind batches' mutants, and any survivor."""
     lines = [f"{'group':<10}{'mutants':>8}{'run':>6}{'killed':>8}{'rate':>7}"]
     for group, row in report["groups"].items():
         note = "" if row["mutants"] else "  no mutant breaks this group"
@@ -137,6 +149,12 @@ def render_table(report: dict[str, Any]) -> list[str]:
     lines.append(
         f"{'all':<10}{report['total']:>8}{report['run']:>6}{report['killed']:>8}{_rate(report['kill_rate']):>7}"
     )
+    blind = report["blind"]
+    if blind["mutants"]:
+        lines.append(
+            f"{'blind':<10}{blind['mutants']:>8}{blind['run']:>6}{blind['killed']:>8}{_rate(blind['kill_rate']):>7}"
+            "  written from the spec text alone (mutants._declared.BLIND_BATCHES)"
+        )
     for mutant in report["mutants"]:
         if mutant["status"] == SURVIVED:
             lines.append(f"survived: {mutant['name']} ({mutant['requirement']}): {mutant['detail'][:300]}")

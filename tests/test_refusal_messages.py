@@ -1,6 +1,6 @@
 """A check whose call is not refused says which call should have raised, and which rule says so.
 
-The suite runs against a mutant that accepts what the contract refuses (``mutants.second_context_may_wrap``: a
+The suite runs against a mutant that accepts what the contract refuses (``mutants.err.second_context_may_wrap``: a
 second live context may wrap an optimizer that the first wraps, ERR-010). The failure, in pytest's output and in
 the report's reason, names the call and the requirement rather than only pytest's ``DID NOT RAISE``.
 """
@@ -19,7 +19,7 @@ _LEAKY_ENV = ("LIGHTNING_OPTIMIZER_IMPL", "PYTEST_ADDOPTS", "PYTEST_PLUGINS", "P
 # A hang guard, never a speed check: the suite run here took 13 s on 2 cores beside other jobs (load 3.5); 600 s is 46
 # times that.
 TIMEOUT_S = 600
-MUTANT = "mutants.second_context_may_wrap"
+MUTANT = "mutants.err.second_context_may_wrap"
 CHECK = "test_wrap_of_an_optimizer_another_context_wraps"
 CALL = "second.wrap(optimizer) of an optimizer that a first, live context wraps"
 MESSAGE = f"{CALL} did not raise ValueError (ERR-010: "

@@ -1,0 +1,35 @@
+"""ACC-003 broken: the last partial window of an epoch is dropped, not flushed.
+
+``is_last`` is ignored when deciding to step, and the epoch's end throws away whatever is still accumulated, as
+a loop with ``drop_last``-style accumulation does: the last micro-batches of the epoch never reach a step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from typing_extensions import override
+
+from lightning_optimizer.spec import ImplementationInfo
+from mutants._base import MutantContext, mutant_info
+from mutants._declared import ORACLE_PROPERTY, Mutant
+
+MUTANT = Mutant("ACC-003", ["test_schedule_flushes_last_partial_window", ORACLE_PROPERTY])
+
+
+class Context(MutantContext):
+    @override
+    @contextmanager
+    def batch(self, batch_idx: int, *, is_last: bool = False) -> Iterator[None]:
+        with super().batch(batch_idx):
+            yield
+        if is_last:
+            for window in self.windows:
+                if window.length:
+                    window.optimizer.zero_grad(set_to_none=True)
+                    window.length = 0
+
+
+def conformance_info() -> ImplementationInfo[Context]:
+    return mutant_info(Context, __name__)
