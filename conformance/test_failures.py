@@ -1,4 +1,4 @@
-"""Checks of the failure policy (FAIL-001 to FAIL-006): what a ``step()`` that raises leaves behind.
+"""Checks of the failure policy (FAIL-001 to FAIL-007): what a call that raises leaves behind.
 
 ``on_failure="discard"`` (the default) discards the window of a call that failed after one of its backwards wrote
 into it, or in its real step; ``"restore"`` (the feature ``"exact_restore"``) puts it back exactly. Under both, a

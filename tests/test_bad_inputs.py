@@ -370,6 +370,9 @@ def test_a_transaction_that_cannot_begin_leaves_the_call_unstarted(policy: str) 
         def begin(self, *args: Any, **kwargs: Any) -> Any:
             raise MemoryError("no memory for the transaction")
 
+        def begin_preparation(self, *args: Any, **kwargs: Any) -> Any:
+            raise MemoryError("no memory for the transaction")
+
     def closure() -> torch.Tensor:
         loss: torch.Tensor = model(x).square().mean()
         optimizer.backward(loss)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import FailurePolicyRule, Transaction
+from lightning_optimizer.reference.failure import FailurePolicyRule, PreparationTransaction, Transaction
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 from mutants._declared import Mutant
@@ -48,6 +48,9 @@ class _WithoutRollback:
         if call.window.evaluates_closure and call.real:
             return _NoRollback()
         return self._policy.begin(call, tensors, stash=stash, in_place=in_place)
+
+    def begin_preparation(self, tensors: Sequence[torch.Tensor], *, changes: bool) -> PreparationTransaction:
+        return self._policy.begin_preparation(tensors, changes=changes)
 
 
 class Context(MutantContext):

@@ -13,7 +13,12 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import FailurePolicyRule, ParameterRollback, Transaction
+from lightning_optimizer.reference.failure import (
+    FailurePolicyRule,
+    ParameterRollback,
+    PreparationTransaction,
+    Transaction,
+)
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 from mutants._declared import Mutant
@@ -36,6 +41,9 @@ class _WithShallowRollback:
         if call.window.evaluates_closure and call.real:
             return _ShallowRollback(call.window.optimizer)
         return self._policy.begin(call, tensors, stash=stash, in_place=in_place)
+
+    def begin_preparation(self, tensors: Sequence[torch.Tensor], *, changes: bool) -> PreparationTransaction:
+        return self._policy.begin_preparation(tensors, changes=changes)
 
 
 class Context(MutantContext):

@@ -10,7 +10,7 @@ Plausible: one ``ValueError("not an optimizer state")`` for every malformed inpu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from typing_extensions import override
@@ -31,10 +31,8 @@ MUTANT = Mutant(
 class OneErrorForEveryMalformedState(WrappedOptimizer[Any]):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        optimizer = self.optimizer
-        if type(optimizer).load_state_dict is torch.optim.Optimizer.load_state_dict and not isinstance(
-            state_dict, dict
-        ):
+        optimizer, given = self.optimizer, cast(object, state_dict)
+        if type(optimizer).load_state_dict is torch.optim.Optimizer.load_state_dict and not isinstance(given, dict):
             name = type(optimizer).__name__
             raise ValueError(  # the defect: ValueError, where the contract says TypeError
                 f"{name}.load_state_dict expects the dict that {name}.state_dict() returns, got "

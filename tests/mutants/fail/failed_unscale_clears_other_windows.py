@@ -48,6 +48,7 @@ class DiscardEverything(Discard):
         every = [tensor for window in context.windows.all for tensor in context.parts.parallel.window_tensors(window)]
         return PreparationTransaction(every, keep=False)  # the defect: every window's tensors, not the failing one's
 
+    @override
     def __getstate__(self) -> dict[str, Any]:
         return {}
 

@@ -60,6 +60,7 @@ class FirstGroupRestore(Restore):
                 first_group = window.optimizer.param_groups[0]["params"]
         return FirstGroupPreparationTransaction(tensors, first_group)
 
+    @override
     def __getstate__(self) -> dict[str, Any]:
         return {}
 
