@@ -20,9 +20,12 @@ from mutants._declared import Mutant
 
 MUTANT = Mutant(
     "ERR-005",
-    [  # a list: torch's own ``TypeError`` (list indices), which is the contract's
-        f"test_a_malformed_optimizer_state_is_refused[{row}]"
-        for row in ("{}", "a state without 'param_groups'", "a state without 'state'", "a dict of other keys", "None")
+    [  # not "a list": torch's own error for it is a TypeError (list indices), which the contract asks for
+        "test_a_malformed_optimizer_state_is_refused[{}]",
+        "test_a_malformed_optimizer_state_is_refused[a state without 'param_groups']",
+        "test_a_malformed_optimizer_state_is_refused[a state without 'state']",
+        "test_a_malformed_optimizer_state_is_refused[a dict of other keys]",
+        "test_a_malformed_optimizer_state_is_refused[None]",
     ],
 )
 
