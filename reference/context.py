@@ -417,8 +417,13 @@ class TrainingContext:
     def _prepare_between_calls(self, window: Window, taking: Taking | None) -> None:
         """``unscale_gradients()`` outside a ``step()``: the preparation in a transaction of the policy [FAIL-007]."""
         parts = self.parts
-        changes = parts.preparation.changes(self, window)
-        transaction = parts.failure.begin_preparation(parts.parallel.window_tensors(window), changes=changes)
+        try:
+            changes = parts.preparation.changes(self, window)
+            transaction = parts.failure.begin_preparation(parts.parallel.window_tensors(window), changes=changes)
+        except BaseException:  # nothing was prepared (a copy for the transaction failed): the window as it was
+            if taking is not None:
+                parts.zeroing.untake(window, taking)
+            raise
         try:
             parts.preparation.prepare(self, window)
         except BaseException as error:

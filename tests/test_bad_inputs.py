@@ -393,3 +393,42 @@ def test_a_transaction_that_cannot_begin_leaves_the_call_unstarted(policy: str) 
     for param, expected in zip(model.parameters(), plain.parameters(), strict=True):
         torch.testing.assert_close(param, expected)
     assert optimizer.last_outcome is StepOutcome.STEPPED
+
+
+@pytest.mark.parametrize("policy", ["discard", "restore"])
+def test_an_unscale_whose_transaction_cannot_begin_leaves_the_window(policy: str) -> None:
+    """``unscale_gradients()`` between calls, its transaction raising as it begins (out of memory copying the window),
+    with ``zero_grad_after_step=False`` and a window that takes the last step's gradients: nothing was prepared, so
+    the gradients are where the last step left them, the window is not prepared, and the call can be made again."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    context = TrainingContext(on_failure=policy, zero_grad_after_step=False)  # type: ignore[arg-type]
+    optimizer = context.wrap(torch.optim.SGD(model.parameters(), lr=0.5))
+    x = torch.randn(4, 3)
+
+    def closure() -> torch.Tensor:
+        loss: torch.Tensor = model(x).square().mean()
+        optimizer.backward(loss)
+        return loss
+
+    optimizer.step(closure)  # a taken step: its gradients stay for the next window to carry
+    left = [param.grad for param in model.parameters()]
+    real_failure = context.parts.failure
+
+    class CannotBegin:
+        name = real_failure.name
+
+        def begin(self, *args: Any, **kwargs: Any) -> Any:
+            return real_failure.begin(*args, **kwargs)
+
+        def begin_preparation(self, *args: Any, **kwargs: Any) -> Any:
+            raise MemoryError("no memory for the transaction")
+
+    context.parts.failure = CannotBegin()
+    with pytest.raises(MemoryError):
+        optimizer.unscale_gradients()
+    assert all(param.grad is grad for param, grad in zip(model.parameters(), left, strict=True))
+    assert not context.windows.prepared(context.windows.all[0])
+    context.parts.failure = real_failure
+    optimizer.unscale_gradients()  # now it prepares: it takes the left gradients as the window's carried part
+    assert context.windows.prepared(context.windows.all[0])
