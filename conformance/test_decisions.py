@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.conformance.assertions import param_values
+from lightning_optimizer.conformance.assertions import assert_unchanged, cloned, param_values, snapshot, state_diff
 from lightning_optimizer.conformance.harness import (
     UNSCALED_PRECISIONS,
     Batch,
@@ -684,21 +684,16 @@ def test_an_evaluating_optimizers_closure_must_return_the_loss(
         loss = inner()
         return None if len(calls) == at else loss
 
-    values = param_values(model.parameters())
-    held = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
-    state = copy.deepcopy(wrapper.optimizer.state_dict())
+    before, state = snapshot(model), cloned(wrapper.optimizer.state_dict())
     what = f"{evaluator}'s step(closure) whose closure returns None in evaluation {at}"
     with refuses(TypeError, what, "CLOS-002: the closure of an evaluating optimizer must return the loss") as raised:
         wrapper.step(closure, make_optimizer_step=True)
     message = str(raised.value)
     assert "return" in message.lower(), f"{what} raised {message!r}: say that the closure must return the loss"
     assert len(calls) >= at, f"{what}: the closure ran {len(calls)} times (check precondition)"
-    for name, (value, now) in enumerate(zip(values, param_values(model.parameters()), strict=True)):
-        assert torch.equal(value, now), f"{what}: parameter {name} changed (FAIL-005: nothing changes)"
-    for name, (grad, param) in enumerate(zip(held, model.parameters(), strict=True)):
-        same = param.grad is None if grad is None else param.grad is not None and torch.equal(param.grad, grad)
-        assert same, f"{what}: the gradient of parameter {name} changed (FAIL-005: nothing changes)"
-    assert str(wrapper.optimizer.state_dict()) == str(state), f"{what}: the optimizer's state changed (FAIL-005)"
+    assert_unchanged(model, before, f"{what} (FAIL-005: nothing changes)")
+    problem = state_diff(wrapper.optimizer.state_dict(), state)
+    assert problem is None, f"{what}: the optimizer's state changed (FAIL-005): {problem}"
     wrapper.step(closure_of(context, wrapper, model, batches[1], cell), make_optimizer_step=True)
     assert wrapper.last_outcome is StepOutcome.STEPPED, f"the step after {what}: {wrapper.last_outcome}"
 
