@@ -19,14 +19,21 @@ import itertools
 import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import Any, Generic, Protocol, TypeVar, cast, overload
 
 import torch
 
-from lightning_optimizer.spec import FAILURE_POLICIES, StepOutcome
+from lightning_optimizer.spec import FAILURE_POLICIES, OptimizerWrapper, StepOutcome
 from lightning_optimizer.spec import __version__ as __version__
 
-__all__ = ["NoHooks", "PeerContext", "PeerOptimizer", "check_clears_after_step", "check_discard_only"]
+__all__ = [
+    "NoHooks",
+    "PeerContext",
+    "PeerOptimizer",
+    "ZeroGradDiscard",
+    "check_clears_after_step",
+    "check_discard_only",
+]
 
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
@@ -54,6 +61,21 @@ class NoHooks:
             f"{self.peer_name} offers no hooks to register around its optimizer wrapper's backward and step; the "
             "adapter does not claim the feature 'hooks'"
         )
+
+
+class ZeroGradDiscard:
+    """The contract's ``discard(wrapper)`` as a peer's user writes it: the peer wrapper's ``zero_grad()``.
+
+    None of the peers has a call that drops a window: its user clears the gradients, and the peer's own count of
+    micro-steps (Lightning's batch index, Accelerate's step counter) goes on, which the suite reports (FAIL-009).
+    """
+
+    def discard(self, wrapper: OptimizerWrapper[Any]) -> None:
+        """Clear ``wrapper``'s gradients through the peer wrapper; ``last_outcome`` reads ``DISCARDED``."""
+        if not isinstance(wrapper, PeerOptimizer) or wrapper._context is not cast(Any, self):
+            raise ValueError(f"discard() takes a wrapper of this context, got {type(wrapper).__name__}")
+        wrapper._peer.zero_grad(set_to_none=True)
+        object.__setattr__(wrapper, "_outcome", StepOutcome.DISCARDED)
 
 
 def check_discard_only(on_failure: object, peer_name: str) -> None:

@@ -23,7 +23,13 @@ from typing import Any, Literal, TypeVar, cast
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_clears_after_step, check_discard_only
+from lightning_optimizer.peers import (
+    NoHooks,
+    PeerOptimizer,
+    ZeroGradDiscard,
+    check_clears_after_step,
+    check_discard_only,
+)
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     Cell,
@@ -132,7 +138,7 @@ def _accelerator(
     )
 
 
-class AccelerateContext(NoHooks):
+class AccelerateContext(NoHooks, ZeroGradDiscard):
     """A :class:`~lightning_optimizer.spec.TrainingContext` made of an Accelerate ``Accelerator``."""
 
     peer_name = "Accelerate's AcceleratedOptimizer"

@@ -18,7 +18,13 @@ import torch
 import torch.distributed as dist
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_clears_after_step, check_discard_only
+from lightning_optimizer.peers import (
+    NoHooks,
+    PeerOptimizer,
+    ZeroGradDiscard,
+    check_clears_after_step,
+    check_discard_only,
+)
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     Cell,
@@ -91,7 +97,7 @@ _ACCELERATORS = {"cpu": "cpu", "cuda": "gpu", "xla": "tpu"}
 XLAAccelerator.is_available()
 
 
-class FabricContext(NoHooks):
+class FabricContext(NoHooks, ZeroGradDiscard):
     """A :class:`~lightning_optimizer.spec.TrainingContext` made of a Lightning Fabric."""
 
     peer_name = "Fabric's _FabricOptimizer"

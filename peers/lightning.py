@@ -22,7 +22,13 @@ import torch
 import torch.distributed as dist
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.peers import NoHooks, PeerOptimizer, check_clears_after_step, check_discard_only
+from lightning_optimizer.peers import (
+    NoHooks,
+    PeerOptimizer,
+    ZeroGradDiscard,
+    check_clears_after_step,
+    check_discard_only,
+)
 from lightning_optimizer.spec import (
     CONTRACT_VERSION,
     Cell,
@@ -116,7 +122,7 @@ class _SuiteModule(pl.LightningModule):
         return []
 
 
-class LightningContext(NoHooks):
+class LightningContext(NoHooks, ZeroGradDiscard):
     """A :class:`~lightning_optimizer.spec.TrainingContext` made of a Lightning Trainer, strategy and module."""
 
     peer_name = "Lightning's LightningOptimizer"

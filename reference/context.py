@@ -16,12 +16,19 @@ from lightning_optimizer.reference.call import Call, CallStage
 from lightning_optimizer.reference.clipping import ClipAlgorithm, check_clipping
 from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.reference.devices import resolve_device
-from lightning_optimizer.reference.failure import NOTHING_TO_UNDO, Transaction, discard_note, failure_policy
+from lightning_optimizer.reference.failure import (
+    NOTHING_TO_UNDO,
+    OptimizerSnapshot,
+    Transaction,
+    discard_note,
+    failure_policy,
+)
 from lightning_optimizer.reference.hooks import Hooks
+from lightning_optimizer.reference.outside import OutsideChanges
 from lightning_optimizer.reference.parallel import data_parallel
 from lightning_optimizer.reference.precision import NO_AUTOCAST, outside_autocast, resolve_precision
 from lightning_optimizer.reference.preparation import preparation
-from lightning_optimizer.reference.refusals import Refusals, record_wrap
+from lightning_optimizer.reference.refusals import Refusals, check_optimizer_state, record_wrap
 from lightning_optimizer.reference.stages import Parts
 from lightning_optimizer.reference.state import StateFormat, copy_state, restore_copy
 from lightning_optimizer.reference.toggling import Toggling
@@ -31,6 +38,7 @@ from lightning_optimizer.reference.wrapper import WrappedOptimizer, wrapper_clas
 from lightning_optimizer.reference.zeroing import Taking, zeroing
 from lightning_optimizer.spec.context import BackwardHook, OptimizerStepHook, StepHook
 from lightning_optimizer.spec.types import DeviceKind, FailurePolicy, Precision
+from lightning_optimizer.spec.wrapper import OptimizerWrapper
 
 __all__ = ["TrainingContext"]
 
@@ -93,6 +101,7 @@ class TrainingContext:
             hooks=Hooks(),
             refusals=Refusals(),
             state=StateFormat(),
+            outside=OutsideChanges(),
         )
         self.windows = Windows()
         """Every optimizer's window, the ``step()`` running now and the loop position (:mod:`.windows`)."""
@@ -198,6 +207,7 @@ class TrainingContext:
         parts.refusals.check_step(self, window, closure, make_optimizer_step, kwargs)
         real = parts.accumulation.closes(make_optimizer_step, window.length, windows.position)
         parts.refusals.check_transition(window, real, closure)
+        parts.outside.check_call(self, window)  # parameters or gradients changed from outside [WIN-001, WIN-002]
         taking = None if window.left is None else parts.zeroing.take(window)  # the window's first micro-step [ZERO-005]
         call = windows.begin_call(window, real=real)
         call.taking = taking
@@ -302,6 +312,7 @@ class TrainingContext:
         call.advance(CallStage.DONE)
         if not call.real:
             self.parts.accumulation.accumulated(call.window)
+            self.parts.outside.accumulated(call.window)
             return
         self.parts.accumulation.closed(call.window, skipped=call.skipped)
         self.parts.zeroing.after_step(call.window, skipped=call.skipped)  # cleared, or left to the user [ZERO-001]
@@ -363,12 +374,55 @@ class TrainingContext:
         self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
         parts = self.parts
-        hooks, scaling = parts.hooks, parts.scaling
         parts.refusals.check_backward(self, loss)
+        if self.windows.call is None:  # the direct form: the backward is a call of its own [FAIL-008]
+            self._backward_between_calls(wrapper, loss, args, kwargs)
+            return
         for window in self.windows.all:
             if window.left is not None:
                 self._take_carried()
                 break
+        self._autograd(wrapper, loss, args, kwargs)
+
+    def _backward_between_calls(
+        self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """A wrapper's backward outside ``step()``, in a transaction of the policy over every window [FAIL-008].
+
+        Autograd may write into any window the loss reaches: a failure discards those it wrote into, or puts every
+        window back exactly.
+        """
+        parts, windows = self.parts, self.windows.all
+        parts.outside.check_backward(self)  # windows cleared from outside [WIN-002]
+        takings = self._take_carried() if any(window.left is not None for window in windows) else []
+        try:
+            transaction = parts.failure.begin_backward([parts.parallel.window_tensors(window) for window in windows])
+        except BaseException:  # nothing ran yet (a copy for the transaction failed): the windows as they were
+            self._untake(takings)
+            raise
+        try:
+            self._autograd(wrapper, loss, args, kwargs)
+        except BaseException as error:
+            discarded = transaction.fail()
+            for index in discarded:
+                window = windows[index]
+                error.add_note(discard_note(window, carried=bool(window.carried)))
+                parts.zeroing.drop(window)  # the carried part goes with the window [ZERO-007]
+                parts.accumulation.discarded(window)
+            self._untake([(window, taking) for window, taking in takings if windows.index(window) not in discarded])
+            raise
+        transaction.commit()
+
+    def _untake(self, takings: list[tuple[Window, Taking]]) -> None:
+        for window, taking in takings:
+            self.parts.zeroing.untake(window, taking)  # the carried part as before the call [ZERO-007]
+
+    def _autograd(
+        self, wrapper: WrappedOptimizer[Any], loss: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """Autograd on the scaled loss, between the backward hooks [HOOK-001, AMP-007]."""
+        parts = self.parts
+        hooks, scaling = parts.hooks, parts.scaling
         if hooks.before_backward:
             hooks.run_backward(hooks.before_backward, wrapper, loss)
         backward: Callable[..., None] = scaling.scale(loss, parts.accumulation.accumulate_grad_batches).backward
@@ -380,11 +434,12 @@ class TrainingContext:
         if hooks.after_backward:
             hooks.run_backward(hooks.after_backward, wrapper, loss)
 
-    def _take_carried(self) -> None:
+    def _take_carried(self) -> list[tuple[Window, Taking]]:
         """A wrapper's backward: the windows that carry what their last step left take it now [ZERO-005, ZERO-006].
 
         Those that hold a parameter requiring grad (not toggled off), which the backward may reach; each is checked
-        before any takes. Called only when a window carries (never with ``zero_grad_after_step=True``).
+        before any takes. Called only when a window carries (never with ``zero_grad_after_step=True``). Returns what
+        each held before, for a failed backward to put back.
         """
         carrying = [
             window
@@ -394,14 +449,20 @@ class TrainingContext:
         zeroing = self.parts.zeroing
         for window in carrying:
             zeroing.check_take(window)
+        takings = []
         for window in carrying:
-            zeroing.take(window)
+            taking = zeroing.take(window)
+            if taking is not None:
+                takings.append((window, taking))
+        return takings
 
     def unscale_window(self, index: int) -> None:
         """``wrapper.unscale_gradients()``: prepare the window of optimizer ``index`` now [CLIP-002]."""
         windows = self.windows
         window, call = windows.all[index], windows.call
         self.parts.refusals.check_unscale(window)
+        if call is None:  # between calls; a step's own call checked its window when it began
+            self.parts.outside.check_call(self, window)  # [WIN-001, WIN-002]
         if windows.prepared(window):
             return
         # The window's preparation begins: it carries what was left [ZERO-005].
@@ -461,7 +522,39 @@ class TrainingContext:
         candidates = self.parts.refusals.check_param_group(self, window, param_group)
         if not isinstance(param_group["params"], list | tuple | torch.Tensor | set | frozenset):
             param_group["params"] = candidates  # a one-shot iterable: what torch would have made of it
-        window.optimizer.add_param_group(param_group)
+        snapshot = OptimizerSnapshot(window.optimizer)
+        try:
+            window.optimizer.add_param_group(param_group)
+        except BaseException:
+            snapshot.restore()  # the groups as before the call [FAIL-008]
+            raise
+        self.parts.outside.joined(window)
+
+    def load_optimizer_state(self, index: int, state_dict: dict[str, Any]) -> None:
+        """``wrapper.load_state_dict()``: the inner optimizer's state, all of it or none of it [ERR-005, FAIL-008]."""
+        optimizer = self.windows.all[index].optimizer
+        check_optimizer_state(optimizer, state_dict)
+        snapshot = OptimizerSnapshot(optimizer)
+        try:
+            optimizer.load_state_dict(state_dict)
+        except BaseException:
+            snapshot.restore()  # the state and groups as before the call [FAIL-008]
+            raise
+
+    def discard(self, wrapper: OptimizerWrapper[Any]) -> None:
+        """Drop ``wrapper``'s window, whatever the policy, as a discarding failure does [FAIL-009].
+
+        Its gradients go (those of parameters that left the optimizer mid-window too), with its carried part and the
+        loss scaler's record of the optimizer in this iteration; its length is 0, its outcome ``DISCARDED``.
+        """
+        window = self.parts.refusals.check_discard(self, wrapper)
+        parts = self.parts
+        for tensor in (*parts.parallel.window_tensors(window), *window.known):
+            tensor.grad = None
+        parts.scaling.forget(window.optimizer)
+        parts.zeroing.drop(window)
+        parts.accumulation.discarded(window)
+        window.holding = []
 
     # -- hooks, checkpoints, copies -----------------------------------------------------------------------
 

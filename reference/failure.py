@@ -16,6 +16,10 @@ preparation), the closure returned, the closure cleared an empty window; then th
   policy :class:`ParameterRollback` copies them and puts them back [FAIL-005].
 - ``unscale_gradients()`` between calls prepares the window in a :class:`PreparationTransaction` of the policy: a
   failure discards the window, or puts it back exactly [FAIL-007].
+- A wrapper's ``backward()`` outside ``step()`` runs in a :class:`BackwardTransaction` over every window, since
+  autograd writes into any the loss reaches: a failure discards those it wrote into, or puts all back [FAIL-008].
+- ``add_param_group`` and ``load_state_dict`` of a wrapper keep an :class:`OptimizerSnapshot` (the inner optimizer's
+  own objects, no tensor copied), put back if the inner call raises [FAIL-008].
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from lightning_optimizer.spec.types import FAILURE_POLICIES, FailurePolicy
 
 __all__ = [
     "NOTHING_TO_UNDO",
+    "BackwardTransaction",
     "Discard",
     "FailurePolicyRule",
     "NothingToUndo",
+    "OptimizerSnapshot",
     "ParameterRollback",
     "PreparationTransaction",
     "Restore",
@@ -80,6 +86,10 @@ class FailurePolicyRule(Protocol):
 
     def begin_preparation(self, tensors: Sequence[torch.Tensor], *, changes: bool) -> PreparationTransaction:
         """The transaction of ``unscale_gradients()`` between calls; ``changes``: the preparation writes in place."""
+        ...
+
+    def begin_backward(self, windows: Sequence[Sequence[torch.Tensor]]) -> BackwardTransaction:
+        """The transaction of a wrapper's ``backward()`` outside ``step()``, over every window's tensors."""
         ...
 
 
@@ -153,6 +163,10 @@ class Discard:
         """Keep nothing: a preparation that fails discards the window [FAIL-007]."""
         return PreparationTransaction(tensors, keep=False)
 
+    def begin_backward(self, windows: Sequence[Sequence[torch.Tensor]]) -> BackwardTransaction:
+        """Note each gradient: a backward that fails discards the windows it wrote into [FAIL-008]."""
+        return BackwardTransaction(windows, keep=False)
+
 
 class DiscardTransaction:
     __slots__ = ("grads", "tensors", "versions")
@@ -208,6 +222,10 @@ class Restore:
     def begin_preparation(self, tensors: Sequence[torch.Tensor], *, changes: bool) -> PreparationTransaction:
         """Copy the window's gradients first when the preparation changes them in place [FAIL-007]."""
         return PreparationTransaction(tensors, keep=True, copy=changes)
+
+    def begin_backward(self, windows: Sequence[Sequence[torch.Tensor]]) -> BackwardTransaction:
+        """Copy every window's gradients: a backward that fails puts all of them back [FAIL-008]."""
+        return BackwardTransaction(windows, keep=True)
 
 
 class RestoreTransaction:
@@ -299,6 +317,88 @@ class PreparationTransaction:
         for tensor, grad in zip(self.tensors, self.before, strict=True):
             tensor.grad = grad if self.keep else None
         return not self.keep
+
+
+# -- a wrapper's backward outside step() -------------------------------------------------------------------
+
+
+class BackwardTransaction:
+    """A wrapper's ``backward()`` outside ``step()``: every window kept (``keep``), or those it wrote discarded.
+
+    Autograd accumulates into the gradients in place or replaces them; either way a window it wrote into is told
+    from its gradients (a new tensor, a moved version counter), as :class:`DiscardTransaction` tells it. A restoring
+    policy copies every window's gradients first and writes the copies back into the same tensors, which DDP's
+    bucket views and the loss scaler's records keep referring to [FAIL-008].
+    """
+
+    __slots__ = ("copies", "grads", "keep", "versions", "windows")
+
+    def __init__(self, windows: Sequence[Sequence[torch.Tensor]], *, keep: bool) -> None:
+        self.windows, self.keep = windows, keep
+        self.grads = [[tensor.grad for tensor in tensors] for tensors in windows]
+        self.versions = [torch_compat.version_counters(grads) for grads in self.grads]
+        self.copies = (
+            [[None if grad is None else grad.detach().clone() for grad in grads] for grads in self.grads]
+            if keep
+            else []
+        )
+
+    def commit(self) -> None:
+        """The backward returned: drop what was kept."""
+        self.grads, self.copies = [], []
+
+    def written(self, index: int) -> bool:
+        """Whether the backward wrote into window ``index`` (a gradient replaced, created, or written in place)."""
+        for tensor, grad, version in zip(self.windows[index], self.grads[index], self.versions[index], strict=True):
+            now = tensor.grad
+            if now is not grad or (now is not None and torch_compat.version_counter(now) != version):
+                return True
+        return False
+
+    def fail(self) -> list[int]:
+        """Put every window back (``keep``), or discard those written; the indices of the discarded ones."""
+        if self.keep:
+            with torch.no_grad():
+                for tensors, grads, copies in zip(self.windows, self.grads, self.copies, strict=True):
+                    for tensor, grad, kept in zip(tensors, grads, copies, strict=True):
+                        if grad is not None and kept is not None:
+                            grad.copy_(kept)
+                        tensor.grad = grad
+            return []
+        discarded = [index for index in range(len(self.windows)) if self.written(index)]
+        for index in discarded:
+            for tensor in self.windows[index]:
+                tensor.grad = None
+        return discarded
+
+
+class OptimizerSnapshot:
+    """What ``add_param_group`` and ``load_state_dict`` change of an inner optimizer, to put back if they raise.
+
+    Torch replaces ``state`` and ``param_groups`` on a load and appends to ``param_groups``; the snapshot keeps those
+    objects and a shallow copy of their entries (no tensor is copied), so an override that edits them in place is put
+    back too [FAIL-008].
+    """
+
+    __slots__ = ("entries", "group_entries", "groups", "optimizer", "state")
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.state = optimizer.state
+        self.entries = dict(optimizer.state)
+        self.groups = optimizer.param_groups
+        self.group_entries = [(group, dict(group)) for group in optimizer.param_groups]
+
+    def restore(self) -> None:
+        """The optimizer's ``state`` and ``param_groups`` as they were: the same objects, the same entries."""
+        self.state.clear()
+        self.state.update(self.entries)
+        for group, entries in self.group_entries:
+            group.clear()
+            group.update(entries)
+        self.groups[:] = [group for group, _ in self.group_entries]
+        self.optimizer.state = self.state
+        self.optimizer.param_groups = self.groups
 
 
 # -- closure evaluators --------------------------------------------------------------------------------------

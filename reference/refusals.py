@@ -152,6 +152,12 @@ class Refusals:
             raise TypeError(f"add_param_group expects a dict with a 'params' entry, got {type(param_group).__name__}")
         if window.stage is not WindowStage.READY:
             raise RuntimeError("add_param_group() while a step() runs or a window is prepared: call it between steps")
+        if window.length:
+            raise RuntimeError(
+                f"add_param_group() while the window of {type(window.optimizer).__name__} is open ({window.length} "
+                "micro-step(s) accumulated): the new parameters would join the window's mean part of the way. Add "
+                "the group after the window's real step, or call context.discard(wrapper) to drop the window first"
+            )
         params = param_group.get("params")
         if isinstance(params, torch.Tensor):
             candidates: list[object] = [params]
@@ -163,6 +169,22 @@ class Refusals:
             if isinstance(param, torch.Tensor):
                 self.check_parameter(context, param)
         return candidates
+
+    def check_discard(self, context: TrainingContext, wrapper: object) -> Window:
+        """``discard()`` of something but a wrapper of this context, or while a ``step()`` runs [FAIL-009]."""
+        from lightning_optimizer.reference.wrapper import WrappedOptimizer
+
+        if not isinstance(wrapper, WrappedOptimizer) or wrapper.training_context is not context:
+            raise ValueError(
+                f"discard() takes a wrapper of this training context (what its wrap() returned), got "
+                f"{type(wrapper).__name__}"
+            )
+        if context.windows.call is not None:
+            raise RuntimeError(
+                "discard() while a step() of this training context runs (from inside a closure): raise from the "
+                "closure to fail the call instead (the failure policy then leaves its window), or discard after it"
+            )
+        return context.windows.all[wrapper.window_index]
 
     def check_between_calls(self, context: TrainingContext, what: str) -> None:
         """A state or copy taken while a ``step()`` runs, or after ``unscale_gradients()`` [CKPT-004]."""

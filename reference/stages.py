@@ -3,11 +3,11 @@
 A :class:`~lightning_optimizer.reference.TrainingContext` is composed of collaborators (``context.parts``,
 :class:`~lightning_optimizer.reference.context.Parts`), each one object: the precision, loss scaling, the device,
 the accumulation rule, the preparation steps, data parallelism, the failure policy, toggling, closures, hooks,
-refusals, the checkpoint format and what a real step leaves of its gradients. A variant of the reference (the
-project's broken implementations in ``tests/mutants``, a framework's subclass) replaces a collaborator with another
-object that keeps its protocol, or overrides one of the :data:`STAGE_NAMES`: the public stages of a call. It never
-replaces the call itself (the transaction around the stages), so a failed call is still left as its failure policy
-says. ``tests/test_mutants.py`` holds every mutant to this seam.
+refusals, the checkpoint format, what a real step leaves of its gradients and what changed a window from outside.
+A variant of the reference (the project's broken implementations in ``tests/mutants``, a framework's subclass)
+replaces a collaborator with another object that keeps its protocol, or overrides one of the :data:`STAGE_NAMES`:
+the public stages of a call. It never replaces the call itself (the transaction around the stages), so a failed
+call is still left as its failure policy says. ``tests/test_mutants.py`` holds every mutant to this seam.
 
 The protocols are the collaborators' classes themselves, documented where they live:
 
@@ -17,7 +17,8 @@ The protocols are the collaborators' classes themselves, documented where they l
 - :class:`~.parallel.Replicated` and :class:`~.parallel.Sharded`;
 - :class:`~.failure.FailurePolicyRule` and its :class:`~.failure.Transaction` (``Discard``, ``Restore``);
 - :class:`~.toggling.Toggling`, :class:`~.closures.Closures`, :class:`~.hooks.Hooks`, :class:`~.refusals.Refusals`,
-  :class:`~.state.StateFormat`, :class:`~.zeroing.Zeroing` (``ClearAfterStep``, ``LeaveToUser``).
+  :class:`~.state.StateFormat`, :class:`~.zeroing.Zeroing` (``ClearAfterStep``, ``LeaveToUser``),
+  :class:`~.outside.OutsideChanges`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from lightning_optimizer.reference.closures import Closures
 from lightning_optimizer.reference.devices import Device
 from lightning_optimizer.reference.failure import FailurePolicyRule
 from lightning_optimizer.reference.hooks import Hooks
+from lightning_optimizer.reference.outside import OutsideChanges
 from lightning_optimizer.reference.parallel import DataParallel
 from lightning_optimizer.reference.precision import PrecisionPlugin
 from lightning_optimizer.reference.preparation import Preparation
@@ -76,6 +78,8 @@ class Parts:
     """The context's checkpoint [CKPT-*]."""
     zeroing: Zeroing
     """What a real step leaves of its gradients: cleared, or left to the user and carried [ZERO-*]."""
+    outside: OutsideChanges
+    """What changed a window behind its wrapper's back: its parameters, its cleared gradients [WIN-*]."""
 
 
 COLLABORATORS: frozenset[str] = frozenset(field.name for field in dataclasses.fields(Parts))

@@ -94,9 +94,16 @@ class Window:
     """``zero_grad_after_step=False``: the gradients the window took from the last step, set aside until its
     preparation adds them to its mean [ZERO-005]."""
 
+    known: tuple[torch.Tensor, ...] = field(init=False, repr=False)
+    """The parameters the window was built with, in order: a change from outside is found by identity [WIN-001]."""
+    holding: list[torch.Tensor] = field(init=False, repr=False)
+    """The parameters that held a gradient when the window's last accumulating call returned [WIN-002]."""
+
     def __post_init__(self) -> None:
         self.evaluates_closure = evaluates_closure(self.optimizer)
         self.takes_closure = takes_closure(self.optimizer)
+        self.known = tuple(self.params())
+        self.holding = []
 
     def __getstate__(self) -> dict[str, Any]:
         # What the last step left is the user's, on gradients a copy does not carry (and weak references do not copy).

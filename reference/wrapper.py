@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 import torch
 
-from lightning_optimizer.reference.refusals import check_optimizer_state
 from lightning_optimizer.spec.types import StepOutcome
 
 if TYPE_CHECKING:
@@ -131,10 +130,10 @@ class WrappedOptimizer(torch.optim.Optimizer, Generic[OptimizerT]):
         """Load into the inner optimizer (torch validates the layout before it changes anything) [ERR-005].
 
         A state that is not a dict with torch's two keys is refused first, naming what is missing, where the inner
-        optimizer loads as torch's base class does (an override may read another format).
+        optimizer loads as torch's base class does (an override may read another format). A load that fails leaves
+        the inner optimizer as it was (FAIL-008).
         """
-        check_optimizer_state(self.optimizer, state_dict)
-        self.optimizer.load_state_dict(state_dict)
+        self._context.load_optimizer_state(self._index, state_dict)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Add a parameter group to the inner optimizer, once its parameters suit the context's device and dtype.

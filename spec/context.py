@@ -282,6 +282,52 @@ class TrainingContext(Protocol):
         Rationale: the preparation changes the gradients in place; left halfway, they are neither the window nor
         its preparation, and a retry would divide them by the window's length a second time.
 
+        [FAIL-008] Every other call of a wrapper that writes into windows follows the policy too. A wrapper's
+        ``backward()`` called outside ``step()`` (the direct form) that fails after autograd wrote a gradient of
+        any window of the context (a tensor hook or an ``after_backward`` hook raising, memory running out halfway)
+        is a failed call of every window it wrote into: under ``"discard"`` each of those is discarded as FAIL-003
+        says (the note on the exception names them), the others are untouched; under ``"restore"`` every window of
+        the context is exactly as before the call (gradients, length, carried part). One that fails before autograd
+        wrote anything changes nothing (FAIL-002). A wrapper's ``add_param_group`` or ``load_state_dict`` that
+        raises leaves the inner optimizer's ``param_groups`` and ``state`` as they were before the call (the
+        same objects, the same entries), and the window unchanged. Either way a retry is exact.
+
+        [FAIL-009] ``discard(wrapper)`` drops the wrapper's window, whatever the policy, as FAIL-003 discards one:
+        every gradient of its parameters (and of parameters that left the optimizer while the window was open)
+        ``None``, its length 0, the carried part dropped (ZERO-007), the loss scaler's record of the optimizer in
+        this iteration forgotten, ``last_outcome`` ``StepOutcome.DISCARDED``, the step count unchanged; a window
+        that ``unscale_gradients()`` prepared is dropped the same way. It is how a loop recovers from WIN-001 and
+        WIN-002, and from a failure it decides to skip. It raises ``RuntimeError`` while a ``step()`` of the context
+        runs, and ``ValueError`` for anything but a wrapper of this context, before anything changes.
+
+    Windows changed from outside (what a call finds that the wrappers did not do)
+        [WIN-001] An optimizer's parameters change only between its windows. Parameters added to or removed from
+        its ``param_groups`` other than by the wrapper's ``add_param_group`` (appended to or popped from a group's
+        ``params``, a group appended or removed) are found by the wrapper's next ``step()`` or
+        ``unscale_gradients()``, before anything changes. With no micro-step accumulated (the window's length 0),
+        an added parameter is checked as ERR-007 checks ``wrap``'s (``ValueError``, the call changes nothing) and
+        otherwise joins: that call's window holds it, and the step applies its gradient as torch's would. With a
+        window open the call raises ``RuntimeError`` naming the optimizer and how many parameters were added and
+        removed, and saying to change the parameters after the window's real step or to drop the window with
+        ``discard(wrapper)``; the call changes nothing, and every later call of that wrapper does the same until the
+        parameters are as the window knew them or the window is discarded. ``add_param_group`` on the wrapper with
+        a window open raises the same ``RuntimeError`` before the inner optimizer changes.
+
+        Rationale: a parameter that joins mid-window has accumulated over fewer micro-steps than the window's
+        length divides by, and one that leaves keeps its accumulated gradient; neither has a mean that torch's
+        recipe defines.
+
+        [WIN-002] A gradient of an open window cleared from outside (``model.zero_grad()``, the inner optimizer's
+        own ``zero_grad()``, ``p.grad = None``) is found by the next call of a wrapper of the context that would
+        use or add to that window: the window's own ``step()`` and ``unscale_gradients()``, and any wrapper's
+        ``backward()`` called outside ``step()``. A parameter of the window that had a gradient when the last call
+        of the context's wrappers returned, and has none now, makes that call raise ``RuntimeError`` before anything
+        changes, saying that the window's gradients were cleared outside its wrapper, and to clear them with the
+        wrapper's ``zero_grad()`` (ZERO-002) or to drop the window with ``discard(wrapper)``. An open window is one
+        whose length is at least 1. Gradients zeroed in place (``zero_grad(set_to_none=False)``) cannot be told
+        from the window's own accumulation, nor can a gradient that another backward wrote again after clearing;
+        those are the user's.
+
     Hooks (what a framework calls its own hooks from: Lightning's ``on_before_backward``, ``on_after_backward``,
     ``on_before_optimizer_step``, its global step and LR schedulers; the feature ``"hooks"``: an implementation
     that does not claim it may refuse ``register_hooks`` with ``NotImplementedError``)
@@ -452,6 +498,10 @@ class TrainingContext(Protocol):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the state saved by ``state_dict``. [CKPT-002] [CKPT-003]"""
+        ...
+
+    def discard(self, wrapper: OptimizerWrapper[Any]) -> None:
+        """Drop ``wrapper``'s window, whatever the failure policy: gradients ``None``, length 0. [FAIL-009]"""
         ...
 
     def register_hooks(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Final, Literal, get_args
 
-CONTRACT_VERSION: Final = "2026.12.10"
+CONTRACT_VERSION: Final = "2026.12.11"
 """Version of the contract stated by this package; implementations declare the one they follow."""
 
 Precision = Literal["64-true", "32-true", "16-mixed", "bf16-mixed", "bf16-true", "16-true"]

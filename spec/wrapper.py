@@ -298,14 +298,17 @@ class OptimizerWrapper(Protocol[OptimizerT_co]):
         of other shapes included (torch finds those only when it steps), the wrapper loads as torch does. A state
         that is not a ``dict`` raises ``TypeError``, and one without the keys ``"state"`` and ``"param_groups"``
         raises ``ValueError`` naming the missing keys, both before anything changes; an inner optimizer that
-        overrides ``load_state_dict`` reads its own format and decides.
+        overrides ``load_state_dict`` reads its own format and decides. A load that raises halfway leaves the
+        inner optimizer's ``state`` and ``param_groups`` as they were before the call (FAIL-008).
         """
         ...
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Add a parameter group to the inner optimizer. [PROXY-003] [ERR-007]
+        """Add a parameter group to the inner optimizer. [PROXY-003] [ERR-007] [WIN-001] [FAIL-008]
 
         The new group's parameters are the wrapper's from then on: they are toggled, accumulated, normalised,
-        unscaled, clipped, zeroed and checkpointed like the others.
+        unscaled, clipped, zeroed and checkpointed like the others. With the wrapper's window open it raises
+        ``RuntimeError`` before the inner optimizer changes (WIN-001); one that fails leaves ``param_groups`` as it
+        was (FAIL-008).
         """
         ...

@@ -373,6 +373,9 @@ def test_a_transaction_that_cannot_begin_leaves_the_call_unstarted(policy: str) 
         def begin_preparation(self, *args: Any, **kwargs: Any) -> Any:
             raise MemoryError("no memory for the transaction")
 
+        def begin_backward(self, *args: Any, **kwargs: Any) -> Any:
+            return real_failure.begin_backward(*args, **kwargs)
+
     def closure() -> torch.Tensor:
         loss: torch.Tensor = model(x).square().mean()
         optimizer.backward(loss)
@@ -423,6 +426,9 @@ def test_an_unscale_whose_transaction_cannot_begin_leaves_the_window(policy: str
 
         def begin_preparation(self, *args: Any, **kwargs: Any) -> Any:
             raise MemoryError("no memory for the transaction")
+
+        def begin_backward(self, *args: Any, **kwargs: Any) -> Any:
+            return real_failure.begin_backward(*args, **kwargs)
 
     context.parts.failure = CannotBegin()
     with pytest.raises(MemoryError):

@@ -138,6 +138,8 @@ BLIND_BATCHES: Mapping[str, str] = MappingProxyType(
         "PREC-002, ERR-007) by someone who had not read the checks",
         "batch 4": "blind batch 4: 17 mutants written from contract 2026.12.10's text (FAIL-007, CLOS-002, ERR-005, "
         "CTX-002) by someone who had not read the checks",
+        "batch 5": "blind batch 5: mutants written from contract 2026.12.11's text (FAIL-008, FAIL-009, WIN-001, "
+        "WIN-002) by someone who had not read the checks",
     }
 )
 """The blind batches: mutants written from the spec text by someone who had not read the checks, and what each was.

@@ -14,7 +14,12 @@ from typing import Any
 import torch
 
 from lightning_optimizer.reference.call import Call
-from lightning_optimizer.reference.failure import FailurePolicyRule, PreparationTransaction, Transaction
+from lightning_optimizer.reference.failure import (
+    BackwardTransaction,
+    FailurePolicyRule,
+    PreparationTransaction,
+    Transaction,
+)
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 from mutants._declared import Mutant
@@ -51,6 +56,9 @@ class _WithoutRollback:
 
     def begin_preparation(self, tensors: Sequence[torch.Tensor], *, changes: bool) -> PreparationTransaction:
         return self._policy.begin_preparation(tensors, changes=changes)
+
+    def begin_backward(self, windows: Sequence[Sequence[torch.Tensor]]) -> BackwardTransaction:
+        return self._policy.begin_backward(windows)
 
 
 class Context(MutantContext):

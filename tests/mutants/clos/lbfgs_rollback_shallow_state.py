@@ -14,6 +14,7 @@ import torch
 
 from lightning_optimizer.reference.call import Call
 from lightning_optimizer.reference.failure import (
+    BackwardTransaction,
     FailurePolicyRule,
     ParameterRollback,
     PreparationTransaction,
@@ -44,6 +45,9 @@ class _WithShallowRollback:
 
     def begin_preparation(self, tensors: Sequence[torch.Tensor], *, changes: bool) -> PreparationTransaction:
         return self._policy.begin_preparation(tensors, changes=changes)
+
+    def begin_backward(self, windows: Sequence[Sequence[torch.Tensor]]) -> BackwardTransaction:
+        return self._policy.begin_backward(windows)
 
 
 class Context(MutantContext):
