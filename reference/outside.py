@@ -45,12 +45,15 @@ class OutsideChanges:
             self.check_cleared(window)
 
     def parameters_changed(self, context: TrainingContext, window: Window, params: list[torch.Tensor]) -> None:
-        """Refuse a change of an open window's parameters; let a checked one join a window with nothing in it."""
+        """Refuse a change of an open window's parameters; let a checked one join a window with nothing in it.
+
+        The same parameters in another order are the same window.
+        """
         known_ids = {id(param) for param in window.known}
         now_ids = {id(param) for param in params}
         added = [param for param in params if id(param) not in known_ids]
         removed = sum(1 for param in window.known if id(param) not in now_ids)
-        if window.length or window.stage is WindowStage.PREPARED:
+        if (added or removed) and (window.length or window.stage is WindowStage.PREPARED):
             raise RuntimeError(
                 f"the parameters of {type(window.optimizer).__name__} changed while its window was open "
                 f"({len(added)} added, {removed} removed outside wrapper.add_param_group(), with "

@@ -70,7 +70,7 @@ def conformance_info() -> ImplementationInfo[Context]:
     return ImplementationInfo(
         name="independent",
         version="1",
-        contract_version=CONTRACT_VERSION,  # written against 2026.12.10; the suite refuses any other version
+        contract_version=CONTRACT_VERSION,  # written against 2026.12.11; the suite refuses any other version
         factory=make_context,
         devices=frozenset({"cpu", "xla"}),
         precisions=frozenset(IMPLEMENTED_PRECISIONS),

@@ -285,6 +285,33 @@ class Context:
         finally:
             self.stepping = False
 
+    @contextmanager
+    def noting_gradients(self) -> Iterator[None]:
+        """Around a call of a wrapper: as it returns (or raises), note which parameters of every window have a
+        gradient, so that the next call finds those cleared from outside meanwhile (WIN-002)."""
+        try:
+            yield
+        finally:
+            for wrapper in self.wrappers:
+                wrapper.note_gradients()
+
+    def discard(self, wrapper: object) -> None:
+        """Drop ``wrapper``'s window, whatever the failure policy: gradients ``None``, length 0. [FAIL-009]
+
+        Its carried part goes too, and the scaler's record of its optimizer's unscaling (the next window unscales
+        anew); ``last_outcome`` becomes ``DISCARDED``, the step count stays. The parameters it knew stay known: any
+        added from outside are checked and join at the wrapper's next call (WIN-001).
+        """
+        if self.stepping:
+            raise RuntimeError("discard() while a step() of this context runs: call it after the step")
+        if not any(own is wrapper for own in self.wrappers) or not isinstance(wrapper, Wrapper):
+            raise ValueError(f"discard() takes a wrapper of this context, got {type(wrapper).__name__}")
+        prepared = wrapper._window.prepared
+        with self.noting_gradients():
+            wrapper.drop(forget_unscaling=prepared)
+        if prepared and self.position is None:
+            self.end_iteration()  # the scaler update it postponed (AMP-003) has nothing to wait for now
+
     def _check_between_steps(self, what: str) -> None:
         if self.stepping or any(wrapper._window.prepared for wrapper in self.wrappers):
             raise RuntimeError(f"{what} while a step() runs or after unscale_gradients(): take it between steps")
@@ -411,8 +438,9 @@ class Context:
             self.scaler.load_state_dict(state_dict["scaler"])
             self.scaler_stepped, self.found_inf = pending is not None, False
             self.restored_found_inf = None if pending is None else pending["found_inf"]
-        for wrapper, window in zip(self.wrappers, windows, strict=True):
-            wrapper.load_window_state(window)
+        with self.noting_gradients():
+            for wrapper, window in zip(self.wrappers, windows, strict=True):
+                wrapper.load_window_state(window)
 
 
 def _positive_number(value: object) -> bool:

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 OptimizerT = TypeVar("OptimizerT", bound=torch.optim.Optimizer)
 T = TypeVar("T")
 
-_OWN = frozenset({"_inner", "_context", "_window", "_outcome", "_closing", "_left", "_carried"})
+_OWN = frozenset(
+    {"_inner", "_context", "_window", "_outcome", "_closing", "_left", "_carried", "_indexed", "_known", "_had_grad"}
+)
+_NOT_PICKLED = frozenset({"_inner", "_closing", "_left", "_carried", "_indexed"})
 _CLASSES: dict[type[torch.optim.Optimizer], type[Wrapper[Any]]] = {}
 
 
@@ -58,6 +61,16 @@ class Wrapper(Generic[OptimizerT]):
     tensor and its version counter then; no window has taken them yet (ZERO-004, ZERO-005)."""
     _carried: dict[int, torch.Tensor]
     """The carried part the open window took, by parameter index, kept apart from its own gradients (ZERO-005)."""
+    _indexed: list[torch.Tensor]
+    """The parameters that the indices of ``_left`` and ``_carried`` count: ``parameters()`` re-keys both by
+    identity when the inner optimizer's parameters changed since."""
+    _known: list[torch.Tensor]
+    """The window's parameters: those of the inner optimizer when the wrapper last took its parameters in (WIN-001).
+    A parameter added or removed from outside is found against them by the next ``step()`` or
+    ``unscale_gradients()``."""
+    _had_grad: list[bool]
+    """For each of ``_known``: whether it had a gradient when the last call of the context's wrappers returned
+    (WIN-002)."""
 
     @staticmethod
     def around(optimizer: OptimizerT, context: Context) -> Wrapper[OptimizerT]:
@@ -116,7 +129,7 @@ class Wrapper(Generic[OptimizerT]):
         # that the last real step left, which the copy finds on its parameters as its window's own: no step of the
         # copy's left them (ZERO-005). The carried part a window took travels with it (ZERO-007).
         grads = [None if p.grad is None else p.grad.detach().clone() for p in self.parameters()]
-        own = {name: getattr(self, name) for name in _OWN if name not in ("_inner", "_closing", "_left", "_carried")}
+        own = {name: getattr(self, name) for name in _OWN if name not in _NOT_PICKLED}
         carried = {index: grad.detach() for index, grad in self._carried.items()}
         return (_rebuild, (self._inner,), own | {"_carried": carried, "grads": grads})
 
@@ -126,9 +139,14 @@ class Wrapper(Generic[OptimizerT]):
                 object.__setattr__(self, name, value)
         object.__setattr__(self, "_closing", None)
         object.__setattr__(self, "_left", {})
+        object.__setattr__(self, "_indexed", self._listed())
         if "grads" in state:
             for param, grad in zip(self.parameters(), state["grads"], strict=True):
                 param.grad = grad
+        if "_known" not in state:
+            object.__setattr__(self, "_known", self.parameters())
+        if "_had_grad" not in state:
+            object.__setattr__(self, "_had_grad", [param.grad is not None for param in self._known])
 
     def state_dict(self) -> dict[str, Any]:
         """The inner optimizer's state dict, unchanged in format."""
@@ -141,10 +159,18 @@ class Wrapper(Generic[OptimizerT]):
         problem = _layout_problem(self._inner, state_dict)
         if problem is not None:
             raise ValueError(f"cannot load this optimizer state dict: {problem}")
-        self._inner.load_state_dict(state_dict)
+        # A load that raises halfway leaves the inner optimizer's state and param_groups as they were (FAIL-008).
+        with _InnerBefore(self._inner):
+            self._inner.load_state_dict(state_dict)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """Add a parameter group to the inner optimizer, once its parameters suit the context."""
+        """Add a parameter group to the inner optimizer, once its parameters suit the context.
+
+        Refused with a window open (WIN-001): its parameters change only between windows. One that fails leaves
+        the inner optimizer's ``param_groups`` and ``state`` as they were (FAIL-008).
+        """
+        if self._window_open():
+            raise RuntimeError(self._mid_window_message("add_param_group() would add parameters"))
         given: object = param_group
         params = param_group.get("params") if isinstance(given, dict) else None
         if isinstance(params, torch.Tensor):
@@ -153,7 +179,14 @@ class Wrapper(Generic[OptimizerT]):
             listed = list(params)
             self._context.check_parameters([p for p in listed if isinstance(p, torch.Tensor)])
             param_group["params"] = listed
-        self._inner.add_param_group(param_group)
+        groups = len(self._inner.param_groups)
+        with _InnerBefore(self._inner):
+            self._inner.add_param_group(param_group)
+        # The new group's parameters join the window's; any changed from outside are still found by the next call.
+        known = {id(param) for param in self._known}
+        added = [p for group in self._inner.param_groups[groups:] for p in group["params"] if id(p) not in known]
+        self._known = [*self._known, *added]
+        self._had_grad = [*self._had_grad, *(param.grad is not None for param in added)]
 
     def register_step_pre_hook(self, hook: Any) -> Any:
         """Register a hook on the inner optimizer, called before each of its real steps."""
@@ -171,7 +204,22 @@ class Wrapper(Generic[OptimizerT]):
         return self._outcome
 
     def parameters(self) -> list[torch.Tensor]:
-        """The inner optimizer's parameters, in the order of its groups."""
+        """The inner optimizer's parameters, in the order of its groups.
+
+        Where they changed since the indices of ``_left`` and ``_carried`` were taken (WIN-001), both are re-keyed
+        by identity first; a parameter that left takes its entries with it.
+        """
+        current = self._listed()
+        indexed = self._indexed
+        if len(indexed) != len(current) or any(a is not b for a, b in zip(indexed, current, strict=True)):
+            position = {id(param): index for index, param in enumerate(current)}
+            moved = {old: position[id(param)] for old, param in enumerate(indexed) if id(param) in position}
+            self._left = {moved[old]: entry for old, entry in self._left.items() if old in moved}
+            self._carried = {moved[old]: grad for old, grad in self._carried.items() if old in moved}
+            self._indexed = current
+        return current
+
+    def _listed(self) -> list[torch.Tensor]:
         return [param for group in self._inner.param_groups for param in group["params"]]
 
     @overload
@@ -198,14 +246,24 @@ class Wrapper(Generic[OptimizerT]):
                 raise TypeError(f"{type(self._inner).__name__} evaluates its closure itself: not usable in 16-mixed")
             if context.accumulate_grad_batches > 1 or make_optimizer_step is False:
                 raise ValueError(f"{type(self._inner).__name__} evaluates its closure itself and cannot accumulate")
-            with context.running_step():
-                evaluated = cast("T | None", self._evaluating_step(closure, kwargs))
-            context.run_hooks("after_step", self, self._outcome)
+            self.take_in_parameters()
+            with context.noting_gradients():
+                with context.running_step():
+                    evaluated = cast("T | None", self._evaluating_step(closure, kwargs))
+                context.run_hooks("after_step", self, self._outcome)
             return evaluated
         closes = self._closes(make_optimizer_step)
         if self._window.prepared and not closes:
             raise RuntimeError("unscale_gradients() prepared this window: the next step() must close it")
+        # What changed from outside since the last call is found before anything changes (WIN-001, WIN-002).
+        self.take_in_parameters()
+        self.check_cleared()
         self.check_left()
+        with context.noting_gradients():
+            return self._micro_step(closure, closes, kwargs)
+
+    def _micro_step(self, closure: Callable[[], T] | None, closes: bool, kwargs: dict[str, Any]) -> T | None:
+        context = self._context
         # The window takes what the last real step left before the closure runs (ZERO-005). A call that fails
         # leaves the window as the context's failure policy says (FAIL-002 to FAIL-004): as it was when nothing of
         # the call reached it (taken or not, ZERO-007), else discarded ("discard") or put back exactly ("restore",
@@ -240,13 +298,47 @@ class Wrapper(Generic[OptimizerT]):
         if any(wrapper._window.prepared for wrapper in context.wrappers):
             # It would add scaled gradients to a window whose gradients are averaged and unscaled already.
             raise RuntimeError("backward() after unscale_gradients(): take the step that closes that window first")
+        direct = not context.stepping
+        if direct:
+            # Outside step() it may add to any window of the context: none may have lost gradients (WIN-002).
+            for wrapper in context.wrappers:
+                wrapper.check_cleared()
         # A backward reaching the gradients a real step left would add to them: every window that it can reach
         # (one of its parameters requires grad) takes them first, as its carried part (ZERO-005).
         reached = [w for w in context.wrappers if w._left and any(p.requires_grad for p in w.parameters())]
         for wrapper in reached:
             wrapper.check_left()
-        for wrapper in reached:
-            wrapper.take_left()
+        with context.noting_gradients():
+            if not direct:  # inside a step(), whose own transaction covers its window (FAIL-002 to FAIL-004)
+                for wrapper in reached:
+                    wrapper.take_left()
+                self._autograd(loss, args, kwargs)
+                return
+            # Outside step() a failure follows the policy over every window it wrote into (FAIL-008).
+            kept = {id(w): (dict(w._left), dict(w._carried)) for w in context.wrappers}
+            taken = {id(w): w.take_left() for w in reached}
+            restore = context.on_failure == "restore"
+            befores = [
+                _WindowBefore(
+                    w, copy_gradients=restore, left=kept[id(w)][0], carried=kept[id(w)][1], taken=taken.get(id(w), {})
+                )
+                for w in context.wrappers
+            ]
+            try:
+                self._autograd(loss, args, kwargs)
+            except BaseException as error:
+                written = [before for before in befores if before.written()]
+                for before in befores:
+                    if before not in written:
+                        before.restore(gradients=False, scaler=False)  # untouched, what it took put back
+                    elif restore:
+                        before.restore(scaler=False)
+                if written and not restore:
+                    _discard_after_backward(error, written)
+                raise
+
+    def _autograd(self, loss: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        context = self._context
         device_type = context.device.type
         # Autograd and the hooks around it run as torch's recipe runs them: outside autocast, wherever this is called.
         outside: AbstractContextManager[Any] = (
@@ -275,22 +367,29 @@ class Wrapper(Generic[OptimizerT]):
         if self._closing is False:
             raise RuntimeError("this step() does not close its window: unscale_gradients() must wait for one that does")
         if not self._window.prepared:
+            # What changed from outside since the last call is found before anything changes (WIN-001, WIN-002).
+            self.take_in_parameters()
+            self.check_cleared()
             self.check_left()
-            # The preparation writes into the window from its first step: a failure follows the policy as a failed
-            # step() does (FAIL-007), the window discarded or put back as it was (with what it carried).
-            left, carried = dict(self._left), dict(self._carried)
-            taken = self.take_left()
-            restore = self._context.on_failure == "restore"
-            before = _WindowBefore(self, copy_gradients=restore, left=left, carried=carried, taken=taken)
-            try:
-                self._prepare(self._window.micro_steps + 1)
-            except BaseException as error:
-                if restore:
-                    before.restore()
-                else:
-                    self._discard(error, before.micro_steps + 1)
-                raise
-            self._window.prepared = True
+            with self._context.noting_gradients():
+                self._prepare_now()
+
+    def _prepare_now(self) -> None:
+        # The preparation writes into the window from its first step: a failure follows the policy as a failed
+        # step() does (FAIL-007), the window discarded or put back as it was (with what it carried).
+        left, carried = dict(self._left), dict(self._carried)
+        taken = self.take_left()
+        restore = self._context.on_failure == "restore"
+        before = _WindowBefore(self, copy_gradients=restore, left=left, carried=carried, taken=taken)
+        try:
+            self._prepare(self._window.micro_steps + 1)
+        except BaseException as error:
+            if restore:
+                before.restore()
+            else:
+                self._discard(error, before.micro_steps + 1)
+            raise
+        self._window.prepared = True
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """The inner optimizer's ``zero_grad``, except while a window is open; refused on a prepared window.
@@ -318,6 +417,75 @@ class Wrapper(Generic[OptimizerT]):
         if not isinstance(sync_grad, bool):
             raise TypeError(f"sync_grad must be a bool, got {sync_grad!r}")
         return self._region(sync=sync_grad, autocast=False)
+
+    # -- what changed from outside since the last call (WIN-001, WIN-002) --------------------------------
+
+    def _window_open(self) -> bool:
+        """Whether a micro-step accumulated in the window, or ``unscale_gradients()`` prepared it."""
+        return self._window.micro_steps > 0 or self._window.prepared
+
+    def _mid_window_message(self, what: str) -> str:
+        micro_steps = self._window.micro_steps
+        plural = "" if micro_steps == 1 else "s"
+        return (
+            f"{what} of {type(self._inner).__name__} (optimizer {self._index()} of the context) while its window is "
+            f"open ({micro_steps} micro-step{plural} accumulated): an optimizer's parameters change only between its "
+            "windows. Change them after the window's real step, or drop the window with context.discard(wrapper); "
+            "nothing was changed"
+        )
+
+    def _index(self) -> int:
+        return next(i for i, wrapper in enumerate(self._context.wrappers) if wrapper is self)
+
+    def take_in_parameters(self) -> None:
+        """Find parameters added to or removed from the inner optimizer from outside (WIN-001).
+
+        With the window open the call is refused; otherwise added parameters are checked as ``wrap`` checks them
+        (ERR-007) and then join the window. Nothing changes when either refuses.
+        """
+        current = self.parameters()
+        known = self._known
+        if len(current) == len(known) and all(a is b for a, b in zip(current, known, strict=True)):
+            return
+        current_ids, known_ids = {id(p) for p in current}, {id(p) for p in known}
+        added = [param for param in current if id(param) not in known_ids]
+        removed = [param for param in known if id(param) not in current_ids]
+        if (added or removed) and self._window_open():
+            raise RuntimeError(
+                self._mid_window_message(
+                    f"{len(added)} parameter{'' if len(added) == 1 else 's'} added and {len(removed)} removed from "
+                    "outside add_param_group()"
+                )
+            )
+        self._context.check_parameters(added)
+        had = {id(param): flag for param, flag in zip(known, self._had_grad, strict=True)}
+        self._known = current
+        self._had_grad = [had.get(id(param), param.grad is not None) for param in current]
+
+    def check_cleared(self) -> None:
+        """Refuse to use or add to an open window whose gradients were cleared from outside since the last call
+        of the context's wrappers returned (WIN-002)."""
+        if self._window.micro_steps < 1:
+            return
+        cleared = [
+            index
+            for index, (param, had) in enumerate(zip(self._known, self._had_grad, strict=True))
+            if had and param.grad is None
+        ]
+        if cleared:
+            micro_steps = self._window.micro_steps
+            raise RuntimeError(
+                f"the gradients of {len(cleared)} parameter{'' if len(cleared) == 1 else 's'} of "
+                f"{type(self._inner).__name__}'s open window (optimizer {self._index()} of the context, "
+                f"{micro_steps} micro-step{'' if micro_steps == 1 else 's'} accumulated) were cleared outside its "
+                "wrapper (model.zero_grad(), the inner optimizer's zero_grad(), p.grad = None): the window's mean "
+                "would be wrong. Clear them with the wrapper's zero_grad(), or drop the window with "
+                "context.discard(wrapper); nothing was changed"
+            )
+
+    def note_gradients(self) -> None:
+        """Note which of the window's parameters have a gradient now, as a call returns (WIN-002)."""
+        self._had_grad = [param.grad is not None for param in self._known]
 
     # -- what a step does -------------------------------------------------------------------------------
 
@@ -490,21 +658,28 @@ class Wrapper(Generic[OptimizerT]):
         self._finish(StepOutcome.STEPPED)
         return results[0] if results else None  # the first evaluation's result, whatever the step returned
 
-    def _discard(self, error: BaseException, micro_steps: int) -> None:
-        """Drop the window a failed call wrote into (FAIL-003), and say so on the exception that propagates."""
-        for param in self.parameters():
+    def drop(self, *, forget_unscaling: bool) -> bool:
+        """Drop the window (FAIL-003, FAIL-009): every gradient of its parameters ``None``, those that left it while
+        it was open included, its length 0, its carried part gone, ``last_outcome`` ``DISCARDED``; the step count
+        stays. ``forget_unscaling``: the scaler's record of this optimizer's unscaling goes with it, so that the
+        next window unscales anew. Returns whether the window carried gradients of the last real step."""
+        for param in [*self.parameters(), *self._known]:
             param.grad = None
         carried = bool(self._carried)
         self._carried, self._left = {}, {}
         self._window.micro_steps, self._window.prepared = 0, False
         scaler = self._context.scaler
-        if scaler is not None:
-            # What the scaler recorded of this optimizer's unscaling goes with the window: the next one unscales anew.
+        if scaler is not None and forget_unscaling:
             states = scaler._per_optimizer_states
             if id(self._inner) in states and states[id(self._inner)]["stage"] is OptState.UNSCALED:
                 del states[id(self._inner)]
         self._outcome = StepOutcome.DISCARDED
-        index = next(i for i, wrapper in enumerate(self._context.wrappers) if wrapper is self)
+        return carried
+
+    def _discard(self, error: BaseException, micro_steps: int) -> None:
+        """Drop the window a failed call wrote into (FAIL-003), and say so on the exception that propagates."""
+        carried = self.drop(forget_unscaling=True)
+        index = self._index()
         plural = "" if micro_steps == 1 else "s"
         with_carried = (
             ", with the gradients it carried from the last real step (zero_grad_after_step=False)" if carried else ""
@@ -652,6 +827,7 @@ class Wrapper(Generic[OptimizerT]):
             if carry is not None
         }
         self._left = {}
+        self._known = params  # the state was taken for these parameters (CKPT-003)
         self._window.load(state)
 
 
@@ -695,22 +871,86 @@ class _WindowBefore:
                 return True
         return False
 
-    def restore(self) -> None:
-        """Put the window back: its length and preparation, its gradients when they were copied, the scaler's record."""
+    def restore(self, *, gradients: bool = True, scaler: bool = True) -> None:
+        """Put the window back: its length and preparation, its gradients when they were copied (and ``gradients``),
+        what the call took of the last step's gradients, and, with ``scaler``, the scaler's record."""
         wrapper = self.wrapper
-        if self.grads is not None:
+        if self.grads is not None and gradients:
             for param, grad in zip(self.params, self.grads, strict=True):
                 param.grad = grad
         for index, grad in self.taken.items():
             self.params[index].grad = grad  # untaken again: the tensor and version that the last step left
         wrapper._left, wrapper._carried = self.left, self.carried
         wrapper._window.micro_steps, wrapper._window.prepared = self.micro_steps, self.prepared
-        scaler = wrapper._context.scaler
-        if scaler is not None and not self.prepared:
+        grad_scaler = wrapper._context.scaler
+        if grad_scaler is not None and scaler and not self.prepared:
             # This call unscaled the window (the scaler records that once per iteration): the retry unscales again.
-            states = scaler._per_optimizer_states
+            states = grad_scaler._per_optimizer_states
             if id(wrapper._inner) in states and states[id(wrapper._inner)]["stage"] is OptState.UNSCALED:
                 del states[id(wrapper._inner)]
+
+
+class _InnerBefore:
+    """The inner optimizer's ``param_groups`` and ``state`` before a call that may change them halfway: the same
+    objects with the same entries are put back when the call raises (FAIL-008)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.groups = optimizer.param_groups
+        self.group_list = list(self.groups)
+        self.group_entries = [dict(group) for group in self.group_list]
+        self.params = [
+            (group["params"], list(group["params"])) if isinstance(group.get("params"), list) else None
+            for group in self.group_list
+        ]
+        self.state = optimizer.state
+        self.state_entries = dict(self.state)
+        self.per_param = {key: dict(value) for key, value in self.state_entries.items() if isinstance(value, dict)}
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> None:
+        if error is None:
+            return
+        optimizer = self.optimizer
+        optimizer.param_groups = self.groups  # a load may have replaced the objects themselves
+        optimizer.state = self.state
+        self.groups[:] = self.group_list
+        for group, entries, params in zip(self.group_list, self.group_entries, self.params, strict=True):
+            group.clear()
+            group.update(entries)
+            if params is not None:
+                params[0][:] = params[1]
+        self.state.clear()
+        self.state.update(self.state_entries)
+        for key, entries in self.per_param.items():
+            value = self.state_entries[key]
+            value.clear()
+            value.update(entries)
+
+
+def _discard_after_backward(error: BaseException, written: list[_WindowBefore]) -> None:
+    """Under "discard": drop every window a failed ``backward()`` outside ``step()`` wrote into (FAIL-008), and name
+    them in a note on the exception that propagates."""
+    named = []
+    for before in written:
+        wrapper = before.wrapper
+        carried = wrapper.drop(forget_unscaling=False)
+        with_carried = ", with the gradients it carried from the last real step" if carried else ""
+        plural = "" if before.micro_steps == 1 else "s"
+        named.append(
+            f"{type(wrapper._inner).__name__} (optimizer {wrapper._index()} of the context: {before.micro_steps} "
+            f"micro-step{plural} and the failed backward's gradients{with_carried})"
+        )
+    note = (
+        f"the failed backward() discarded the window{'' if len(named) == 1 else 's'} it wrote into: "
+        f"{'; '.join(named)} (gradients None, step counts unchanged); build the context with "
+        'on_failure="restore" to keep a failed call\'s windows as they were before the call'
+    )
+    add_note = getattr(error, "add_note", None)  # Python 3.11 and later
+    if add_note is not None:
+        add_note(note)
 
 
 class _Before:
