@@ -25,7 +25,7 @@ import pytest
 import torch
 from torch.amp.grad_scaler import GradScaler
 
-from lightning_optimizer.conformance.assertions import assert_unchanged, snapshot
+from lightning_optimizer.conformance.assertions import assert_unchanged, snapshot, state_diff
 from lightning_optimizer.conformance.checkpointing import through_a_checkpoint
 from lightning_optimizer.conformance.failure_rigs import (
     EAGER,
@@ -41,6 +41,7 @@ from lightning_optimizer.conformance.harness import (
     ON_FAILURE,
     FlakySGD,
     PlannedFailure,
+    assert_discard_note,
     cell_device,
     cell_dtype,
     failure_settings,
@@ -849,3 +850,202 @@ def test_states_and_copies_carry_the_failure_policy(
             discarded = "a" if policy == "discard" else None
             clone.fails(call, "CLOS-003: the closure's exception propagates", failing, discarded=discarded)
             assert_unchanged(rig.model, original, f"{call}: the original's window")
+
+
+# -- FAIL-008: a backward outside step(), add_param_group and load_state_dict -----------------------------------
+
+
+@contextmanager
+def _backward_fails(rig: Rig, when: str, reached: tuple[str, ...], loss: torch.Tensor) -> Iterator[None]:
+    """The backward of ``loss`` raises :class:`PlannedFailure`, before autograd wrote or after.
+
+    From a hook on the loss, before autograd writes any gradient, or once every parameter of the halves ``reached``
+    has had its gradient accumulated.
+    """
+    handles: list[Any] = []
+    if when == "before":
+
+        def on_loss(grad: torch.Tensor) -> NoReturn:
+            raise PlannedFailure("a hook on the loss fails before autograd writes any gradient")
+
+        handles.append(loss.register_hook(on_loss))
+    else:
+        params = [p for name in reached for p in rig.halves[name].parameters()]
+        written: list[int] = []
+
+        def on_param(param: torch.Tensor) -> None:
+            written.append(1)
+            if len(written) == len(params):
+                raise PlannedFailure("a hook fails once autograd has written every gradient")
+
+        handles += [param.register_post_accumulate_grad_hook(on_param) for param in params]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+BATCHES_8 = 8
+"""Batches in the epochs of the FAIL-008 checks."""
+
+_BACKWARD_CASES = [("before", ("a",), 1), ("after", ("a",), 1), ("after", ("a",), 2), ("after", ("a", "b"), 1)]
+_BACKWARD_CASES += [("before", ("a", "b"), 2), ("after", ("a", "b"), 2)]
+
+
+@pytest.mark.requirement("FAIL-008", "FAIL-002", "FAIL-003", "FAIL-004", "ACC-001")
+@pytest.mark.cells(devices=EAGER, precisions=("32-true", "16-mixed", "bf16-mixed"))
+@pytest.mark.parametrize("on_failure", ON_FAILURE)
+@pytest.mark.parametrize(
+    ("when", "reached", "held"),
+    _BACKWARD_CASES,
+    ids=[f"fails-{w}-writing-{'+'.join(r)}-{h}-held" for w, r, h in _BACKWARD_CASES],
+)
+@pytest.mark.varies(
+    faults=("hook raising before autograd wrote", "hook raising after autograd wrote"),
+    call_form=("backward, then step()",),
+    on_failure=("discard", "restore"),
+    window=("1 micro-step", "k >= 2 micro-steps", "open while another optimizer steps"),
+    wrappers=("2",),
+    optimizer=("SGD", "Adam"),
+    recovery=("retried",),
+)
+def test_a_failed_backward_outside_step_follows_the_policy(
+    make_context: MakeContext, cell: Cell, on_failure: str, when: str, reached: tuple[str, ...], held: int
+) -> None:
+    """``a.backward(loss)`` outside ``step()`` (the direct form) fails, its loss reaching ``a``'s half or both.
+
+    Failing before autograd wrote anything it changes nothing (FAIL-002). Failing after, under ``"discard"`` the
+    windows it wrote into are discarded (every gradient ``None``, ``DISCARDED``, the note naming the optimizer), the
+    other untouched; under ``"restore"`` both windows are exactly as before [FAIL-008]. The backward is then made again
+    and the loop goes on; every step against the plain loop over the windows left. ``a`` is SGD and ``b`` Adam, which
+    the notes tell apart; ``b`` closes a window every second batch.
+    """
+    rig = Rig(
+        make_context,
+        cell,
+        make_batches(BATCHES_8, seed=120 + held),
+        kinds=("SGD", "Adam"),
+        accumulate_grad_batches=4,
+        **failure_settings(on_failure),
+    )
+    a = rig.wrappers["a"]
+    discards = on_failure == "discard" and when == "after"
+    lost = reached if discards else ()
+    a_closes = {held + 1, BATCHES_8 - 1}
+    what = f"a.backward(loss) outside step() with {held} micro-step(s) held, its loss reaching {'+'.join(reached)}, "
+    what += f"failing {when} autograd wrote"
+    for batch_idx in range(BATCHES_8):
+        with rig.context.batch(batch_idx, is_last=batch_idx == BATCHES_8 - 1):
+            if batch_idx == held:
+                loss = sum((rig.loss(name, batch_idx, record=False) for name in reached), torch.zeros(()))
+                why = "FAIL-008: the backward's exception propagates"
+                with _backward_fails(rig, when, reached, loss):
+                    if len(lost) == 2:
+                        with refuses(PlannedFailure, what, why) as error:
+                            a.backward(loss)
+                        for name in lost:
+                            gone = [p.grad for p in rig.halves[name].parameters()]
+                            assert all(grad is None for grad in gone), (
+                                f"{what}: wrapper {name}'s window, which the backward wrote into, was not discarded "
+                                "(FAIL-008, FAIL-003: every gradient None)"
+                            )
+                            outcome = rig.wrappers[name].last_outcome
+                            assert outcome is D, f"{what}: wrapper {name}'s last_outcome is {outcome}, expected {D}"
+                            assert_discard_note(error.value, rig.inner[name], (held, held + 1), what)
+                    else:
+                        rig.fails(what, why, partial(a.backward, loss), discarded="a" if lost else None, held=held)
+            a.backward(rig.loss("a", batch_idx))
+            a.step(make_optimizer_step=batch_idx in a_closes)
+            rig.call("b", batch_idx, make_step=batch_idx % 2 == 1)
+    first = (held, held + 1) if "a" in lost else tuple(range(held + 2))
+    b_windows = [(i, i + 1) for i in range(0, BATCHES_8, 2)]
+    if "b" in lost and held % 2 == 1:
+        b_windows[held // 2] = (held,)
+    rig.train_oracle({"a": [first, tuple(range(held + 2, BATCHES_8))], "b": b_windows})
+    rig.assert_oracle(what)
+
+
+@pytest.mark.requirement("FAIL-008", "ERR-005", "PROXY-003", "WIN-001")
+@pytest.mark.cells(devices=EAGER, precisions=("32-true", "16-mixed"))
+@pytest.mark.parametrize("call", ["load_state_dict", "add_param_group"])
+@pytest.mark.parametrize("kind", ["SGD momentum", "Adam"])
+@pytest.mark.varies(
+    faults=("raising load_state_dict", "raising add_param_group"),
+    optimizer=("SGD momentum", "Adam"),
+    window=("k >= 2 micro-steps", "1 micro-step"),
+    recovery=("retried",),
+    param_groups=("added after wrap",),
+)
+def test_a_failed_optimizer_change_leaves_the_optimizer(
+    make_context: MakeContext, cell: Cell, call: str, kind: str
+) -> None:
+    """A wrapper's ``load_state_dict`` or ``add_param_group`` that fails halfway leaves the optimizer [FAIL-008].
+
+    ``load_state_dict`` (a post-hook of the inner optimizer raising once the state is loaded) or ``add_param_group``
+    (the inner optimizer raising once the group is appended) fails: the inner optimizer's ``state`` and
+    ``param_groups`` are the same objects with the same entries, the window as it was; made again it works, and the
+    loop goes on as the plain loop. ``load_state_dict`` runs with a window open, ``add_param_group`` between windows
+    (with one open it is refused, WIN-001).
+    """
+    rig = Rig(make_context, cell, make_batches(6, seed=131), kinds=(kind,), accumulate_grad_batches=2)
+    a, inner = rig.wrappers["a"], rig.inner["a"]
+    extra = torch.nn.Parameter(torch.zeros(3, device=cell_device(rig.cell), dtype=cell_dtype(rig.cell)))
+    for batch_idx in range(6):
+        with rig.context.batch(batch_idx, is_last=batch_idx == 5):
+            if batch_idx == (3 if call == "load_state_dict" else 2):
+                saved = inner.state_dict()
+                state, groups = inner.state, inner.param_groups
+                entries = [dict(group) for group in groups]
+                before = copy.deepcopy(saved)
+                what = f"a.{call}(...) of a {kind} whose inner {call} raises after it changed the optimizer"
+                fault = _failing_load(inner, saved) if call == "load_state_dict" else _failing_add(inner, extra)
+                with fault as attempt:
+                    rig.fails(what, "FAIL-008: the exception propagates", partial(getattr(a, call), attempt))
+                assert inner.state is state and inner.param_groups is groups, (
+                    f"{what}: the inner optimizer's state or param_groups is another object than before the call"
+                )
+                assert [dict(group) for group in inner.param_groups] == entries, (
+                    f"{what}: the inner optimizer's groups are {inner.param_groups}, were {entries} (FAIL-008)"
+                )
+                problem = state_diff(inner.state_dict(), before)
+                assert problem is None, f"{what}: the inner optimizer's state_dict changed: {problem}"
+                if call == "load_state_dict":
+                    a.load_state_dict(saved)
+                else:
+                    a.add_param_group({"params": [extra]})
+                    assert any(p is extra for g in inner.param_groups for p in g["params"]), f"{what}, retried"
+            rig.call("a", batch_idx)
+    rig.train_oracle({"a": [(0, 1), (2, 3), (4, 5)]})
+    rig.assert_oracle("a failed, then retried, change of the inner optimizer")
+
+
+@contextmanager
+def _failing_load(inner: torch.optim.Optimizer, saved: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The inner optimizer's ``load_state_dict`` raises from a post-hook, after it replaced state and groups."""
+
+    def raising(optimizer: torch.optim.Optimizer) -> NoReturn:
+        raise PlannedFailure("a load_state_dict post-hook fails after the state was loaded")
+
+    attempt = copy.deepcopy(saved)
+    attempt["param_groups"][0]["lr"] = 123.0  # loaded, then must be undone
+    handle = inner.register_load_state_dict_post_hook(raising)
+    try:
+        yield attempt
+    finally:
+        handle.remove()
+
+
+@contextmanager
+def _failing_add(inner: torch.optim.Optimizer, extra: torch.Tensor) -> Iterator[dict[str, Any]]:
+    """The inner optimizer's ``add_param_group`` raises after torch's appended the group."""
+
+    def add_then_fail(param_group: dict[str, Any]) -> NoReturn:
+        type(inner).add_param_group(inner, param_group)
+        raise PlannedFailure("add_param_group fails after the group was appended")
+
+    inner.add_param_group = add_then_fail  # type: ignore[method-assign]
+    try:
+        yield {"params": [extra]}
+    finally:
+        del inner.add_param_group

@@ -3,7 +3,7 @@
 With no micro-step accumulated, the outside check lets the parameters added to ``param_groups`` join the next window
 without the device and dtype check that ``wrap`` and ``add_param_group`` make: the join is taken for a bookkeeping
 update ("the window now knows these parameters"), and the check for it is left where the other entry points have it.
-A float64 parameter appended under 32-true (or one on another device) is then stepped by the inner optimizer instead
+A float32 parameter appended under 64-true (or one on another device) is then stepped by the inner optimizer instead
 of being refused with ``ValueError``.
 
 Plausible: ERR-007's checks live in ``wrap`` and ``add_param_group``, the two entry points the wrapper sees; the
@@ -22,12 +22,12 @@ from lightning_optimizer.reference.outside import OutsideChanges
 from lightning_optimizer.reference.window import Window, WindowStage
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
-from mutants._declared import Mutant
+from mutants._declared import F64, Mutant
 
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
 
-MUTANT = Mutant("WIN-001", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant("WIN-001", ["PLACEHOLDER"], cells=F64, blind="batch 5")
 
 
 class UncheckedJoin(OutsideChanges):
