@@ -959,7 +959,7 @@ def test_a_failed_backward_outside_step_follows_the_policy(
             a.step(make_optimizer_step=batch_idx in a_closes)
             rig.call("b", batch_idx, make_step=batch_idx % 2 == 1)
     first = (held, held + 1) if "a" in lost else tuple(range(held + 2))
-    b_windows = [(i, i + 1) for i in range(0, BATCHES_8, 2)]
+    b_windows: list[tuple[int, ...]] = [(i, i + 1) for i in range(0, BATCHES_8, 2)]
     if "b" in lost and held % 2 == 1:
         b_windows[held // 2] = (held,)
     rig.train_oracle({"a": [first, tuple(range(held + 2, BATCHES_8))], "b": b_windows})
