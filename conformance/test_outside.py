@@ -443,8 +443,13 @@ def test_discard_refuses_what_it_cannot_drop(make_context: MakeContext, cell: Ce
     """
     rig = Rig(make_context, cell, make_batches(3, seed=77), accumulate_grad_batches=4)
     a = rig.wrappers["a"]
-    other = make_context()
-    stranger = other.wrap(torch.optim.SGD(other.prepare_module(make_model(seed=78)).parameters(), lr=0.1))
+    other = make_context(accumulate_grad_batches=4)
+    stranger_model = other.prepare_module(make_model(seed=78))
+    stranger = other.wrap(torch.optim.SGD(stranger_model.parameters(), lr=0.1))
+    x, y = make_batches(1, seed=79)[0]
+    stranger.backward(mse(stranger_model, (x, y), cell_device(rig.cell), cell_dtype(rig.cell)))
+    stranger.step()  # the other context's window holds a micro-step
+    held = [p.grad.clone() for p in stranger_model.parameters() if p.grad is not None]
     with rig.context.batch(0):
         rig.call("a", 0)
         for given, name in [(rig.inner["a"], "its inner optimizer"), (stranger, "another context's wrapper")]:
@@ -454,6 +459,12 @@ def test_discard_refuses_what_it_cannot_drop(make_context: MakeContext, cell: Ce
                 lambda given=given: rig.context.discard(given),
                 raised=ValueError,
             )
+            now = [p.grad for p in stranger_model.parameters()]
+            kept = len(now) == len(held) and all(
+                g is not None and torch.equal(g, h) for g, h in zip(now, held, strict=True)
+            )
+            assert kept, f"discard({name}), refused, changed the other context's window (FAIL-009)"
+            assert stranger.last_outcome is A, f"discard({name}), refused, changed the other wrapper's outcome"
 
         def closure() -> torch.Tensor:
             loss = rig.closure("a", 1, record=False)()

@@ -394,7 +394,11 @@ class TrainingContext:
         """
         parts, windows = self.parts, self.windows.all
         parts.outside.check_backward(self)  # windows cleared from outside [WIN-002]
-        takings = self._take_carried() if any(window.left is not None for window in windows) else []
+        takings: list[tuple[Window, Taking]] = []
+        for window in windows:
+            if window.left is not None:
+                takings = self._take_carried()
+                break
         try:
             transaction = parts.failure.begin_backward([parts.parallel.window_tensors(window) for window in windows])
         except BaseException:  # nothing ran yet (a copy for the transaction failed): the windows as they were

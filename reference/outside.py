@@ -20,6 +20,7 @@ there is found, one of the unsharded sums is not.
 from __future__ import annotations
 
 import operator
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import torch
@@ -36,10 +37,13 @@ class OutsideChanges:
     """The checks of what changed a window behind its wrapper's back, and the notes they compare against."""
 
     def check_call(self, context: TrainingContext, window: Window) -> None:
-        """The window's ``step()`` or ``unscale_gradients()``: its parameters [WIN-001], its gradients [WIN-002]."""
+        """The window's ``step()`` or ``unscale_gradients()``: its parameters [WIN-001], its gradients [WIN-002].
+
+        The parameters are compared by identity (``id`` of each, while :attr:`Window.known` keeps them alive), and
+        a gradient by ``is None``: no tensor comparison, no Python call per parameter.
+        """
         params = window.params()
-        known = window.known
-        if len(params) != len(known) or not all(map(operator.is_, params, known)):
+        if list(map(id, params)) != window.known_ids:
             self.parameters_changed(context, window, params)
         if window.length:
             self.check_cleared(window)
@@ -62,12 +66,13 @@ class OutsideChanges:
             )
         for param in added:
             context.parts.refusals.check_parameter(context, param)  # as wrap() checks them [ERR-007]
-        window.known = tuple(params)
+        window.know(params)
 
     def check_cleared(self, window: Window) -> None:
         """A parameter that held part of the open window has no gradient now [WIN-002]."""
-        cleared = [param.grad for param in window.holding].count(None)
-        if cleared:
+        grads = list(map(_GRAD, window.holding))
+        if any(map(operator.is_, grads, repeat(None))):
+            cleared = sum(map(operator.is_, grads, repeat(None)))
             raise RuntimeError(
                 f"the gradients of {type(window.optimizer).__name__}'s open window ({window.length} micro-step(s)) "
                 f"were cleared outside its wrapper ({cleared} parameter(s) lost theirs: model.zero_grad(), the inner "
@@ -87,4 +92,7 @@ class OutsideChanges:
 
     def joined(self, window: Window) -> None:
         """The wrapper's ``add_param_group`` added checked parameters: the window knows them."""
-        window.known = tuple(window.params())
+        window.know(window.params())
+
+
+_GRAD = operator.attrgetter("grad")

@@ -147,17 +147,14 @@ class Refusals:
             )
 
     def check_param_group(self, context: TrainingContext, window: Window, param_group: object) -> list[object]:
-        """A group that is not a dict, added mid-call; its tensors checked as ``wrap`` checks them [ERR-007]."""
+        """A group that is not a dict, added mid-call, or with tensors ``wrap`` would refuse [ERR-007]; a window open.
+
+        The arguments are checked first, then the window: with one open the group is refused [WIN-001].
+        """
         if not isinstance(param_group, dict):
             raise TypeError(f"add_param_group expects a dict with a 'params' entry, got {type(param_group).__name__}")
         if window.stage is not WindowStage.READY:
             raise RuntimeError("add_param_group() while a step() runs or a window is prepared: call it between steps")
-        if window.length:
-            raise RuntimeError(
-                f"add_param_group() while the window of {type(window.optimizer).__name__} is open ({window.length} "
-                "micro-step(s) accumulated): the new parameters would join the window's mean part of the way. Add "
-                "the group after the window's real step, or call context.discard(wrapper) to drop the window first"
-            )
         params = param_group.get("params")
         if isinstance(params, torch.Tensor):
             candidates: list[object] = [params]
@@ -168,6 +165,12 @@ class Refusals:
         for param in candidates:
             if isinstance(param, torch.Tensor):
                 self.check_parameter(context, param)
+        if window.length:
+            raise RuntimeError(
+                f"add_param_group() while the window of {type(window.optimizer).__name__} is open ({window.length} "
+                "micro-step(s) accumulated): the new parameters would join the window's mean part of the way. Add "
+                "the group after the window's real step, or call context.discard(wrapper) to drop the window first"
+            )
         return candidates
 
     def check_discard(self, context: TrainingContext, wrapper: object) -> Window:

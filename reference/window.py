@@ -96,18 +96,32 @@ class Window:
 
     known: tuple[torch.Tensor, ...] = field(init=False, repr=False)
     """The parameters the window was built with, in order: a change from outside is found by identity [WIN-001]."""
+    known_ids: list[int] = field(init=False, repr=False)
+    """``id`` of each of :attr:`known` (which keeps them alive, so no id is reused while it is known)."""
     holding: list[torch.Tensor] = field(init=False, repr=False)
     """The parameters that held a gradient when the window's last accumulating call returned [WIN-002]."""
 
     def __post_init__(self) -> None:
         self.evaluates_closure = evaluates_closure(self.optimizer)
         self.takes_closure = takes_closure(self.optimizer)
-        self.known = tuple(self.params())
+        self.know(self.params())
         self.holding = []
 
+    def know(self, params: list[torch.Tensor]) -> None:
+        """The window's parameters are ``params`` from now on [WIN-001]."""
+        self.known = tuple(params)
+        self.known_ids = list(map(id, params))
+
     def __getstate__(self) -> dict[str, Any]:
-        # What the last step left is the user's, on gradients a copy does not carry (and weak references do not copy).
-        return {**self.__dict__, "left": None}
+        # What the last step left is the user's, on gradients a copy does not carry (and weak references do not copy);
+        # ids are the original's: a copy takes those of its own parameters.
+        state = {**self.__dict__, "left": None}
+        state.pop("known_ids", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.known_ids = list(map(id, self.known))
 
     def move(self, to: WindowStage) -> None:
         """Go to stage ``to``; a transition :data:`NEXT_STAGES` does not allow is the reference's own bug."""

@@ -23,26 +23,26 @@ from bench.cases import TIMED_CASES
 
 OWN_CALLS: dict[tuple[str, str], float] = {
     # (case, form): the reference's own calls per micro-step
-    ("small-adam-32-true", "closure"): 77,
-    ("small-adam-32-true", "direct"): 70,
-    ("small-adam-acc4-32-true", "closure"): 55,
-    ("small-adam-acc4-32-true", "direct"): 43,
-    ("small-adam-16-mixed", "closure"): 113,
-    ("small-adam-16-mixed", "direct"): 92,
-    ("small-adam-acc4-16-mixed", "closure"): 79,
-    ("small-adam-acc4-16-mixed", "direct"): 51,
+    ("small-adam-32-true", "closure"): 81,
+    ("small-adam-32-true", "direct"): 87,
+    ("small-adam-acc4-32-true", "closure"): 63,
+    ("small-adam-acc4-32-true", "direct"): 64,
+    ("small-adam-16-mixed", "closure"): 117,
+    ("small-adam-16-mixed", "direct"): 109,
+    ("small-adam-acc4-16-mixed", "closure"): 87,
+    ("small-adam-acc4-16-mixed", "direct"): 73,
 }
 RATIOS: dict[str, dict[tuple[str, str], float]] = {
     # torch's major.minor: (case, form): all calls per micro-step over raw PyTorch's
     "2.9": {
         ("small-adam-32-true", "closure"): 1.08,
-        ("small-adam-32-true", "direct"): 1.02,
-        ("small-adam-acc4-32-true", "closure"): 1.46,
-        ("small-adam-acc4-32-true", "direct"): 1.31,
+        ("small-adam-32-true", "direct"): 1.04,
+        ("small-adam-acc4-32-true", "closure"): 1.49,
+        ("small-adam-acc4-32-true", "direct"): 1.47,
         ("small-adam-16-mixed", "closure"): 1.22,
         ("small-adam-16-mixed", "direct"): 1.10,
-        ("small-adam-acc4-16-mixed", "closure"): 1.61,
-        ("small-adam-acc4-16-mixed", "direct"): 1.27,
+        ("small-adam-acc4-16-mixed", "closure"): 1.63,
+        ("small-adam-acc4-16-mixed", "direct"): 1.38,
     },
     "2.13": {
         ("small-adam-32-true", "closure"): 1.32,

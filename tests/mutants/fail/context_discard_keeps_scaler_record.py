@@ -2,9 +2,10 @@
 
 The discard drops the window's gradients, carried part, length and outcome, but leaves ``torch.amp.GradScaler``'s
 per-optimizer record: after ``unscale_gradients()`` prepared the window, the scaler still holds the optimizer as
-unscaled (and its found-inf) for this iteration. The next window in the same iteration then fails in torch
-(``unscale_() has already been called on this optimizer since the last update()``), or steps with the dropped
-window's found-inf.
+unscaled (and its found-inf) for this iteration. The next window in the same iteration is then taken for one
+unscaled already: its real step applies gradients still multiplied by the loss scale (or, where ``unscale_`` is
+called unconditionally, torch raises ``unscale_() has already been called on this optimizer``), or is skipped for the
+dropped window's found-inf.
 
 Plausible: the loss scaler is a separate object whose record a user never sees; a discard written as "clear the
 gradients and reset the counters" forgets it, and FAIL-003's list has it in the middle.
