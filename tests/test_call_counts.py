@@ -46,13 +46,13 @@ RATIOS: dict[str, dict[tuple[str, str], float]] = {
     },
     "2.13": {
         ("small-adam-32-true", "closure"): 1.32,
-        ("small-adam-32-true", "direct"): 1.24,
-        ("small-adam-acc4-32-true", "closure"): 1.69,
-        ("small-adam-acc4-32-true", "direct"): 1.50,
+        ("small-adam-32-true", "direct"): 1.26,
+        ("small-adam-acc4-32-true", "closure"): 1.71,
+        ("small-adam-acc4-32-true", "direct"): 1.69,
         ("small-adam-16-mixed", "closure"): 1.43,
-        ("small-adam-16-mixed", "direct"): 1.27,
-        ("small-adam-acc4-16-mixed", "closure"): 1.78,
-        ("small-adam-acc4-16-mixed", "direct"): 1.39,
+        ("small-adam-16-mixed", "direct"): 1.28,
+        ("small-adam-acc4-16-mixed", "closure"): 1.79,
+        ("small-adam-acc4-16-mixed", "direct"): 1.5,
     },
 }
 

@@ -22,7 +22,16 @@ from lightning_optimizer.spec.wrapper import OptimizerWrapper
 from mutants._base import MutantContext, mutant_info
 from mutants._declared import Mutant
 
-MUTANT = Mutant("FAIL-009", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "FAIL-009",
+    [
+        "test_discard_drops_the_window",
+        "test_gradients_cleared_from_outside_are_refused",
+        "test_parameters_changed_mid_window_are_refused[group appended to param_groups-step(closure)-discard()-1-held]",
+        "test_parameters_changed_mid_window_are_refused[group appended to param_groups-step(closure)-discard()-2-held]",
+    ],
+    blind="batch 5",
+)
 
 
 class Context(MutantContext):

@@ -22,7 +22,14 @@ from lightning_optimizer.spec.wrapper import OptimizerWrapper
 from mutants._base import MutantContext, mutant_info
 from mutants._declared import F16, Mutant
 
-MUTANT = Mutant("FAIL-009", ["PLACEHOLDER"], cells=F16, blind="batch 5")
+MUTANT = Mutant(
+    "FAIL-009",
+    [
+        "test_discard_drops_the_window[empty-prepared-by-unscale]",
+    ],
+    cells=F16,
+    blind="batch 5",
+)
 
 
 class Context(MutantContext):

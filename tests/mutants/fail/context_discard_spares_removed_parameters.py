@@ -21,7 +21,14 @@ from lightning_optimizer.spec.wrapper import OptimizerWrapper
 from mutants._base import MutantContext, mutant_info
 from mutants._declared import Mutant
 
-MUTANT = Mutant("FAIL-009", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "FAIL-009",
+    [
+        "test_parameters_changed_mid_window_are_refused[parameter popped from a group-step()-discard()-1-held]",
+        "test_parameters_changed_mid_window_are_refused[parameter popped from a group-step()-discard()-2-held]",
+    ],
+    blind="batch 5",
+)
 
 
 class Context(MutantContext):

@@ -22,7 +22,13 @@ from lightning_optimizer.spec.wrapper import OptimizerWrapper
 from mutants._base import MutantContext, mutant_info
 from mutants._declared import Mutant
 
-MUTANT = Mutant("FAIL-009", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "FAIL-009",
+    [
+        "test_discard_refuses_what_it_cannot_drop",
+    ],
+    blind="batch 5",
+)
 
 
 class Context(MutantContext):

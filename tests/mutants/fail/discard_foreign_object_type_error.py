@@ -25,7 +25,13 @@ from mutants._declared import Mutant
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
 
-MUTANT = Mutant("FAIL-009", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "FAIL-009",
+    [
+        "test_discard_refuses_what_it_cannot_drop",
+    ],
+    blind="batch 5",
+)
 
 
 class TypedDiscardRefusal(Refusals):

@@ -21,7 +21,14 @@ from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info, wrapper_subclass
 from mutants._declared import Mutant
 
-MUTANT = Mutant("FAIL-008", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "FAIL-008",
+    [
+        "test_a_failed_optimizer_change_leaves_the_optimizer[Adam-add_param_group]",
+        "test_a_failed_optimizer_change_leaves_the_optimizer[SGD momentum-add_param_group]",
+    ],
+    blind="batch 5",
+)
 
 
 class ForwardingWrapper(WrappedOptimizer[Any]):

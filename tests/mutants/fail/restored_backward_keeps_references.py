@@ -24,7 +24,14 @@ from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 from mutants._declared import Mutant
 
-MUTANT = Mutant("FAIL-008", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "FAIL-008",
+    [
+        "test_a_failed_backward_outside_step_follows_the_policy[fails-after-writing-a+b-1-held-restore]",
+        "test_a_failed_backward_outside_step_follows_the_policy[fails-after-writing-a+b-2-held-restore]",
+    ],
+    blind="batch 5",
+)
 
 
 class ReferencesOnly(BackwardTransaction):

@@ -27,7 +27,14 @@ from mutants._declared import Mutant
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
 
-MUTANT = Mutant("WIN-002", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "WIN-002",
+    [
+        "test_gradients_cleared_from_outside_are_refused[inner optimizer zero_grad()-unscale_gradients()-2-discard]",
+        "test_gradients_cleared_from_outside_are_refused[inner optimizer zero_grad()-unscale_gradients()-2-restore]",
+    ],
+    blind="batch 5",
+)
 
 
 class ParametersOnly(OutsideChanges):

@@ -26,7 +26,16 @@ from mutants._declared import Mutant
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
 
-MUTANT = Mutant("WIN-002", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "WIN-002",
+    [
+        "test_gradients_cleared_from_outside_are_refused[inner optimizer zero_grad()-another wrapper's "
+        "backward()-1-discard]",
+        "test_gradients_cleared_from_outside_are_refused[inner optimizer zero_grad()-another wrapper's "
+        "backward()-1-restore]",
+    ],
+    blind="batch 5",
+)
 
 
 class OpenFromTwo(OutsideChanges):

@@ -22,7 +22,16 @@ from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
 from mutants._declared import Mutant
 
-MUTANT = Mutant("WIN-002", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "WIN-002",
+    [
+        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-another wrapper's "
+        "backward()-2-discard]",
+        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-another wrapper's "
+        "backward()-2-restore]",
+    ],
+    blind="batch 5",
+)
 
 
 class WholeWindowCleared(OutsideChanges):

@@ -23,7 +23,16 @@ from mutants._declared import Mutant
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
 
-MUTANT = Mutant("WIN-002", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "WIN-002",
+    [
+        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-another wrapper's "
+        "backward()-2-discard]",
+        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-another wrapper's "
+        "backward()-2-restore]",
+    ],
+    blind="batch 5",
+)
 
 
 class StepTimeOnly(OutsideChanges):

@@ -22,12 +22,19 @@ from lightning_optimizer.reference.outside import OutsideChanges
 from lightning_optimizer.reference.window import Window, WindowStage
 from lightning_optimizer.spec import ImplementationInfo
 from mutants._base import MutantContext, mutant_info
-from mutants._declared import F64, Mutant
+from mutants._declared import F16, Mutant
 
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
 
-MUTANT = Mutant("WIN-001", ["PLACEHOLDER"], cells=F64, blind="batch 5")
+MUTANT = Mutant(
+    "WIN-001",
+    [
+        "test_a_parameter_joining_between_windows_is_checked_as_wrap_checks",
+    ],
+    cells=F16,
+    blind="batch 5",
+)
 
 
 class UncheckedJoin(OutsideChanges):

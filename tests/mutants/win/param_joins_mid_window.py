@@ -26,7 +26,14 @@ from mutants._declared import Mutant
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
 
-MUTANT = Mutant("WIN-001", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "WIN-001",
+    [
+        "test_parameters_changed_mid_window_are_refused[group appended to param_groups-step(closure)-discard()-1-held]",
+        "test_parameters_changed_mid_window_are_refused[group appended to param_groups-step(closure)-discard()-2-held]",
+    ],
+    blind="batch 5",
+)
 
 
 class AdditionsJoin(OutsideChanges):

@@ -26,7 +26,13 @@ from mutants._declared import Mutant
 if TYPE_CHECKING:
     from lightning_optimizer.reference.context import TrainingContext
 
-MUTANT = Mutant("WIN-001", ["PLACEHOLDER"], blind="batch 5")
+MUTANT = Mutant(
+    "WIN-001",
+    [
+        "test_parameters_changed_mid_window_are_refused",
+    ],
+    blind="batch 5",
+)
 
 
 class ReportOnce(OutsideChanges):
