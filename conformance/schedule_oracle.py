@@ -126,7 +126,8 @@ CALL_FORMS: Final[tuple[CallForm, ...]] = get_args(CallForm)
 EventKind = Literal["freeze", "unfreeze", "add_group", "pickle", "deepcopy"]
 """What the loop does between iterations: ``freeze``/``unfreeze`` a parameter of a head (after wrap);
 ``add_group``: a new parameter, used by the head's forward pass from then on, added to its optimizer as a group of
-its own (``add_param_group`` on the wrapper); ``pickle``/``deepcopy``: go on with a copy of the whole training
+its own (``add_param_group`` on the wrapper), between its windows; with one open the wrapper refuses it and nothing
+is added (WIN-001); ``pickle``/``deepcopy``: go on with a copy of the whole training
 state (context, model, wrappers), leaving the original untouched."""
 EVENT_KINDS: Final[tuple[EventKind, ...]] = get_args(EventKind)
 
@@ -313,10 +314,14 @@ class ScheduleHead(torch.nn.Module):
 
     def add_late(self) -> torch.nn.Parameter:
         """A new parameter on the head's device and in its dtype, used by the forward pass from now on."""
-        like = next(self.net.parameters())
-        param = torch.nn.Parameter(torch.full((2,), LATE_VALUE, device=like.device, dtype=like.dtype))
+        param = self.new_late()
         self.late.append(param)
         return param
+
+    def new_late(self) -> torch.nn.Parameter:
+        """The parameter :meth:`add_late` adds, not used yet (``self.late.append`` it once its optimizer took it)."""
+        like = next(self.net.parameters())
+        return torch.nn.Parameter(torch.full((2,), LATE_VALUE, device=like.device, dtype=like.dtype))
 
     def groups(self, spec: HeadSpec) -> list[list[torch.Tensor]]:
         """The parameters of the optimizer's groups when it is built (the unused one first)."""
@@ -509,6 +514,9 @@ class ScheduleOracle:
                 self.facts.add(("window", "open across epochs"))
         self.facts.add(("position", "inside batch()" if position.batch_idx is not None else "outside batch()"))
         for event in position.events:
+            if event.kind == "add_group" and self.pending[event.head]:
+                self.facts.add(("outside_change", "add_param_group on the wrapper"))
+                continue  # refused with the window open, and nothing added [WIN-001]
             apply_structure(event, self.schedule, self.model, self.optimizers)
             self.facts.add(_EVENT_FACTS[event.kind])
             if event.kind in ("pickle", "deepcopy"):

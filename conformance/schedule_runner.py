@@ -53,6 +53,7 @@ from lightning_optimizer.conformance.schedule_oracle import (
     ScheduleModel,
     ScheduleOracle,
     apply_structure,
+    late_group,
     make_optimizer,
     schedule_batches,
     schedule_loss,
@@ -289,6 +290,29 @@ def _where(position: IterationPosition) -> str:
     return f"iteration {position.index} (epoch {position.epoch}, batch {position.batch_idx}{last})"
 
 
+def _add_group(event: Event, schedule: Schedule, subject: _Subject, where: str) -> bool:
+    """``add_group`` on the wrapper: added (``True``), or refused because its window is open [WIN-001].
+
+    The oracle adds the group between windows and skips it with one open, so a wrapper that refuses or accepts it
+    otherwise ends with other parameters than the oracle's, which the comparison finds.
+    """
+    head = subject.model.head(event.head)
+    param = head.new_late()
+    refused: str | None = None
+    try:
+        subject.wrappers[event.head].add_param_group(late_group(schedule.heads[event.head], param))
+    except RuntimeError as error:
+        refused = str(error)
+    if refused is not None:
+        assert "discard" in refused, (
+            f"add_param_group on wrapper {event.head} before {where} raised {refused!r}, which does not say to drop "
+            "the window with discard(wrapper) (WIN-001)"
+        )
+        return False
+    head.late.append(param)
+    return True
+
+
 def run_schedule(
     make_context: MakeContext,
     schedule: Schedule,
@@ -316,6 +340,9 @@ def run_schedule(
                     (f"by {event.kind} before {_where(position)}", subject, snapshot(subject.model), state)
                 )
                 subject = subject.copied(event.kind)
+            elif event.kind == "add_group":
+                if _add_group(event, schedule, subject, _where(position)):
+                    structure.append(event)
             else:
                 apply_structure(event, schedule, subject.model, cast(list[torch.optim.Optimizer], subject.wrappers))
                 structure.append(event)

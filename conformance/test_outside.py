@@ -10,6 +10,7 @@ written here), never from the implementation under test.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -43,7 +44,7 @@ def _b_closes(batch_idx: int) -> bool:
 
 def _b_windows(cut: int | None = None) -> list[tuple[int, ...]]:
     """``b``'s windows of two batches; ``cut``: its window holding that batch was discarded just before it."""
-    windows = [(i, i + 1) for i in range(0, BATCHES, 2)]
+    windows: list[tuple[int, ...]] = [(i, i + 1) for i in range(0, BATCHES, 2)]
     if cut is not None and cut % 2 == 1:
         windows[cut // 2] = (cut,)
     return windows
@@ -185,7 +186,11 @@ def _change(rig: Rig, change: str, extra: torch.nn.Parameter) -> Callable[[], No
         return lambda: groups[0]["params"].append(popped)
     if change == "group appended to param_groups":
         groups.append({**{k: v for k, v in groups[0].items() if k != "params"}, "params": [extra]})
-        return lambda: groups.pop() and None
+
+        def drop_group() -> None:
+            groups.pop()
+
+        return drop_group
     raise AssertionError(change)
 
 
@@ -456,7 +461,7 @@ def test_discard_refuses_what_it_cannot_drop(make_context: MakeContext, cell: Ce
             rig.fails(
                 f"discard({name})",
                 "FAIL-009: discard() takes a wrapper of this context",
-                lambda given=given: rig.context.discard(given),
+                partial(rig.context.discard, given),
                 raised=ValueError,
             )
             now = [p.grad for p in stranger_model.parameters()]
