@@ -187,11 +187,12 @@ def _explicit_schedules(
 
     The second: fused Adam with two parameter groups and a parameter it never gets a gradient for (first in its
     first group), SGD with momentum (foreach) with one frozen parameter; clipping by norm over windows of two; a
-    group added to each optimizer after wrap, one while the other's window is open; a parameter frozen, then
-    unfrozen, after wrap; ``zero_grad(set_to_none=False)``; a window finished outside any batch (under 16-mixed the
-    scaler updates right after each real step there); under 16-mixed a loss scale that grows every iteration and
-    backs off after an overflow, across open windows; with ``copies`` a pickle and a deepcopy of the whole training
-    state that go on training (overflowing and growing) while the originals must stay as they were.
+    group added to each optimizer after wrap, between its windows while the other's window is open (WIN-001); a
+    parameter frozen, then unfrozen, after wrap; ``zero_grad(set_to_none=False)``; a window finished outside any
+    batch (under 16-mixed the scaler updates right after each real step there); under 16-mixed a loss scale that
+    grows every iteration and backs off after an overflow, across open windows; with ``copies`` a pickle and a
+    deepcopy of the whole training state that go on training (overflowing and growing) while the originals must stay
+    as they were.
 
     With ``user_zero_grad`` (the implementation claims the feature) a third: the first under
     ``zero_grad_after_step=False``, its windows carrying what the last real step left wherever no ``zero_grad()``
@@ -227,14 +228,21 @@ def _explicit_schedules(
     )
     changing = (
         (
-            Iteration((Call(0), Call(1, zero_grad_first=True, set_to_none=False))),
+            Iteration((Call(0),)),
             Iteration(
-                (Call(1, False), Call(0, raises_first=faults, raises_after_backward=True)), (Event("add_group", 1),)
+                (
+                    Call(1, False, zero_grad_first=True, set_to_none=False),
+                    Call(0, raises_first=faults, raises_after_backward=True),
+                ),
+                (Event("add_group", 1),),  # between 1's windows, while 0's is open [WIN-001]
             ),
             Iteration(
-                (Call(0, form="toggle_model"), Call(1, non_finite=overflow)), (Event("freeze", 0, 2), *copied[0])
+                (Call(0, True, form="toggle_model"), Call(1, non_finite=overflow)), (Event("freeze", 0, 2), *copied[0])
             ),
-            Iteration((Call(1, form="toggle_model", zero_grad_first=True), Call(0, True)), (Event("add_group", 0),)),
+            Iteration(
+                (Call(1, form="toggle_model", zero_grad_first=True), Call(0, True)),
+                (Event("add_group", 0),),  # between 0's windows, while 1's is open
+            ),
             Iteration((Call(0), Call(1)), (Event("unfreeze", 0, 2), *copied[1])),
             Iteration((Call(0), Call(1, False)), in_batch=False),
             Iteration((Call(1),), in_batch=False),

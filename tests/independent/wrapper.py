@@ -169,15 +169,18 @@ class Wrapper(Generic[OptimizerT]):
         Refused with a window open (WIN-001): its parameters change only between windows. One that fails leaves
         the inner optimizer's ``param_groups`` and ``state`` as they were (FAIL-008).
         """
-        if self._window_open():
-            raise RuntimeError(self._mid_window_message("add_param_group() would add parameters"))
         given: object = param_group
         params = param_group.get("params") if isinstance(given, dict) else None
+        listed: list[Any] | None = None
         if isinstance(params, torch.Tensor):
             self._context.check_parameters([params])
         elif params is not None and not isinstance(params, set | frozenset):
             listed = list(params)
             self._context.check_parameters([p for p in listed if isinstance(p, torch.Tensor)])
+        # Its arguments are checked first; then the open window refuses it, before anything changes (WIN-001).
+        if self._window_open():
+            raise RuntimeError(self._mid_window_message("add_param_group() would add parameters"))
+        if listed is not None:
             param_group["params"] = listed
         groups = len(self._inner.param_groups)
         with _InnerBefore(self._inner):

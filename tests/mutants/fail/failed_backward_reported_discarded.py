@@ -22,12 +22,10 @@ from mutants._declared import Mutant
 MUTANT = Mutant(
     "FAIL-008",
     [
-        "test_a_failed_backward_outside_step_follows_the_policy[fails-after-writing-a+b-1-held-restore]",
-        "test_a_failed_backward_outside_step_follows_the_policy[fails-after-writing-a+b-2-held-restore]",
-        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-another wrapper's "
-        "backward()-2-discard]",
-        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-another wrapper's "
-        "backward()-2-restore]",
+        "test_a_failed_backward_outside_step_follows_the_policy[fails-before-writing-a+b-2-held-discard]",
+        "test_a_failed_backward_outside_step_follows_the_policy[fails-before-writing-a+b-2-held-restore]",
+        "test_a_failed_backward_outside_step_follows_the_policy[fails-before-writing-a-1-held-discard]",
+        "test_a_failed_backward_outside_step_follows_the_policy[fails-before-writing-a-1-held-restore]",
     ],
 )
 

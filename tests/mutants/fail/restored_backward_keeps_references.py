@@ -29,6 +29,8 @@ MUTANT = Mutant(
     [
         "test_a_failed_backward_outside_step_follows_the_policy[fails-after-writing-a+b-1-held-restore]",
         "test_a_failed_backward_outside_step_follows_the_policy[fails-after-writing-a+b-2-held-restore]",
+        "test_a_failed_backward_outside_step_follows_the_policy[fails-after-writing-a-1-held-restore]",
+        "test_a_failed_backward_outside_step_follows_the_policy[fails-after-writing-a-2-held-restore]",
     ],
     blind="batch 5",
 )

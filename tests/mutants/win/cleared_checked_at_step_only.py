@@ -32,6 +32,8 @@ MUTANT = Mutant(
     [
         "test_gradients_cleared_from_outside_are_refused[inner optimizer zero_grad()-unscale_gradients()-2-discard]",
         "test_gradients_cleared_from_outside_are_refused[inner optimizer zero_grad()-unscale_gradients()-2-restore]",
+        "test_gradients_cleared_from_outside_are_refused[module zero_grad()-unscale_gradients()-3-discard]",
+        "test_gradients_cleared_from_outside_are_refused[module zero_grad()-unscale_gradients()-3-restore]",
     ],
     blind="batch 5",
 )

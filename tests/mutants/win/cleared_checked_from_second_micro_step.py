@@ -33,6 +33,8 @@ MUTANT = Mutant(
         "backward()-1-discard]",
         "test_gradients_cleared_from_outside_are_refused[inner optimizer zero_grad()-another wrapper's "
         "backward()-1-restore]",
+        "test_gradients_cleared_from_outside_are_refused[module zero_grad()-step(closure)-1-discard]",
+        "test_gradients_cleared_from_outside_are_refused[module zero_grad()-step(closure)-1-restore]",
     ],
     blind="batch 5",
 )

@@ -29,6 +29,10 @@ MUTANT = Mutant(
         "backward()-2-discard]",
         "test_gradients_cleared_from_outside_are_refused[a gradient set to None-another wrapper's "
         "backward()-2-restore]",
+        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-step()-3-discard]",
+        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-step()-3-restore]",
+        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-step(closure)-2-discard]",
+        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-step(closure)-2-restore]",
     ],
     blind="batch 5",
 )

@@ -26,10 +26,8 @@ if TYPE_CHECKING:
 MUTANT = Mutant(
     "WIN-002",
     [
-        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-another wrapper's "
-        "backward()-2-discard]",
-        "test_gradients_cleared_from_outside_are_refused[a gradient set to None-another wrapper's "
-        "backward()-2-restore]",
+        "test_gradients_cleared_from_outside_are_refused[module zero_grad()-its own backward()-3-discard]",
+        "test_gradients_cleared_from_outside_are_refused[module zero_grad()-its own backward()-3-restore]",
     ],
     blind="batch 5",
 )

@@ -31,6 +31,18 @@ MUTANT = Mutant(
     [
         "test_parameters_changed_mid_window_are_refused[group appended to param_groups-step(closure)-discard()-1-held]",
         "test_parameters_changed_mid_window_are_refused[group appended to param_groups-step(closure)-discard()-2-held]",
+        "test_parameters_changed_mid_window_are_refused[group appended to param_groups-unscale_gradients()-change "
+        "undone-1-held]",
+        "test_parameters_changed_mid_window_are_refused[group appended to param_groups-unscale_gradients()-change "
+        "undone-2-held]",
+        "test_parameters_changed_mid_window_are_refused[parameter appended to a group-step(closure)-change "
+        "undone-1-held]",
+        "test_parameters_changed_mid_window_are_refused[parameter appended to a group-step(closure)-change "
+        "undone-2-held]",
+        "test_parameters_changed_mid_window_are_refused[parameter appended to a "
+        "group-unscale_gradients()-discard()-1-held]",
+        "test_parameters_changed_mid_window_are_refused[parameter appended to a "
+        "group-unscale_gradients()-discard()-2-held]",
     ],
     blind="batch 5",
 )
