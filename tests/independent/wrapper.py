@@ -390,7 +390,7 @@ class Wrapper(Generic[OptimizerT]):
             if restore:
                 before.restore()
             else:
-                self._discard(error, before.micro_steps + 1)
+                self._discard(error, before.micro_steps + 1, "unscale_gradients()")
             raise
         self._window.prepared = True
 
@@ -679,7 +679,7 @@ class Wrapper(Generic[OptimizerT]):
         self._outcome = StepOutcome.DISCARDED
         return carried
 
-    def _discard(self, error: BaseException, micro_steps: int) -> None:
+    def _discard(self, error: BaseException, micro_steps: int, call: str = "step()") -> None:
         """Drop the window a failed call wrote into (FAIL-003), and say so on the exception that propagates."""
         carried = self.drop(forget_unscaling=True)
         index = self._index()
@@ -688,7 +688,7 @@ class Wrapper(Generic[OptimizerT]):
             ", with the gradients it carried from the last real step (zero_grad_after_step=False)" if carried else ""
         )
         note = (
-            f"{type(self._inner).__name__} (optimizer {index} of the context): the failed step() discarded this "
+            f"{type(self._inner).__name__} (optimizer {index} of the context): the failed {call} discarded this "
             f"optimizer's window of {micro_steps} micro-step{plural}{with_carried} (its gradients are None, its step "
             'count is unchanged); build the context with on_failure="restore" to keep a failed call\'s window as it '
             "was before the call"
