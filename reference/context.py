@@ -413,7 +413,8 @@ class TrainingContext:
                 error.add_note(discard_note(window, carried=bool(window.carried)))
                 parts.zeroing.drop(window)  # the carried part goes with the window [ZERO-007]
                 parts.accumulation.discarded(window)
-            self._untake([(window, taking) for window, taking in takings if windows.index(window) not in discarded])
+            gone = {id(windows[index]) for index in discarded}
+            self._untake([(window, taking) for window, taking in takings if id(window) not in gone])
             raise
         transaction.commit()
 
