@@ -549,14 +549,15 @@ class TrainingContext:
     def discard(self, wrapper: OptimizerWrapper[Any]) -> None:
         """Drop ``wrapper``'s window, whatever the policy, as a discarding failure does [FAIL-009].
 
-        Its gradients go (those of parameters that left the optimizer mid-window too), with its carried part and the
-        loss scaler's record of the optimizer in this iteration; its length is 0, its outcome ``DISCARDED``.
+        Its gradients go (those of parameters that left the optimizer mid-window too), with its carried part and,
+        for a prepared window, the loss scaler's record of its unscaling; its length is 0, its outcome ``DISCARDED``.
         """
         window = self.parts.refusals.check_discard(self, wrapper)
         parts = self.parts
         for tensor in (*parts.parallel.window_tensors(window), *window.known):
             tensor.grad = None
-        parts.scaling.forget(window.optimizer)
+        if self.windows.prepared(window):  # its unscaling goes with it; a real step's record stays for the update
+            parts.scaling.forget(window.optimizer)
         parts.zeroing.drop(window)
         parts.accumulation.discarded(window)
         window.holding = []

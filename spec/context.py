@@ -294,11 +294,12 @@ class TrainingContext(Protocol):
 
         [FAIL-009] ``discard(wrapper)`` drops the wrapper's window, whatever the policy, as FAIL-003 discards one:
         every gradient of its parameters (and of parameters that left the optimizer while the window was open)
-        ``None``, its length 0, the carried part dropped (ZERO-007), the loss scaler's record of the optimizer in
-        this iteration forgotten, ``last_outcome`` ``StepOutcome.DISCARDED``, the step count unchanged; a window
-        that ``unscale_gradients()`` prepared is dropped the same way. It is how a loop recovers from WIN-001 and
-        WIN-002, and from a failure it decides to skip. It raises ``RuntimeError`` while a ``step()`` of the context
-        runs, and ``ValueError`` for anything but a wrapper of this context, before anything changes.
+        ``None``, its length 0, the carried part dropped (ZERO-007), ``last_outcome`` ``StepOutcome.DISCARDED``, the
+        step count unchanged; a window that ``unscale_gradients()`` prepared is dropped the same way, and the loss
+        scaler forgets that unscaling (the next window is unscaled once); a real step the optimizer took earlier in
+        the iteration stays in the scaler's record, for the iteration's update. It is how a loop recovers from
+        WIN-001 and WIN-002, and from a failure it decides to skip. It raises ``RuntimeError`` while a ``step()`` of
+        the context runs, and ``ValueError`` for anything but a wrapper of this context, before anything changes.
 
     Windows changed from outside (what a call finds that the wrappers did not do)
         [WIN-001] An optimizer's parameters change only between its windows. Parameters added to or removed from
